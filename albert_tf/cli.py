@@ -1,0 +1,39 @@
+"""The `albert-tf` command line: turns flags into configs and calls the library.
+
+Each subcommand lives in its own module under `albert_tf.commands` with two
+functions, `add_parser(subparsers)` and `run(args)`.
+"""
+
+import argparse
+import importlib
+import sys
+
+COMMAND_MODULES = (
+    "albert_tf.commands.convert",
+)
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="albert-tf", description="ALBERT in TensorFlow 2 / Keras 3."
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    for module_name in COMMAND_MODULES:
+        module = importlib.import_module(module_name)
+        sub = module.add_parser(subparsers)
+        sub.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv=None):
+    args = build_parser().parse_args(argv)
+    try:
+        return args._run(args) or 0
+    except ValueError as e:
+        # Bad input: say what was wrong, without a traceback.
+        print(f"albert-tf {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

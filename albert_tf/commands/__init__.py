@@ -1,0 +1,1 @@
+"""One module per `albert-tf` subcommand; see `albert_tf.cli`."""

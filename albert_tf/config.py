@@ -1,0 +1,279 @@
+"""`AlbertConfig`: the one description of an ALBERT model's shape.
+
+A frozen dataclass with named presets. It reads and writes the original
+google-research/albert `albert_config.json` field names (and HuggingFace's
+`config.json`, which uses the same names), so a released config file rebuilds
+the same model here.
+"""
+
+import dataclasses
+import json
+import os
+
+SHARING_MODES = ("all", "attention", "ffn", "none")
+ACTIVATIONS = ("gelu_new", "gelu", "relu", "tanh", "swish", "silu")
+
+# Fields of the original `albert_config.json` (and HF's AlbertConfig) that this
+# config holds under other names.
+_ORIGINAL_TO_OURS = {
+    "hidden_dropout_prob": "hidden_dropout",
+    "attention_probs_dropout_prob": "attention_dropout",
+    "classifier_dropout_prob": "classifier_dropout",
+}
+# Fields those files carry that change nothing here: ALBERT has no choice of
+# position embedding type beyond "absolute", and the rest are HF bookkeeping.
+_IGNORED_KEYS = frozenset(
+    {
+        "model_type",
+        "architectures",
+        "transformers_version",
+        "torch_dtype",
+        "dtype",
+        "pad_token_id",
+        "bos_token_id",
+        "eos_token_id",
+        "net_structure_type",
+        "gap_size",
+        "num_memory_blocks",
+        "down_scale_factor",
+        "layers_to_keep",
+        "position_embedding_type",
+        "tie_word_embeddings",
+    }
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class AlbertConfig:
+    """Shape and regularisation of an ALBERT model.
+
+    Defaults are ALBERT-base v2.
+
+    Attributes:
+        vocab_size: V, rows of the word embedding table.
+        embedding_size: E, width of the factorized embeddings.
+        hidden_size: H, width of the transformer.
+        num_hidden_layers: L, how many times a block is applied.
+        num_attention_heads: attention heads; must divide `hidden_size`.
+        intermediate_size: FFN inner width.
+        num_hidden_groups: G, groups of distinct blocks; layer i uses group
+            `i * G // L`.
+        inner_group_num: distinct blocks inside each group, applied in order.
+        hidden_act: named as HF transformers names them: "gelu_new" is the
+            tanh approximation (what the original TF1 code calls "gelu"),
+            "gelu" the exact erf form; also "relu", "tanh", "swish"/"silu".
+        hidden_dropout: dropout after embeddings, attention output and FFN.
+        attention_dropout: dropout on attention probabilities.
+        classifier_dropout: dropout before fine-tuning heads.
+        max_position_embeddings: P, the longest sequence the model accepts.
+        type_vocab_size: number of segment ids.
+        initializer_range: stddev of the truncated-normal initializer.
+        layer_norm_eps: LayerNorm epsilon.
+        sharing: which parts of a block are shared across the layers of a
+            group: "all" (ALBERT), "attention", "ffn" or "none" (BERT-like,
+            one block per layer). The paper's Table 4 ablation.
+    """
+
+    vocab_size: int = 30000
+    embedding_size: int = 128
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    num_hidden_groups: int = 1
+    inner_group_num: int = 1
+    hidden_act: str = "gelu_new"
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    classifier_dropout: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    sharing: str = "all"
+
+    def __post_init__(self):
+        positive = (
+            "vocab_size",
+            "embedding_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "num_hidden_groups",
+            "inner_group_num",
+            "max_position_embeddings",
+            "type_vocab_size",
+        )
+        for name in positive:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(
+                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
+                )
+        for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
+                raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
+        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
+            raise ValueError(
+                f"`layer_norm_eps` must be positive. Received: layer_norm_eps={self.layer_norm_eps!r}"
+            )
+        if not (isinstance(self.initializer_range, (int, float)) and self.initializer_range > 0):
+            raise ValueError(
+                "`initializer_range` must be positive. "
+                f"Received: initializer_range={self.initializer_range!r}"
+            )
+        if self.hidden_size % self.num_attention_heads:
+            raise ValueError(
+                "`num_attention_heads` must divide `hidden_size`. Received: "
+                f"num_attention_heads={self.num_attention_heads}, hidden_size={self.hidden_size}"
+            )
+        if self.num_hidden_groups > self.num_hidden_layers:
+            raise ValueError(
+                "`num_hidden_groups` cannot exceed `num_hidden_layers` (a group no layer "
+                f"uses would hold unused weights). Received: num_hidden_groups="
+                f"{self.num_hidden_groups}, num_hidden_layers={self.num_hidden_layers}"
+            )
+        if self.hidden_act not in ACTIVATIONS:
+            raise ValueError(
+                f"`hidden_act` must be one of {ACTIVATIONS}. Received: hidden_act={self.hidden_act!r}"
+            )
+        if self.sharing not in SHARING_MODES:
+            raise ValueError(
+                f"`sharing` must be one of {SHARING_MODES}. Received: sharing={self.sharing!r}"
+            )
+        if self.sharing != "all" and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
+            raise ValueError(
+                "Partial sharing (`sharing` other than 'all') is defined for one group of one "
+                f"block. Received: sharing={self.sharing!r}, num_hidden_groups="
+                f"{self.num_hidden_groups}, inner_group_num={self.inner_group_num}"
+            )
+
+    @property
+    def head_size(self):
+        return self.hidden_size // self.num_attention_heads
+
+    def group_index(self, layer_index):
+        """The group that layer `layer_index` uses: `layer_index * G // L`.
+
+        The original computes `int(layer_idx / (L / G))` in floating point,
+        which can round differently in corner cases; exact integer arithmetic
+        is used here (and by HF transformers).
+        """
+        return layer_index * self.num_hidden_groups // self.num_hidden_layers
+
+    def replace(self, **changes):
+        """A copy with `changes` applied (validated like any new config)."""
+        return dataclasses.replace(self, **changes)
+
+    # ----------------------------------------------------------------- JSON
+    def to_dict(self):
+        """The config with the original `albert_config.json` field names."""
+        ours_to_original = {v: k for k, v in _ORIGINAL_TO_OURS.items()}
+        out = {}
+        for field in dataclasses.fields(self):
+            out[ours_to_original.get(field.name, field.name)] = getattr(self, field.name)
+        # Marks the activation names as HF's (see `from_dict`) and lets HF
+        # transformers read the file as it is.
+        out["model_type"] = "albert"
+        return out
+
+    @classmethod
+    def from_dict(cls, values, gelu_is_tanh=None):
+        """Builds a config from our names or the original/HF field names.
+
+        Args:
+            values: dict of config fields.
+            gelu_is_tanh: how to read `hidden_act="gelu"`. The original TF1
+                code's "gelu" is the tanh approximation, HF's is exact erf.
+                None decides by the file: HF files (and ours) carry
+                `model_type`, original `albert_config.json` files do not.
+
+        Raises:
+            ValueError: for a key that neither names a field nor is a known
+                bookkeeping key, listing the valid keys.
+        """
+        if not isinstance(values, dict):
+            raise ValueError(f"A config must be a JSON object. Received: {type(values).__name__}")
+        field_names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {}
+        unknown = []
+        for key, value in values.items():
+            name = _ORIGINAL_TO_OURS.get(key, key)
+            if name in field_names:
+                kwargs[name] = value
+            elif key not in _IGNORED_KEYS:
+                unknown.append(key)
+        if unknown:
+            valid = sorted(field_names | set(_ORIGINAL_TO_OURS))
+            raise ValueError(f"Unknown config keys {sorted(unknown)}. Valid keys: {valid}")
+        if gelu_is_tanh is None:
+            gelu_is_tanh = "model_type" not in values
+        act = kwargs.get("hidden_act")
+        if act in _TANH_GELU_ALIASES or (act == "gelu" and gelu_is_tanh):
+            kwargs["hidden_act"] = "gelu_new"
+        return cls(**kwargs)
+
+    def to_json(self):
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json(cls, text, gelu_is_tanh=None):
+        return cls.from_dict(json.loads(text), gelu_is_tanh=gelu_is_tanh)
+
+    def save(self, path):
+        """Writes the config as JSON to `path` (a file, or a directory's config.json)."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        with open(path, "w") as f:
+            f.write(self.to_json())
+
+    @classmethod
+    def load(cls, path, gelu_is_tanh=None):
+        """Reads a config from a JSON file or a directory holding config.json."""
+        if os.path.isdir(path):
+            path = os.path.join(path, "config.json")
+        with open(path) as f:
+            try:
+                values = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{path} is not valid JSON: {e}") from e
+        return cls.from_dict(values, gelu_is_tanh=gelu_is_tanh)
+
+    @classmethod
+    def from_preset(cls, name, **overrides):
+        """One of `PRESETS` (e.g. "base", "xxlarge-v1"), optionally with overrides."""
+        if name not in PRESETS:
+            raise ValueError(f"Unknown preset {name!r}. Valid presets: {sorted(PRESETS)}")
+        return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]
+
+
+# Other spellings of the tanh-approximated GELU.
+_TANH_GELU_ALIASES = ("gelu_fast", "gelu_pytorch_tanh")
+
+
+def _preset(hidden, layers, heads, ffn, dropout):
+    return AlbertConfig(
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn,
+        hidden_dropout=dropout,
+        attention_dropout=dropout,
+    )
+
+
+# v2 models use no dropout; v1 used 0.1 everywhere except xxlarge.
+PRESETS = {
+    "base": _preset(768, 12, 12, 3072, 0.0),
+    "large": _preset(1024, 24, 16, 4096, 0.0),
+    "xlarge": _preset(2048, 24, 16, 8192, 0.0),
+    "xxlarge": _preset(4096, 12, 64, 16384, 0.0),
+    "base-v1": _preset(768, 12, 12, 3072, 0.1),
+    "large-v1": _preset(1024, 24, 16, 4096, 0.1),
+    "xlarge-v1": _preset(2048, 24, 16, 8192, 0.1),
+    "xxlarge-v1": _preset(4096, 12, 64, 16384, 0.0),
+}
+for _name in ("base", "large", "xlarge", "xxlarge"):
+    PRESETS[_name + "-v2"] = PRESETS[_name]

@@ -1,0 +1,107 @@
+"""Multi-head self-attention with its residual and post-LayerNorm (BERT style)."""
+
+import math
+
+import keras
+from keras import ops
+
+from albert_tf.layers.common import dense, layer_norm
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class SelfAttention(keras.layers.Layer):
+    """`LayerNorm(x + dropout(Wo · attention(Wq x, Wk x, Wv x)))`.
+
+    Query, key, value and output are separate H x H dense layers, as in the
+    original checkpoints (`attention_1/self/{query,key,value}`,
+    `attention_1/output/dense`), so weights map one to one.
+
+    Args:
+        hidden_size: H.
+        num_heads: attention heads; must divide H.
+        initializer_range: stddev of the truncated-normal initializer.
+        layer_norm_eps: LayerNorm epsilon.
+        dropout: dropout on the output projection.
+        attention_dropout: dropout on the attention probabilities.
+
+    Call arguments:
+        x: float tensor (batch, seq, H).
+        attention_bias: float tensor (batch, 1, 1, seq): 0 where a key may be
+            attended to, a large negative number at padding.
+
+    Returns:
+        Float tensor (batch, seq, H).
+    """
+
+    def __init__(
+        self,
+        hidden_size,
+        num_heads,
+        initializer_range=0.02,
+        layer_norm_eps=1e-12,
+        dropout=0.0,
+        attention_dropout=0.0,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if hidden_size % num_heads:
+            raise ValueError(
+                "`num_heads` must divide `hidden_size`. "
+                f"Received: num_heads={num_heads}, hidden_size={hidden_size}"
+            )
+        self.hidden_size = hidden_size
+        self.num_heads = num_heads
+        self.head_size = hidden_size // num_heads
+        self.initializer_range = initializer_range
+        self.layer_norm_eps = layer_norm_eps
+        self.dropout_rate = dropout
+        self.attention_dropout_rate = attention_dropout
+        self.query = dense(hidden_size, initializer_range, "query", dtype=self.dtype_policy)
+        self.key = dense(hidden_size, initializer_range, "key", dtype=self.dtype_policy)
+        self.value = dense(hidden_size, initializer_range, "value", dtype=self.dtype_policy)
+        self.output_dense = dense(hidden_size, initializer_range, "output_dense", dtype=self.dtype_policy)
+        self.layer_norm = layer_norm(layer_norm_eps, "layer_norm", dtype=self.dtype_policy)
+        self.attention_dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
+        self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def build(self, input_shape):
+        for layer in (self.query, self.key, self.value, self.output_dense, self.layer_norm):
+            layer.build(input_shape)
+        self.built = True
+
+    def _split_heads(self, x, batch):
+        # (batch, seq, H) -> (batch, heads, seq, head_size)
+        x = ops.reshape(x, (batch, -1, self.num_heads, self.head_size))
+        return ops.transpose(x, (0, 2, 1, 3))
+
+    def call(self, x, attention_bias, training=None):
+        batch = ops.shape(x)[0]
+        q = self._split_heads(self.query(x), batch)
+        k = self._split_heads(self.key(x), batch)
+        v = self._split_heads(self.value(x), batch)
+        scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (batch, heads, seq, seq)
+        # Softmax in float32: under float16 the -1e4 bias and large scores overflow.
+        scores = ops.cast(scores, "float32") / math.sqrt(self.head_size) + attention_bias
+        probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
+        probs = self.attention_dropout(probs, training=training)
+        context = ops.matmul(probs, v)  # (batch, heads, seq, head_size)
+        context = ops.reshape(
+            ops.transpose(context, (0, 2, 1, 3)), (batch, -1, self.hidden_size)
+        )  # (batch, seq, H)
+        out = self.output_dropout(self.output_dense(context), training=training)
+        return self.layer_norm(x + out)
+
+    def compute_output_shape(self, input_shape, attention_bias_shape=None):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            hidden_size=self.hidden_size,
+            num_heads=self.num_heads,
+            initializer_range=self.initializer_range,
+            layer_norm_eps=self.layer_norm_eps,
+            dropout=self.dropout_rate,
+            attention_dropout=self.attention_dropout_rate,
+        )
+        return config

@@ -1,0 +1,159 @@
+"""`AlbertBackbone`: embeddings, the shared transformer stack, and the pooler."""
+
+import keras
+from keras import ops
+
+from albert_tf import features
+from albert_tf.saving import PretrainedMixin
+from albert_tf.config import AlbertConfig
+from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
+from albert_tf.layers.common import dense
+
+
+def attention_bias_from_padding_mask(padding_mask, dtype="float32"):
+    """(batch, seq) 1/0 mask -> (batch, 1, 1, seq) additive bias: 0 or -10000.
+
+    -10000, as the original, rather than -inf: a row with every key masked
+    then still gets a finite (uniform) softmax instead of NaN.
+    """
+    bias = (1.0 - ops.cast(padding_mask, dtype)) * -10000.0
+    return ops.expand_dims(ops.expand_dims(bias, 1), 1)
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AlbertBackbone(PretrainedMixin, keras.Model):
+    """The ALBERT encoder.
+
+    Factorized embedding (V x E, then one E -> H projection), then
+    `num_hidden_layers` applications of shared transformer blocks, then a
+    tanh pooler on the [CLS] position.
+
+    Sharing: `blocks` holds the distinct blocks. Under `sharing="all"` it has
+    `num_hidden_groups` lists of `inner_group_num` blocks, and layer i applies
+    every block of group `config.group_index(i)`. Under partial sharing it has
+    one block per layer, and those blocks hold the same attention (or FFN)
+    object.
+
+    Args:
+        config: an `AlbertConfig` (or a dict of its fields).
+        dtype: a dtype policy name, e.g. "mixed_bfloat16".
+
+    Inputs (dict):
+        token_ids, segment_ids, padding_mask: int32 (batch, seq), seq up to
+        `max_position_embeddings`.
+
+    Outputs (dict):
+        sequence_output: (batch, seq, H).
+        pooled_output: (batch, H).
+    """
+
+    def __init__(self, config, dtype=None, **kwargs):
+        if isinstance(config, dict):
+            config = AlbertConfig.from_dict(config)
+        if not isinstance(config, AlbertConfig):
+            raise ValueError(
+                f"`config` must be an AlbertConfig or a dict. Received: {type(config).__name__}"
+            )
+        c = config
+
+        # === Layers ===
+        embedding = AlbertEmbedding(
+            c.vocab_size, c.embedding_size, c.max_position_embeddings, c.type_vocab_size,
+            c.initializer_range, c.layer_norm_eps, c.hidden_dropout,
+            dtype=dtype, name="embeddings",
+        )
+        projection = dense(
+            c.hidden_size, c.initializer_range, "embedding_hidden_mapping_in", dtype=dtype
+        )
+        blocks = _build_blocks(c, dtype)
+        pooler = dense(c.hidden_size, c.initializer_range, "pooler", "tanh", dtype=dtype)
+
+        # === Functional graph ===
+        inputs = {
+            name: keras.Input(shape=(None,), dtype="int32", name=name)
+            for name in features.BACKBONE_INPUTS
+        }
+        x = embedding(inputs[features.TOKEN_IDS], inputs[features.SEGMENT_IDS])
+        x = projection(x)  # (batch, seq, H)
+        bias = attention_bias_from_padding_mask(inputs[features.PADDING_MASK])
+        for layer_index in range(c.num_hidden_layers):
+            for block in blocks[_block_list_index(c, layer_index)]:
+                x = block(x, bias)
+        sequence_output = x
+        pooled_output = pooler(sequence_output[:, 0, :])  # (batch, H), the [CLS] position
+        super().__init__(
+            inputs=inputs,
+            outputs={"sequence_output": sequence_output, "pooled_output": pooled_output},
+            **kwargs,
+        )
+
+        # === Config and handles ===
+        self.config = c
+        self.embeddings = embedding
+        self.embedding_projection = projection
+        self.blocks = blocks
+        self.pooler = pooler
+
+    @property
+    def word_embeddings(self):
+        """The (V, E) `keras.layers.Embedding` the MLM head is tied to."""
+        return self.embeddings.word_embeddings
+
+    def get_config(self):
+        return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,
+                "dtype": keras.saving.serialize_keras_object(self.dtype_policy)}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        if isinstance(config.get("dtype"), dict):
+            config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
+        return cls(**config)
+
+
+def _block_list_index(config, layer_index):
+    """Which list of `blocks` layer `layer_index` applies."""
+    if config.sharing == "all":
+        return config.group_index(layer_index)
+    return layer_index
+
+
+def _build_blocks(c, dtype):
+    """The distinct transformer blocks, as lists (see `AlbertBackbone`)."""
+
+    def attention(name):
+        return SelfAttention(
+            c.hidden_size, c.num_attention_heads, c.initializer_range, c.layer_norm_eps,
+            c.hidden_dropout, c.attention_dropout, dtype=dtype, name=name,
+        )
+
+    def feed_forward(name):
+        return FeedForward(
+            c.hidden_size, c.intermediate_size, c.hidden_act, c.initializer_range,
+            c.layer_norm_eps, c.hidden_dropout, dtype=dtype, name=name,
+        )
+
+    if c.sharing == "all":
+        return [
+            [
+                TransformerBlock(
+                    attention(f"group_{g}_inner_{i}_attention"),
+                    feed_forward(f"group_{g}_inner_{i}_ffn"),
+                    dtype=dtype, name=f"group_{g}_inner_{i}",
+                )
+                for i in range(c.inner_group_num)
+            ]
+            for g in range(c.num_hidden_groups)
+        ]
+    shared_attention = attention("shared_attention") if c.sharing == "attention" else None
+    shared_ffn = feed_forward("shared_ffn") if c.sharing == "ffn" else None
+    return [
+        [
+            TransformerBlock(
+                shared_attention or attention(f"layer_{l}_attention"),
+                shared_ffn or feed_forward(f"layer_{l}_ffn"),
+                dtype=dtype, name=f"layer_{l}",
+            )
+        ]
+        for l in range(c.num_hidden_layers)
+    ]

@@ -1,0 +1,29 @@
+"""albert-tf: ALBERT in TensorFlow 2 / Keras 3, from raw text to TF-Serving and TFLite."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="albert-tf",
+    version="0.1.0",
+    description="ALBERT (A Lite BERT) in TensorFlow 2 / Keras 3: pretraining, fine-tuning, export.",
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.11",
+    packages=find_packages(include=["albert_tf", "albert_tf.*", "input_pipeline", "input_pipeline.*"]),
+    install_requires=[
+        "tensorflow==2.21.*",
+        "tensorflow-text==2.21.*",
+        "keras>=3.10,<4",
+        "sentencepiece>=0.2",
+        "numpy>=1.26",
+        "safetensors>=0.4",
+        "ai-edge-litert>=2.0",
+    ],
+    extras_require={
+        # HF transformers (PyTorch) is the numerical reference in the parity
+        # tests; JAX runs the backend-equivalence test.
+        "test": ["pytest>=8", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6"],
+        "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
+    },
+    entry_points={"console_scripts": ["albert-tf=albert_tf.cli:main"]},
+)
