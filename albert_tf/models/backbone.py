@@ -91,7 +91,7 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
         self.config = c
         self.embeddings = embedding
         self.embedding_projection = projection
-        self.blocks = blocks
+        self.blocks = tuple(tuple(group) for group in blocks)
         self.pooler = pooler
 
     @property

@@ -1,0 +1,79 @@
+import json
+
+import pytest
+
+from albert_tf.config import PRESETS, AlbertConfig
+
+
+def test_presets_match_the_papers_shapes():
+    shapes = {name: (c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                     c.intermediate_size) for name, c in PRESETS.items()}
+    assert shapes["base"] == (768, 12, 12, 3072)
+    assert shapes["large"] == (1024, 24, 16, 4096)
+    assert shapes["xlarge"] == (2048, 24, 16, 8192)
+    assert shapes["xxlarge"] == (4096, 12, 64, 16384)
+    assert PRESETS["base"].hidden_dropout == 0.0 and PRESETS["base-v1"].hidden_dropout == 0.1
+    assert PRESETS["xxlarge-v1"].hidden_dropout == 0.0
+    assert PRESETS["base-v2"] is PRESETS["base"]
+
+
+def test_json_round_trip(tmp_path):
+    config = AlbertConfig.from_preset("large", num_hidden_groups=2, hidden_act="gelu")
+    config.save(str(tmp_path / "config.json"))
+    assert AlbertConfig.load(str(tmp_path)) == config
+
+
+def test_reads_original_albert_config_json(tmp_path):
+    # The file google-research/albert ships with albert_base v2.
+    original = {
+        "attention_probs_dropout_prob": 0, "hidden_act": "gelu", "hidden_dropout_prob": 0,
+        "embedding_size": 128, "hidden_size": 768, "initializer_range": 0.02,
+        "intermediate_size": 3072, "max_position_embeddings": 512, "num_attention_heads": 12,
+        "num_hidden_layers": 12, "num_hidden_groups": 1, "net_structure_type": 0,
+        "gap_size": 0, "num_memory_blocks": 0, "inner_group_num": 1,
+        "down_scale_factor": 1, "type_vocab_size": 2, "vocab_size": 30000,
+    }
+    (tmp_path / "albert_config.json").write_text(json.dumps(original))
+    config = AlbertConfig.load(str(tmp_path / "albert_config.json"))
+    # The original's "gelu" is the tanh approximation.
+    assert config.hidden_act == "gelu_new"
+    assert config == AlbertConfig.from_preset("base")
+
+
+def test_hf_gelu_is_exact_erf():
+    config = AlbertConfig.from_dict({"model_type": "albert", "hidden_act": "gelu"})
+    assert config.hidden_act == "gelu"
+    assert AlbertConfig.from_dict({"hidden_act": "gelu"}, gelu_is_tanh=False).hidden_act == "gelu"
+
+
+def test_unknown_key_lists_valid_keys():
+    with pytest.raises(ValueError, match=r"Unknown config keys \['hiden_size'\].*hidden_size"):
+        AlbertConfig.from_dict({"hiden_size": 768})
+
+
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        (dict(num_attention_heads=5), "num_attention_heads.*must divide.*num_attention_heads=5, hidden_size=768"),
+        (dict(num_hidden_groups=13), "num_hidden_groups.*num_hidden_groups=13, num_hidden_layers=12"),
+        (dict(hidden_size=0), "hidden_size=0"),
+        (dict(vocab_size=3.5), "vocab_size=3.5"),
+        (dict(hidden_dropout=1.5), "hidden_dropout=1.5"),
+        (dict(hidden_act="gelu2"), "hidden_act='gelu2'"),
+        (dict(sharing="heads"), "sharing='heads'"),
+        (dict(sharing="ffn", num_hidden_groups=2), "sharing='ffn', num_hidden_groups=2"),
+    ],
+)
+def test_impossible_configs_name_the_field(changes, message):
+    with pytest.raises(ValueError, match=message):
+        AlbertConfig(**changes)
+
+
+def test_unknown_preset():
+    with pytest.raises(ValueError, match="Unknown preset 'huge'.*base"):
+        AlbertConfig.from_preset("huge")
+
+
+def test_group_index_is_exact_integer_math():
+    config = AlbertConfig(num_hidden_layers=12, num_hidden_groups=5)
+    assert [config.group_index(i) for i in range(12)] == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3, 4, 4]
