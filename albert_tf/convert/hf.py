@@ -1,0 +1,232 @@
+"""HuggingFace transformers checkpoints <-> this package's models.
+
+Reads a `save_pretrained` directory of AlbertModel, AlbertForPreTraining or
+AlbertForMaskedLM (config.json + model.safetensors, sharded safetensors, or
+pytorch_model.bin) and writes one that `AlbertForPreTraining.from_pretrained`
+(or `AlbertModel.from_pretrained`, for a backbone) loads with no missing or
+unexpected keys. Safetensors are read and written with the safetensors numpy
+API, so torch is needed only for pytorch_model.bin.
+"""
+
+import json
+import os
+
+import keras
+import numpy as np
+from safetensors import SafetensorError, safe_open
+from safetensors.numpy import save_file
+
+from albert_tf.config import AlbertConfig
+from albert_tf.convert import mapping
+from albert_tf.convert.output import check_output_dir, write_dir
+from albert_tf.models.pretrainer import AlbertPretrainer
+from albert_tf.saving import load_pretrained, save_pretrained
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_FILE = "model.safetensors"
+TORCH_FILE = "pytorch_model.bin"
+_BACKBONE_PREFIX = "albert."
+# Non-persistent buffers that older transformers versions saved.
+_BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
+# Tied to `albert.embeddings.word_embeddings.weight` and `predictions.bias`;
+# transformers 5 does not save them, older versions did.
+_DECODER_WEIGHT, _DECODER_BIAS = "predictions.decoder.weight", "predictions.decoder.bias"
+
+
+def from_hf(src_dir):
+    """Builds the model held by a HF `save_pretrained` directory.
+
+    Returns:
+        An `AlbertPretrainer` for AlbertForPreTraining / AlbertForMaskedLM
+        sources, an `AlbertBackbone` for AlbertModel. AlbertForMaskedLM has
+        no pooler and no SOP head: those are newly initialized (see
+        `load_hf` for the list).
+
+    Raises:
+        ValueError: unreadable files, or tensors that do not match the config
+            (listing every difference).
+    """
+    return load_hf(src_dir).model
+
+
+def load_hf(src_dir):
+    """Like `from_hf`, returning a `mapping.ConversionReport`."""
+    config = _read_config(src_dir)
+    shapes, read, source = _open_weights(src_dir)
+    prefix = _BACKBONE_PREFIX if any(n.startswith(_BACKBONE_PREFIX) for n in shapes) else ""
+    shapes = {n: s for n, s in shapes.items() if n.removeprefix(prefix) not in _BUFFERS}
+    _check_tied_decoder(shapes, read, prefix, source)
+    shapes = {n: s for n, s in shapes.items() if n not in (_DECODER_WEIGHT, _DECODER_BIAS)}
+    return mapping.build_from_checkpoint(config, shapes, read, mapping.hf_scheme(prefix), source)
+
+
+def convert_from_hf(src_dir, out_dir):
+    """Converts a HF directory to an albert-tf pretrained directory (`save_pretrained`).
+
+    Everything is read and checked before `out_dir` is created.
+
+    Returns:
+        A `mapping.ConversionReport`.
+    """
+    check_output_dir(out_dir)
+    report = load_hf(src_dir)
+    write_dir(out_dir, lambda d: save_pretrained(report.model, d))
+    return report
+
+
+def hf_tensors(model):
+    """`model`'s weights as HF names them -> float32 numpy arrays (HF layout)."""
+    prefix = _BACKBONE_PREFIX if isinstance(model, AlbertPretrainer) else ""
+    scheme = mapping.hf_scheme(prefix)
+    tensors = {}
+    for e in mapping.weight_entries(model):
+        # float32 whatever the variable dtype: what HF checkpoints hold by default.
+        value = np.asarray(keras.ops.convert_to_numpy(e.variable), dtype=np.float32)
+        value = value.T if scheme.transposed(e) else value
+        tensors[scheme.name_of(e)] = np.ascontiguousarray(value)
+    return tensors
+
+
+def hf_config(model):
+    """The HF config.json dict for `model`."""
+    backbone = getattr(model, "backbone", model)
+    values = backbone.config.to_dict()
+    values.pop("sharing")  # always "all" here (checked by `weight_entries`); not an HF field
+    values["architectures"] = [
+        "AlbertForPreTraining" if isinstance(model, AlbertPretrainer) else "AlbertModel"
+    ]
+    return values
+
+
+def to_hf(model, out_dir):
+    """Writes `model` as a HF `save_pretrained` directory (config.json + model.safetensors).
+
+    An `AlbertPretrainer` becomes AlbertForPreTraining, an `AlbertBackbone`
+    AlbertModel. The tied decoder is not written, as transformers' own
+    `save_pretrained` does not write it.
+
+    Raises:
+        ValueError: for partial sharing (no HF equivalent), another model
+            type, or a non-empty `out_dir`; nothing is written then.
+    """
+    check_output_dir(out_dir)
+    tensors = hf_tensors(model)
+    config = hf_config(model)
+
+    def write(directory):
+        with open(os.path.join(directory, CONFIG_FILE), "w") as f:
+            json.dump(config, f, indent=2, sort_keys=True)
+            f.write("\n")
+        # transformers refuses safetensors files without a known "format".
+        save_file(tensors, os.path.join(directory, SAFETENSORS_FILE), metadata={"format": "pt"})
+
+    write_dir(out_dir, write)
+
+
+def convert_to_hf(src_dir, out_dir):
+    """Converts an albert-tf pretrained directory to a HF directory; returns the model."""
+    check_output_dir(out_dir)
+    model = load_pretrained(src_dir)
+    to_hf(model, out_dir)
+    return model
+
+
+def _read_config(src_dir):
+    path = os.path.join(src_dir, CONFIG_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
+    with open(path) as f:
+        try:
+            values = json.load(f)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path} is not valid JSON: {e}") from e
+    if isinstance(values, dict) and values.get("model_type", "albert") != "albert":
+        raise ValueError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
+    # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
+    try:
+        return AlbertConfig.from_dict(values, gelu_is_tanh=False)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e
+
+
+def _open_weights(src_dir):
+    """(shapes, read, source) for the weight files of `src_dir`."""
+    for index_name, reader in (
+        (SAFETENSORS_FILE + ".index.json", _open_safetensors),
+        (TORCH_FILE + ".index.json", _open_torch),
+    ):
+        single = os.path.join(src_dir, index_name[: -len(".index.json")])
+        index = os.path.join(src_dir, index_name)
+        if os.path.isfile(single):
+            return (*reader([single]), single)
+        if os.path.isfile(index):
+            return (*reader(_shard_paths(src_dir, index)), index)
+    raise ValueError(
+        f"{src_dir} holds no weights: expected {SAFETENSORS_FILE}, {TORCH_FILE} "
+        "or a sharded index of either."
+    )
+
+
+def _shard_paths(src_dir, index_path):
+    try:
+        with open(index_path) as f:
+            weight_map = json.load(f)["weight_map"]
+    except (json.JSONDecodeError, KeyError, TypeError) as e:
+        raise ValueError(f"{index_path} is not a valid shard index: {e!r}") from e
+    return [os.path.join(src_dir, name) for name in sorted(set(weight_map.values()))]
+
+
+def _open_safetensors(paths):
+    shapes, where = {}, {}
+    for path in paths:
+        try:
+            with safe_open(path, framework="np") as f:
+                for name in f.keys():
+                    shapes[name] = tuple(f.get_slice(name).get_shape())
+                    where[name] = path
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{path} is not a readable safetensors file: {e}") from e
+
+    def read(name):
+        try:
+            with safe_open(where[name], framework="np") as f:
+                return f.get_tensor(name)
+        except (SafetensorError, OSError, TypeError) as e:
+            raise ValueError(f"{where[name]}: cannot read tensor {name!r}: {e}") from e
+
+    return shapes, read
+
+
+def _open_torch(paths):
+    try:
+        import torch
+    except ImportError as e:
+        raise ValueError(
+            f"{paths[0]} is a PyTorch pickle, which needs torch to read; install torch, "
+            "or save the model with safe_serialization=True (model.safetensors)."
+        ) from e
+    tensors = {}
+    for path in paths:
+        try:
+            state = torch.load(path, map_location="cpu", weights_only=True)
+        except Exception as e:  # torch raises many types for a bad file
+            raise ValueError(f"{path} is not a readable PyTorch checkpoint: {e}") from e
+        for name, t in state.items():
+            # numpy has no bfloat16; every weight is cast to float32 on assignment anyway.
+            tensors[name] = t.float().numpy() if t.is_floating_point() else t.numpy()
+    return {n: t.shape for n, t in tensors.items()}, tensors.__getitem__
+
+
+def _check_tied_decoder(shapes, read, prefix, source):
+    """An explicit decoder must equal what it is tied to: nothing here can hold another one."""
+    ties = (
+        (_DECODER_WEIGHT, prefix + "embeddings.word_embeddings.weight"),
+        (_DECODER_BIAS, "predictions.bias"),
+    )
+    for name, tied_to in ties:
+        if name in shapes and tied_to in shapes:
+            if shapes[name] != shapes[tied_to] or not np.array_equal(read(name), read(tied_to)):
+                raise ValueError(
+                    f"{source}: {name} differs from {tied_to}; ALBERT's decoder is tied, so "
+                    "an untied decoder cannot be converted."
+                )

@@ -1,0 +1,276 @@
+"""The one table from checkpoint tensors to this package's Keras variables.
+
+Every weight of an `AlbertBackbone` / `AlbertPretrainer` gets one
+`WeightEntry`: a canonical name, the Keras variable, and the names and layouts
+it has in the original TF1 checkpoints and in HuggingFace transformers. Both
+name schemes are derived here from one list of layers, so `hf.py` and `tf1.py`
+only read and write files.
+
+Layouts: Keras `Dense` kernels are (in, out), as TF1 stores them; torch
+`Linear` weights are (out, in), so HF kernels are transposed. The one TF1
+exception is the SOP classifier, stored as `output_weights` (2, H).
+"""
+
+import dataclasses
+
+import numpy as np
+
+from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.models.pretrainer import AlbertPretrainer
+
+# Parts of a model, in the order a checkpoint lists them. A checkpoint may
+# lack "pooler" and "sop" (HF's AlbertForMaskedLM has neither), in which case
+# they are initialized fresh.
+BACKBONE, POOLER, MLM, SOP = "backbone", "pooler", "mlm", "sop"
+
+# kind -> the variables of such a layer:
+#   (Keras attribute, canonical suffix, TF1 suffix, HF suffix, TF1 transposed, HF transposed)
+_KINDS = {
+    "dense": (
+        ("kernel", "kernel", "/kernel", ".weight", False, True),
+        ("bias", "bias", "/bias", ".bias", False, False),
+    ),
+    # Original `cls/seq_relationship`: a hand-made (2, H) matrix, not a tf.layers.dense.
+    "classifier": (
+        ("kernel", "kernel", "/output_weights", ".weight", True, True),
+        ("bias", "bias", "/output_bias", ".bias", False, False),
+    ),
+    "layer_norm": (
+        ("gamma", "gamma", "/gamma", ".weight", False, False),
+        ("beta", "beta", "/beta", ".bias", False, False),
+    ),
+    "embedding": (("embeddings", "embeddings", "", ".weight", False, False),),
+    "vector": (("output_bias", "output_bias", "", "", False, False),),
+}
+
+# The layers of one transformer block: (attribute path, TF1 name, HF name, kind).
+_BLOCK_LAYERS = (
+    ("attention.query", "attention_1/self/query", "attention.query", "dense"),
+    ("attention.key", "attention_1/self/key", "attention.key", "dense"),
+    ("attention.value", "attention_1/self/value", "attention.value", "dense"),
+    ("attention.output_dense", "attention_1/output/dense", "attention.dense", "dense"),
+    ("attention.layer_norm", "LayerNorm", "attention.LayerNorm", "layer_norm"),
+    ("feed_forward.intermediate", "ffn_1/intermediate/dense", "ffn", "dense"),
+    ("feed_forward.output_dense", "ffn_1/intermediate/output/dense", "ffn_output", "dense"),
+    ("feed_forward.layer_norm", "LayerNorm_1", "full_layer_layer_norm", "layer_norm"),
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class WeightEntry:
+    """One variable and its names.
+
+    Attributes:
+        name: canonical name, e.g. "encoder/group_0/inner_0/attention/query/kernel".
+        part: BACKBONE, POOLER, MLM or SOP.
+        variable: the Keras variable, shape in Keras layout.
+        tf1: full name in an original TF1 checkpoint ("bert/..." or "cls/...").
+        hf: name in HF transformers, without the "albert." prefix that
+            models with heads put before backbone weights.
+        tf1_transposed / hf_transposed: stored as the transpose of `variable`.
+    """
+
+    name: str
+    part: str
+    variable: object
+    tf1: str
+    hf: str
+    tf1_transposed: bool
+    hf_transposed: bool
+
+    @property
+    def shape(self):
+        return tuple(self.variable.shape)
+
+    def stored_shape(self, transposed):
+        return self.shape[::-1] if transposed else self.shape
+
+
+def weight_entries(model):
+    """Every weight of `model` (an `AlbertBackbone` or `AlbertPretrainer`), in a fixed order.
+
+    Raises:
+        ValueError: for another model type, or for partial sharing, which
+            neither the original nor HF transformers can express.
+    """
+    if isinstance(model, AlbertPretrainer):
+        backbone, heads = model.backbone, model
+    elif isinstance(model, AlbertBackbone):
+        backbone, heads = model, None
+    else:
+        raise ValueError(
+            "Only an AlbertBackbone or an AlbertPretrainer maps to TF1/HF checkpoints; "
+            f"for a task model pass its `.backbone`. Received: {type(model).__name__}"
+        )
+    c = backbone.config
+    if c.sharing != "all":
+        raise ValueError(
+            f"`sharing={c.sharing!r}` has no equivalent in the original ALBERT or in HF "
+            "transformers (both share whole blocks only, `sharing='all'`); this model "
+            "cannot be converted."
+        )
+
+    # (part, kind, layer, canonical name, TF1 name, HF name)
+    layers = [
+        (BACKBONE, "embedding", backbone.embeddings.word_embeddings,
+         "embeddings/word_embeddings", "bert/embeddings/word_embeddings",
+         "embeddings.word_embeddings"),
+        (BACKBONE, "embedding", backbone.embeddings.position_embeddings,
+         "embeddings/position_embeddings", "bert/embeddings/position_embeddings",
+         "embeddings.position_embeddings"),
+        (BACKBONE, "embedding", backbone.embeddings.token_type_embeddings,
+         "embeddings/token_type_embeddings", "bert/embeddings/token_type_embeddings",
+         "embeddings.token_type_embeddings"),
+        (BACKBONE, "layer_norm", backbone.embeddings.layer_norm,
+         "embeddings/layer_norm", "bert/embeddings/LayerNorm", "embeddings.LayerNorm"),
+        (BACKBONE, "dense", backbone.embedding_projection,
+         "encoder/embedding_projection", "bert/encoder/embedding_hidden_mapping_in",
+         "encoder.embedding_hidden_mapping_in"),
+    ]
+    for g, group in enumerate(backbone.blocks):
+        for i, block in enumerate(group):
+            for path, tf1, hf, kind in _BLOCK_LAYERS:
+                layer = block
+                for attribute in path.split("."):
+                    layer = getattr(layer, attribute)
+                layers.append((
+                    BACKBONE, kind, layer,
+                    f"encoder/group_{g}/inner_{i}/{path.replace('.', '/')}",
+                    f"bert/encoder/transformer/group_{g}/inner_group_{i}/{tf1}",
+                    f"encoder.albert_layer_groups.{g}.albert_layers.{i}.{hf}",
+                ))
+    layers.append((POOLER, "dense", backbone.pooler, "pooler", "bert/pooler/dense", "pooler"))
+    if heads is not None:
+        mlm, sop = heads.mlm_head, heads.sop_head
+        layers += [
+            (MLM, "dense", mlm.transform, "mlm_head/transform",
+             "cls/predictions/transform/dense", "predictions.dense"),
+            (MLM, "layer_norm", mlm.layer_norm, "mlm_head/layer_norm",
+             "cls/predictions/transform/LayerNorm", "predictions.LayerNorm"),
+            # The decoder matrix is the word embedding table (tied): only the bias is its own.
+            (MLM, "vector", mlm, "mlm_head", "cls/predictions/output_bias", "predictions.bias"),
+            (SOP, "classifier", sop.dense, "sop_head/dense",
+             "cls/seq_relationship", "sop_classifier.classifier"),
+        ]
+
+    entries = []
+    for part, kind, layer, name, tf1, hf in layers:
+        for attribute, suffix, tf1_suffix, hf_suffix, tf1_t, hf_t in _KINDS[kind]:
+            entries.append(WeightEntry(
+                name=f"{name}/{suffix}", part=part, variable=getattr(layer, attribute),
+                tf1=tf1 + tf1_suffix, hf=hf + hf_suffix,
+                tf1_transposed=tf1_t, hf_transposed=hf_t,
+            ))
+    return entries
+
+
+@dataclasses.dataclass(frozen=True)
+class ConversionReport:
+    """What a conversion produced.
+
+    Attributes:
+        model: the converted `AlbertPretrainer` or `AlbertBackbone`.
+        newly_initialized: canonical names of weights the source did not
+            hold and that were initialized fresh (the pooler and SOP head of
+            an AlbertForMaskedLM source); empty otherwise.
+    """
+
+    model: object
+    newly_initialized: tuple
+
+
+@dataclasses.dataclass(frozen=True)
+class Scheme:
+    """How one checkpoint format names and lays out the entries.
+
+    Attributes:
+        label: "HF" or "TF1", for messages.
+        name_of: entry -> the name in the checkpoint.
+        transposed: entry -> whether the checkpoint stores the transpose.
+    """
+
+    label: str
+    name_of: object
+    transposed: object
+
+
+def tf1_scheme():
+    return Scheme("TF1", lambda e: e.tf1, lambda e: e.tf1_transposed)
+
+
+def hf_scheme(backbone_prefix):
+    """HF names; `backbone_prefix` is "albert." for models with heads, "" for AlbertModel."""
+    return Scheme(
+        "HF",
+        lambda e: (backbone_prefix if e.part in (BACKBONE, POOLER) else "") + e.hf,
+        lambda e: e.hf_transposed,
+    )
+
+
+def build_from_checkpoint(config, shapes, read, scheme, source):
+    """Builds the model a checkpoint holds and loads every tensor into it.
+
+    The model is an `AlbertPretrainer` when the checkpoint has the MLM or the
+    SOP head, else an `AlbertBackbone`. A pretrainer source without the SOP
+    head (HF's AlbertForMaskedLM) gets a freshly initialized SOP head, and a
+    fresh pooler too when that is also absent.
+
+    Args:
+        config: the `AlbertConfig` the checkpoint was trained with.
+        shapes: dict, every tensor name in the checkpoint (after the caller
+            removed what it knows to ignore) -> shape.
+        read: name -> numpy array.
+        scheme: a `Scheme`.
+        source: the checkpoint's path, for messages.
+
+    Returns:
+        A `ConversionReport`.
+
+    Raises:
+        ValueError: listing every missing name, unexpected name and shape
+            mismatch, before any weight is assigned.
+    """
+    backbone = AlbertBackbone(config)
+    pretrainer = AlbertPretrainer(backbone)
+    entries = weight_entries(pretrainer)
+    present = {e.part for e in entries if scheme.name_of(e) in shapes}
+    if MLM in present or SOP in present:
+        model, fresh = pretrainer, set()
+        if SOP not in present:
+            fresh.add(SOP)
+            if POOLER not in present:
+                fresh.add(POOLER)
+    else:
+        model, fresh = backbone, {MLM, SOP}
+    loaded = [e for e in entries if e.part not in fresh]
+    check_names_and_shapes(loaded, shapes, scheme, source)
+    for e in loaded:
+        value = np.asarray(read(scheme.name_of(e)))
+        if scheme.transposed(e):
+            value = value.T
+        e.variable.assign(value.astype(e.variable.dtype))
+    newly_initialized = [e.name for e in entries if e.part in fresh and model is pretrainer]
+    return ConversionReport(model, tuple(newly_initialized))
+
+
+def check_names_and_shapes(entries, shapes, scheme, source):
+    """Raises a ValueError listing every difference between `entries` and a checkpoint."""
+    expected = {scheme.name_of(e): e for e in entries}
+    missing = sorted(set(expected) - set(shapes))
+    unexpected = sorted(set(shapes) - set(expected))
+    mismatched = [
+        f"{name}: checkpoint {tuple(shapes[name])}, model expects "
+        f"{e.stored_shape(scheme.transposed(e))}"
+        for name, e in expected.items()
+        if name in shapes and tuple(shapes[name]) != e.stored_shape(scheme.transposed(e))
+    ]
+    if not (missing or unexpected or mismatched):
+        return
+    lines = [f"{source} does not match the model its config describes:"]
+    if missing:
+        lines.append(f"  missing {len(missing)} {scheme.label} tensors: {missing}")
+    if unexpected:
+        lines.append(f"  unexpected {len(unexpected)} {scheme.label} tensors: {unexpected}")
+    if mismatched:
+        lines.append(f"  {len(mismatched)} shape mismatches: " + "; ".join(mismatched))
+    raise ValueError("\n".join(lines))

@@ -1,0 +1,88 @@
+"""Original google-research/albert TF1 checkpoints -> this package's models.
+
+Reads a `model.ckpt-N` prefix with `tf.train.load_checkpoint`. Accepts the
+plain names of the released checkpoints and the `module/`-prefixed names of
+TF-Hub exports, and skips optimizer state.
+"""
+
+import os
+
+import tensorflow as tf
+
+from albert_tf.config import AlbertConfig
+from albert_tf.convert import mapping
+from albert_tf.convert.output import check_output_dir, write_dir
+from albert_tf.saving import save_pretrained
+
+_HUB_PREFIX = "module/"
+# Optimizer state: the original's LAMB (and AdamW) slot variables, and the step counter.
+_SLOT_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v")
+_IGNORED_NAMES = ("global_step",)
+
+
+def from_tf1(ckpt_prefix, config):
+    """Builds the model held by an original TF1 checkpoint.
+
+    Args:
+        ckpt_prefix: the checkpoint prefix, e.g. ".../model.ckpt-125000".
+        config: an `AlbertConfig`, or the path of the `albert_config.json`
+            it was trained with (whose "gelu" is the tanh approximation).
+
+    Returns:
+        An `AlbertPretrainer` when the checkpoint has the `cls/` heads, else an
+        `AlbertBackbone`.
+
+    Raises:
+        ValueError: unreadable checkpoint, or variables that do not match the
+            config (listing every difference).
+    """
+    return load_tf1(ckpt_prefix, config).model
+
+
+def load_tf1(ckpt_prefix, config):
+    """Like `from_tf1`, returning a `mapping.ConversionReport`."""
+    if not isinstance(config, AlbertConfig):
+        config = _read_config(config)
+    try:
+        reader = tf.train.load_checkpoint(ckpt_prefix)
+        all_shapes = reader.get_variable_to_shape_map()
+    except (tf.errors.OpError, ValueError) as e:
+        raise ValueError(f"{ckpt_prefix} is not a readable TF checkpoint: {e}") from e
+    shapes, stored_name = {}, {}
+    for name, shape in all_shapes.items():
+        if name.endswith(_SLOT_SUFFIXES) or name.rsplit("/", 1)[-1] in _IGNORED_NAMES:
+            continue
+        plain = name.removeprefix(_HUB_PREFIX)
+        shapes[plain], stored_name[plain] = tuple(shape), name
+
+    def read(name):
+        try:
+            return reader.get_tensor(stored_name[name])
+        except tf.errors.OpError as e:
+            raise ValueError(f"{ckpt_prefix}: cannot read {stored_name[name]}: {e}") from e
+
+    return mapping.build_from_checkpoint(config, shapes, read, mapping.tf1_scheme(), ckpt_prefix)
+
+
+def convert_from_tf1(ckpt_prefix, config, out_dir):
+    """Converts a TF1 checkpoint to an albert-tf pretrained directory.
+
+    Everything is read and checked before `out_dir` is created.
+
+    Returns:
+        A `mapping.ConversionReport`.
+    """
+    check_output_dir(out_dir)
+    report = load_tf1(ckpt_prefix, config)
+    write_dir(out_dir, lambda d: save_pretrained(report.model, d))
+    return report
+
+
+def _read_config(path):
+    if not os.path.isfile(path):
+        raise ValueError(f"Config file {path} does not exist.")
+    try:
+        # No `model_type` in the original albert_config.json: its "gelu" reads as tanh.
+        return AlbertConfig.load(path)
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from e

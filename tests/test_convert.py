@@ -1,0 +1,239 @@
+"""Checkpoint conversion: round trips, source variants, bad input, and the CLI."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.numpy import load_file, save_file
+
+from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer, load_pretrained
+from albert_tf.cli import main
+from albert_tf.convert import (
+    convert_from_hf,
+    convert_from_tf1,
+    from_hf,
+    load_hf,
+    to_hf,
+)
+import hf_reference as ref
+
+PREFIX = "albert.encoder.albert_layer_groups.0.albert_layers.0."
+
+
+def tiny_config(**overrides):
+    return AlbertConfig.from_dict({**ref.TINY, "model_type": "albert", **overrides})
+
+
+def random_pretrainer(**overrides):
+    model = AlbertPretrainer(AlbertBackbone(tiny_config(**overrides)))
+    # Zero-initialized at build; random so that the round trip checks it.
+    bias = np.random.default_rng(0).normal(size=model.mlm_head.output_bias.shape)
+    model.mlm_head.output_bias.assign(bias.astype("float32"))
+    return model
+
+
+def hf_dir(tmp_path, cls=transformers.AlbertForPreTraining, name="hf"):
+    model = ref.make_hf_model(cls)
+    model.save_pretrained(tmp_path / name)
+    return model, tmp_path / name
+
+
+def assert_weights_equal(a, b):
+    assert type(a) is type(b)
+    assert a.config == b.config
+    wa, wb = a.get_weights(), b.get_weights()
+    assert len(wa) == len(wb)
+    for x, y in zip(wa, wb):
+        assert x.dtype == y.dtype and np.array_equal(x, y)  # bitwise
+
+
+@pytest.mark.parametrize("with_heads", [True, False])
+def test_round_trip_through_hf_is_exact(with_heads, tmp_path):
+    model = random_pretrainer(num_hidden_groups=3)
+    if not with_heads:
+        model = model.backbone
+    to_hf(model, tmp_path / "hf")
+    with open(tmp_path / "hf" / "config.json") as f:
+        hf_config = json.load(f)
+    assert hf_config["architectures"] == ["AlbertForPreTraining" if with_heads else "AlbertModel"]
+    assert "sharing" not in hf_config
+    assert_weights_equal(model, from_hf(tmp_path / "hf"))
+
+
+def test_masked_lm_source_gets_a_fresh_sop_head(tmp_path, capsys):
+    hf_model, src = hf_dir(tmp_path, transformers.AlbertForMaskedLM)
+    report = load_hf(src)
+    assert isinstance(report.model, AlbertPretrainer)
+    assert report.newly_initialized == (
+        "pooler/kernel", "pooler/bias", "sop_head/dense/kernel", "sop_head/dense/bias",
+    )
+    inputs = ref.batch(300)
+    with torch.no_grad():
+        hf_logits = hf_model(
+            input_ids=torch.tensor(inputs["token_ids"], dtype=torch.long),
+            token_type_ids=torch.tensor(inputs["segment_ids"], dtype=torch.long),
+            attention_mask=torch.tensor(inputs["padding_mask"], dtype=torch.long),
+        ).logits.numpy()
+    ours = ref.our_outputs(report.model, inputs)["mlm_logits"]
+    real = inputs["padding_mask"].astype(bool)
+    np.testing.assert_allclose(ours[real], hf_logits[real], atol=1e-4)
+
+    assert main(["convert", "--from", "hf", str(src), "--out", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "newly initialized" in out and "sop_head/dense/kernel" in out
+
+
+def test_albert_model_from_pytorch_bin_gives_a_backbone(tmp_path):
+    hf_model = ref.make_hf_model(transformers.AlbertModel)
+    (tmp_path / "hf").mkdir()
+    hf_model.config.save_pretrained(tmp_path / "hf")
+    # As older transformers saved it: a pickle, no "albert." prefix, with buffers.
+    state = dict(hf_model.state_dict(), **{"embeddings.position_ids": torch.arange(64)[None]})
+    torch.save(state, tmp_path / "hf" / "pytorch_model.bin")
+
+    model = from_hf(tmp_path / "hf")
+
+    assert isinstance(model, AlbertBackbone)
+    inputs = ref.batch(300)
+    diffs = ref.max_differences(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs),
+                                inputs["padding_mask"])
+    assert max(diffs.values()) < 1e-4, diffs
+
+
+def test_explicit_tied_decoder_must_equal_the_embeddings(tmp_path):
+    _, src = hf_dir(tmp_path)
+    tensors = load_file(src / "model.safetensors")
+    tensors["predictions.decoder.weight"] = tensors["albert.embeddings.word_embeddings.weight"]
+    tensors["predictions.decoder.bias"] = tensors["predictions.bias"]
+    tensors["albert.embeddings.position_ids"] = np.arange(64)[None]
+    save_file(tensors, src / "model.safetensors")
+    assert isinstance(from_hf(src), AlbertPretrainer)  # tied copies and buffers: accepted
+
+    tensors["predictions.decoder.weight"] = tensors["predictions.decoder.weight"] + 1.0
+    save_file(tensors, src / "model.safetensors")
+    with pytest.raises(ValueError, match="untied decoder"):
+        from_hf(src)
+
+
+def test_hf_mismatches_are_all_listed_and_nothing_is_written(tmp_path):
+    _, src = hf_dir(tmp_path)
+    tensors = load_file(src / "model.safetensors")
+    del tensors[PREFIX + "attention.query.weight"]
+    del tensors["albert.pooler.bias"]
+    tensors["albert.encoder.extra.weight"] = np.zeros((2, 2), np.float32)
+    tensors[PREFIX + "ffn.weight"] = np.zeros((100, 64), np.float32)
+    save_file(tensors, src / "model.safetensors")
+    out = tmp_path / "out"
+
+    with pytest.raises(ValueError) as error:
+        convert_from_hf(src, out)
+
+    message = str(error.value)
+    assert PREFIX + "attention.query.weight" in message and "albert.pooler.bias" in message
+    assert "missing 2" in message
+    assert "unexpected 1" in message and "albert.encoder.extra.weight" in message
+    assert f"{PREFIX}ffn.weight: checkpoint (100, 64), model expects (128, 64)" in message
+    assert not out.exists()
+
+
+def test_tf1_mismatches_are_all_listed_and_nothing_is_written(tmp_path):
+    hf_model = ref.make_hf_model()
+    variables = ref.tf1_variables(hf_model)
+    del variables["bert/pooler/dense/kernel"]
+    variables["cls/seq_relationship/output_weights"] = np.zeros((64, 2), np.float32)  # Keras layout
+    ref.write_tf1_checkpoint(str(tmp_path / "model.ckpt"), variables)
+    out = tmp_path / "out"
+
+    with pytest.raises(ValueError) as error:
+        convert_from_tf1(str(tmp_path / "model.ckpt"), tiny_config(), out)
+
+    message = str(error.value)
+    assert "missing 1 TF1 tensors: ['bert/pooler/dense/kernel']" in message
+    assert (
+        "cls/seq_relationship/output_weights: checkpoint (64, 2), model expects (2, 64)"
+        in message
+    )
+    assert not out.exists()
+
+
+def test_unknown_config_key_is_an_error(tmp_path):
+    _, src = hf_dir(tmp_path)
+    with open(src / "config.json") as f:
+        values = json.load(f)
+    with open(src / "config.json", "w") as f:
+        json.dump(dict(values, bogus_key=1), f)
+    with pytest.raises(ValueError, match="bogus_key"):
+        convert_from_hf(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_safetensors_is_a_clear_error(damage, tmp_path):
+    _, src = hf_dir(tmp_path)
+    path = src / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a safetensors file")
+    with pytest.raises(ValueError, match="not a readable safetensors file"):
+        convert_from_hf(src, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_unreadable_tf1_checkpoint_is_a_clear_error(tmp_path):
+    with pytest.raises(ValueError, match="not a readable TF checkpoint"):
+        convert_from_tf1(str(tmp_path / "missing.ckpt"), tiny_config(), tmp_path / "out")
+
+
+def test_to_hf_refuses_partial_sharing(tmp_path):
+    model = AlbertBackbone(tiny_config(sharing="attention"))
+    with pytest.raises(ValueError, match="sharing='attention'"):
+        to_hf(model, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+    model.save_pretrained(tmp_path / "ours")
+    argv = ["convert", "--to", "hf", str(tmp_path / "ours"), "--out", str(tmp_path / "hf")]
+    assert main(argv) == 2
+    assert not (tmp_path / "hf").exists()
+
+
+def test_output_dir_must_be_new_or_empty(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("mine")
+    with pytest.raises(ValueError, match="not empty"):
+        to_hf(random_pretrainer(), tmp_path / "out")
+    assert os.listdir(tmp_path / "out") == ["keep.txt"]
+
+
+def test_cli_converts_in_all_three_directions(tmp_path, capsys):
+    hf_model, src = hf_dir(tmp_path)
+    assert main(["convert", "--from", "hf", str(src), "--out", str(tmp_path / "from_hf")]) == 0
+
+    # An original albert_config.json (no model_type: "gelu" is the tanh form) + TF1 checkpoint.
+    with open(tmp_path / "albert_config.json", "w") as f:
+        json.dump(dict(ref.TINY, hidden_act="gelu"), f)
+    ref.write_tf1_checkpoint(str(tmp_path / "model.ckpt-1"), ref.tf1_variables(hf_model))
+    assert main([
+        "convert", "--from", "tf1", str(tmp_path / "model.ckpt-1"),
+        "--config", str(tmp_path / "albert_config.json"), "--out", str(tmp_path / "from_tf1"),
+    ]) == 0
+
+    argv = ["convert", "--to", "hf", str(tmp_path / "from_tf1"), "--out", str(tmp_path / "hf2")]
+    assert main(argv) == 0
+    assert "Wrote HF AlbertForPreTraining" in capsys.readouterr().out
+
+    from_hf_model = load_pretrained(tmp_path / "from_hf")
+    assert_weights_equal(from_hf_model, load_pretrained(tmp_path / "from_tf1"))
+    assert_weights_equal(from_hf_model, from_hf(tmp_path / "hf2"))
+    tensors = load_file(tmp_path / "hf2" / "model.safetensors")
+    original = load_file(src / "model.safetensors")
+    assert sorted(tensors) == sorted(original)
+    assert all(np.array_equal(tensors[k], original[k]) for k in original)
+
+
+def test_cli_reports_bad_arguments(tmp_path, capsys):
+    assert main(["convert", "--from", "tf1", "x", "--out", str(tmp_path / "o")]) == 2
+    assert "--from tf1 needs --config" in capsys.readouterr().err
+    assert main(["convert", "--from", "hf", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
+    assert "config.json is missing" in capsys.readouterr().err

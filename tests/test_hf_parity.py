@@ -1,0 +1,82 @@
+"""Numerical parity with HF transformers' ALBERT (PyTorch), through the converters."""
+
+import numpy as np
+import pytest
+import transformers
+
+from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer
+from albert_tf.convert import from_hf, from_tf1, to_hf
+import hf_reference as ref
+
+TOLERANCE = 1e-4
+
+CASES = {
+    "default": {},
+    "groups_2_inner_2": dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
+    # v1 style: exact-erf GELU and dropout 0.1 (inactive at inference).
+    "erf_gelu_v1": dict(
+        hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1
+    ),
+}
+
+
+def assert_close(ours, hf, inputs):
+    diffs = ref.max_differences(ours, hf, inputs["padding_mask"])
+    assert set(diffs) == {"sequence_output", "pooled_output", "mlm_logits", "sop_logits"}
+    assert max(diffs.values()) < TOLERANCE, diffs
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_from_hf_matches_transformers(case, tmp_path):
+    hf_model = ref.make_hf_model(**CASES[case])
+    hf_model.save_pretrained(tmp_path / "hf")
+    model = from_hf(tmp_path / "hf")
+
+    assert isinstance(model, AlbertPretrainer)
+    expected_act = "gelu" if case == "erf_gelu_v1" else "gelu_new"
+    assert model.config.hidden_act == expected_act
+    inputs = ref.batch(model.config.vocab_size)
+    hf_out = ref.hf_outputs(hf_model, inputs)
+    assert_close(ref.our_outputs(model, inputs), hf_out, inputs)
+    if case == "erf_gelu_v1":
+        # The tolerance is tight enough to tell the two GELUs apart.
+        tanh_model = AlbertPretrainer(AlbertBackbone(model.config.replace(hidden_act="gelu_new")))
+        tanh_model.set_weights(model.get_weights())
+        tanh_out = ref.our_outputs(tanh_model, inputs)
+        diffs = ref.max_differences(tanh_out, hf_out, inputs["padding_mask"])
+        assert max(diffs.values()) > TOLERANCE, diffs
+
+
+@pytest.mark.parametrize("hub_prefix", ["", "module/"])
+def test_from_tf1_matches_transformers(hub_prefix, tmp_path):
+    hf_model = ref.make_hf_model(seed=1)
+    variables = {hub_prefix + k: v for k, v in ref.tf1_variables(hf_model).items()}
+    # Optimizer state a training checkpoint also holds: skipped.
+    variables[hub_prefix + "bert/pooler/dense/kernel/adam_m"] = np.zeros((64, 64), np.float32)
+    variables[hub_prefix + "cls/predictions/output_bias/lamb_v"] = np.zeros((300,), np.float32)
+    variables["global_step"] = np.array(7, np.int64)
+    prefix = str(tmp_path / "model.ckpt-7")
+    ref.write_tf1_checkpoint(prefix, variables)
+    # An original albert_config.json: no model_type, and "gelu" is the tanh form.
+    config = AlbertConfig.from_dict(dict(ref.TINY, hidden_act="gelu"))
+    assert config.hidden_act == "gelu_new"
+
+    model = from_tf1(prefix, config)
+
+    inputs = ref.batch(model.config.vocab_size, seed=1)
+    assert_close(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs), inputs)
+
+
+def test_to_hf_loads_in_transformers_and_matches(tmp_path):
+    config = AlbertConfig.from_dict({**ref.TINY, "model_type": "albert", "num_hidden_groups": 3})
+    model = AlbertPretrainer(AlbertBackbone(config))
+    rng = np.random.default_rng(0)
+    model.mlm_head.output_bias.assign(rng.normal(size=(config.vocab_size,)).astype("float32"))
+    to_hf(model, tmp_path / "hf")
+
+    hf_model, info = transformers.AlbertForPreTraining.from_pretrained(
+        tmp_path / "hf", output_loading_info=True
+    )
+    assert not any(info.values()), info  # no missing, unexpected or mismatched keys
+    inputs = ref.batch(config.vocab_size, seed=2)
+    assert_close(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model.eval(), inputs), inputs)
