@@ -1,0 +1,105 @@
+"""tf.distribute strategies by name, and a CPU splitter for testing them."""
+
+import tensorflow as tf
+
+STRATEGY_NAMES = ("default", "mirrored", "multi_worker", "tpu")
+
+
+def get_strategy(name, tpu=None, cluster_resolver=None):
+    """Returns the `tf.distribute.Strategy` called `name`.
+
+    Args:
+        name: one of `STRATEGY_NAMES`:
+            "default": the current (by default no-op) strategy.
+            "mirrored": `MirroredStrategy` over every local GPU, or over every
+                local (logical) CPU when there is no GPU.
+            "multi_worker": `MultiWorkerMirroredStrategy`. Without
+                `cluster_resolver`, TensorFlow's own `TFConfigClusterResolver`
+                reads the cluster from the `TF_CONFIG` environment variable;
+                with no `TF_CONFIG` it runs as a single local worker.
+            "tpu": connects to and initializes the TPU system, then returns a
+                `TPUStrategy`.
+        tpu: str or None, passed to `TPUClusterResolver(tpu=...)` for "tpu":
+            a TPU name, a `grpc://` address, "local", or None to let the
+            resolver find the TPU of a Cloud TPU VM.
+        cluster_resolver: optional `tf.distribute.cluster_resolver.
+            ClusterResolver` for "multi_worker".
+
+    Returns:
+        A `tf.distribute.Strategy`. Build models and optimizers under its
+        `scope()`.
+    """
+    if name not in STRATEGY_NAMES:
+        raise ValueError(
+            f"`name` must be one of {list(STRATEGY_NAMES)}. Received: "
+            f"name={name!r}"
+        )
+    if tpu is not None and name != "tpu":
+        raise ValueError(
+            f"`tpu` is only used with name='tpu'. Received: name={name!r}, "
+            f"tpu={tpu!r}"
+        )
+    if cluster_resolver is not None and name != "multi_worker":
+        raise ValueError(
+            "`cluster_resolver` is only used with name='multi_worker'. "
+            f"Received: name={name!r}, cluster_resolver={cluster_resolver!r}"
+        )
+
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "mirrored":
+        devices = tf.config.list_logical_devices("GPU") or (
+            tf.config.list_logical_devices("CPU")
+        )
+        # Named explicitly: MirroredStrategy() alone would use only CPU:0
+        # when there is no GPU, ignoring logical CPUs.
+        return tf.distribute.MirroredStrategy(
+            devices=[device.name for device in devices]
+        )
+    if name == "multi_worker":
+        return tf.distribute.MultiWorkerMirroredStrategy(
+            cluster_resolver=cluster_resolver
+        )
+    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+    tf.config.experimental_connect_to_cluster(resolver)
+    tf.tpu.experimental.initialize_tpu_system(resolver)
+    return tf.distribute.TPUStrategy(resolver)
+
+
+def configure_logical_cpus(num_devices):
+    """Splits the first physical CPU into `num_devices` logical CPUs.
+
+    Lets a CPU-only machine run `MirroredStrategy` with several replicas, so
+    tests exercise the cross-replica code paths. TensorFlow fixes its devices
+    when the runtime first initializes (creating a tensor, listing logical
+    devices, ...), so call this at program start.
+
+    Args:
+        num_devices: int >= 1, the number of logical CPUs wanted.
+
+    Raises:
+        ValueError: `num_devices` is not a positive integer.
+        RuntimeError: the runtime is already initialized with a different
+            number of logical CPUs.
+    """
+    if not isinstance(num_devices, int) or num_devices < 1:
+        raise ValueError(
+            "`num_devices` must be a positive integer. Received: "
+            f"num_devices={num_devices!r}"
+        )
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    current = tf.config.get_logical_device_configuration(cpu)
+    if current is not None and len(current) == num_devices:
+        return
+    try:
+        tf.config.set_logical_device_configuration(
+            cpu, [tf.config.LogicalDeviceConfiguration()] * num_devices
+        )
+    except RuntimeError as error:
+        raise RuntimeError(
+            f"Cannot split the CPU into num_devices={num_devices} logical "
+            "devices: TensorFlow is already initialized with "
+            f"{len(tf.config.list_logical_devices('CPU'))} logical CPU(s). "
+            "Call configure_logical_cpus() before any other TensorFlow op, "
+            "e.g. in a fresh process."
+        ) from error

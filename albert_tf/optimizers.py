@@ -1,0 +1,335 @@
+"""Optimizers: ALBERT's LAMB for pretraining and AdamW for fine-tuning.
+
+Both decide which variables skip weight decay by regex search over
+`variable.path` (e.g. "albert_backbone/embeddings/layer_norm/gamma"), the
+Keras 3 counterpart of the full TF1 variable name the original matched.
+The decision is made once per variable in `build()`, never inside the graph.
+"""
+
+import re
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+# The exclusions ALBERT's `optimization.py` passes to both of its optimizers.
+DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
+
+
+def _compile_patterns(argument_name, patterns):
+    """Validates a list of regex strings and compiles them.
+
+    Args:
+        argument_name: str, the constructor argument, for error messages.
+        patterns: list or tuple of str.
+
+    Returns:
+        A list of compiled `re.Pattern`.
+    """
+    if isinstance(patterns, str) or not all(
+        isinstance(pattern, str) for pattern in patterns
+    ):
+        raise ValueError(
+            f"`{argument_name}` must be a list of regex strings. "
+            f"Received: {argument_name}={patterns!r}"
+        )
+    return [re.compile(pattern) for pattern in patterns]
+
+
+def _matches_any(patterns, variable):
+    return any(pattern.search(variable.path) for pattern in patterns)
+
+
+def _densify(gradient):
+    """Sums a TF `IndexedSlices` gradient into a dense tensor.
+
+    Embedding lookups on the TensorFlow backend give `IndexedSlices` that
+    repeat a row once per occurrence of a token in the batch. keras.ops apply
+    elementwise functions to each repeat separately, so `square(g)` would be
+    the sum of squares instead of the square of the summed row (Keras' own
+    Adam and Lamb have this bug). The original densified every gradient.
+
+    Args:
+        gradient: a dense tensor, or `tf.IndexedSlices` shaped like the
+            variable (e.g. (vocab_size, embedding_size)).
+
+    Returns:
+        A dense tensor shaped like the variable.
+    """
+    if isinstance(gradient, tf.IndexedSlices):
+        return tf.convert_to_tensor(gradient)
+    return gradient
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class Lamb(keras.optimizers.Optimizer):
+    """LAMB exactly as ALBERT's `lamb_optimizer.py` (google-research/albert).
+
+    For each variable `w` with gradient `g`:
+
+        m = beta_1 * m + (1 - beta_1) * g
+        v = beta_2 * v + (1 - beta_2) * g**2
+        update = m / (sqrt(v) + epsilon)              # NO bias correction
+        update += weight_decay_rate * w               # unless excluded
+        r = ||w|| / ||update|| if both > 0 else 1     # unless excluded
+        w -= learning_rate * r * update
+
+    This differs from `keras.optimizers.Lamb`, which bias-corrects m and v,
+    uses epsilon 1e-7, has no decay inside the trust ratio and excludes
+    nothing from layer adaptation. The weight decay lives inside the trust
+    ratio's denominator, which is why Keras' decoupled `weight_decay` (applied
+    before the update) cannot express it and is rejected here.
+
+    Gradient clipping (`global_clipnorm=1.0` in ALBERT's recipe), loss
+    scaling and learning-rate schedules come from the Keras base class.
+
+    Args:
+        learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`.
+            Defaults to the paper's peak rate for batch 4096.
+        beta_1: float, decay of the first-moment estimate.
+        beta_2: float, decay of the second-moment estimate.
+        epsilon: float, added to `sqrt(v)`; the original uses 1e-6.
+        weight_decay_rate: float, L2 decay added to the update (0.01 in
+            ALBERT pretraining).
+        exclude_from_weight_decay: list of regex strings; a variable whose
+            `path` matches any of them gets no weight decay.
+        exclude_from_layer_adaptation: list of regex strings; a variable whose
+            `path` matches any of them uses trust ratio 1. `None` reuses
+            `exclude_from_weight_decay`, as the original does (the original
+            also fell back on an empty list; here `[]` adapts every variable).
+        **kwargs: base `keras.optimizers.Optimizer` arguments such as `name`,
+            `clipnorm`, `global_clipnorm`, `gradient_accumulation_steps`.
+    """
+
+    def __init__(
+        self,
+        learning_rate=0.00176,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        weight_decay_rate=0.01,
+        exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+        exclude_from_layer_adaptation=None,
+        **kwargs,
+    ):
+        # Keras' base `weight_decay` is decoupled and applied before the
+        # update; accepting it would stack a second, differently placed decay.
+        weight_decay = kwargs.pop("weight_decay", None)
+        if weight_decay is not None:
+            raise ValueError(
+                "Lamb takes its decay from `weight_decay_rate`, not the base "
+                f"`weight_decay`. Received: weight_decay={weight_decay!r}"
+            )
+        if weight_decay_rate < 0:
+            raise ValueError(
+                "`weight_decay_rate` must be non-negative. Received: "
+                f"weight_decay_rate={weight_decay_rate}"
+            )
+        kwargs.setdefault("name", "lamb")
+        super().__init__(learning_rate=learning_rate, weight_decay=None, **kwargs)
+        self.beta_1 = beta_1
+        self.beta_2 = beta_2
+        self.epsilon = epsilon
+        self.weight_decay_rate = weight_decay_rate
+        self._weight_decay_patterns = _compile_patterns(
+            "exclude_from_weight_decay", exclude_from_weight_decay
+        )
+        self._layer_adaptation_patterns = (
+            self._weight_decay_patterns
+            if exclude_from_layer_adaptation is None
+            else _compile_patterns(
+                "exclude_from_layer_adaptation", exclude_from_layer_adaptation
+            )
+        )
+        # Kept as given so that `get_config()` returns the arguments verbatim.
+        self._exclude_from_weight_decay_arg = list(exclude_from_weight_decay)
+        self._exclude_from_layer_adaptation_arg = (
+            None
+            if exclude_from_layer_adaptation is None
+            else list(exclude_from_layer_adaptation)
+        )
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        # The base method configures the base `weight_decay`, unused here.
+        raise ValueError(
+            "Lamb takes its exclusions from the constructor argument "
+            "`exclude_from_weight_decay`. Received a call with: "
+            f"var_list={var_list!r}, var_names={var_names!r}"
+        )
+
+    def build(self, var_list):
+        """Creates the m and v slots and fixes each variable's exclusions.
+
+        Args:
+            var_list: list of model variables this optimizer will update.
+        """
+        if self.built:
+            return
+        super().build(var_list)
+        self._momentums = []
+        self._velocities = []
+        for variable in var_list:
+            self._momentums.append(
+                self.add_variable_from_reference(variable, "momentum")
+            )
+            self._velocities.append(
+                self.add_variable_from_reference(variable, "velocity")
+            )
+        # Python booleans indexed like `var_list`: update_step then branches at
+        # trace time instead of matching strings inside the graph.
+        self._use_weight_decay_flags = tuple(
+            self.weight_decay_rate > 0
+            and not _matches_any(self._weight_decay_patterns, variable)
+            for variable in var_list
+        )
+        self._use_layer_adaptation_flags = tuple(
+            not _matches_any(self._layer_adaptation_patterns, variable)
+            for variable in var_list
+        )
+
+    def update_step(self, gradient, variable, learning_rate):
+        """Applies one LAMB update to `variable`.
+
+        Args:
+            gradient: tensor shaped like `variable` (clipped and unscaled
+                already by the base class).
+            variable: the model variable to update.
+            learning_rate: scalar tensor for this step.
+        """
+        dtype = variable.dtype
+        gradient = ops.cast(_densify(gradient), dtype)
+        learning_rate = ops.cast(learning_rate, dtype)
+        index = self._get_variable_index(variable)
+        m = self._momentums[index]
+        v = self._velocities[index]
+
+        self.assign(m, self.beta_1 * m + (1.0 - self.beta_1) * gradient)
+        self.assign(
+            v, self.beta_2 * v + (1.0 - self.beta_2) * ops.square(gradient)
+        )
+        update = m / (ops.sqrt(v) + self.epsilon)
+        if self._use_weight_decay_flags[index]:
+            update = update + self.weight_decay_rate * variable
+        if self._use_layer_adaptation_flags[index]:
+            weight_norm = ops.sqrt(ops.sum(ops.square(variable)))
+            update_norm = ops.sqrt(ops.sum(ops.square(update)))
+            # The unselected branch may divide by 0; `where` discards it and
+            # no gradient ever flows through an optimizer step.
+            trust_ratio = ops.where(
+                (weight_norm > 0) & (update_norm > 0),
+                weight_norm / update_norm,
+                ops.ones_like(weight_norm),
+            )
+            update = trust_ratio * update
+        self.assign_sub(variable, learning_rate * update)
+
+    def get_config(self):
+        config = super().get_config()
+        # Always None for Lamb, and the constructor rejects anything else.
+        del config["weight_decay"]
+        config.update(
+            {
+                "beta_1": self.beta_1,
+                "beta_2": self.beta_2,
+                "epsilon": self.epsilon,
+                "weight_decay_rate": self.weight_decay_rate,
+                "exclude_from_weight_decay": self._exclude_from_weight_decay_arg,
+                "exclude_from_layer_adaptation": (
+                    self._exclude_from_layer_adaptation_arg
+                ),
+            }
+        )
+        return config
+
+
+@keras.saving.register_keras_serializable(package="albert_tf")
+class AdamW(keras.optimizers.AdamW):
+    """Keras AdamW whose weight-decay exclusions match `variable.path`.
+
+    Adam with bias correction and decoupled weight decay
+    (`w -= learning_rate * weight_decay * w` before the Adam step).
+    `keras.optimizers.AdamW.exclude_from_weight_decay(var_names=...)` matches
+    `variable.name`, which is only the leaf ("gamma") on the JAX backend and
+    the full path on TensorFlow; matching `path` here makes "LayerNorm" and
+    "layer_norm" exclude the same variables on every backend.
+
+    ALBERT's own fine-tuning optimizer (`AdamWeightDecayOptimizer`) skipped
+    bias correction; Keras' bias-corrected Adam is used instead. That only
+    changes the effective step size early on (roughly the first
+    1 / (1 - beta_2) = 1,000 steps), where warmup keeps steps small anyway.
+
+    Args:
+        learning_rate: float or `keras.optimizers.schedules.LearningRateSchedule`.
+        weight_decay: float, decoupled decay rate (0.01 in ALBERT).
+        beta_1: float, decay of the first-moment estimate.
+        beta_2: float, decay of the second-moment estimate.
+        epsilon: float; the original uses 1e-6.
+        exclude_from_weight_decay: list of regex strings; a variable whose
+            `path` matches any of them is not decayed.
+        **kwargs: base `keras.optimizers.Optimizer` arguments.
+    """
+
+    def __init__(
+        self,
+        learning_rate=5e-5,
+        weight_decay=0.01,
+        beta_1=0.9,
+        beta_2=0.999,
+        epsilon=1e-6,
+        exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+        **kwargs,
+    ):
+        kwargs.setdefault("name", "adamw")
+        super().__init__(
+            learning_rate=learning_rate,
+            weight_decay=weight_decay,
+            beta_1=beta_1,
+            beta_2=beta_2,
+            epsilon=epsilon,
+            **kwargs,
+        )
+        self._weight_decay_patterns = _compile_patterns(
+            "exclude_from_weight_decay", exclude_from_weight_decay
+        )
+        self._exclude_from_weight_decay_arg = list(exclude_from_weight_decay)
+
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        # `build()` owns the exclusion set; a second source would overwrite it.
+        raise ValueError(
+            "AdamW takes its exclusions from the constructor argument "
+            "`exclude_from_weight_decay`. Received a call with: "
+            f"var_list={var_list!r}, var_names={var_names!r}"
+        )
+
+    def build(self, var_list):
+        """Fixes the excluded variables, then creates the Adam slots.
+
+        Args:
+            var_list: list of model variables this optimizer will update.
+        """
+        if self.built:
+            return
+        excluded = [
+            variable
+            for variable in var_list
+            if _matches_any(self._weight_decay_patterns, variable)
+        ]
+        # The base class keys exclusions by variable identity, which survives
+        # the TF backend handing it replica-local copies under a strategy.
+        super().exclude_from_weight_decay(var_list=excluded)
+        super().build(var_list)
+
+    def update_step(self, gradient, variable, learning_rate):
+        """Applies one AdamW update, densifying sparse gradients first.
+
+        Args:
+            gradient: tensor or `tf.IndexedSlices` shaped like `variable`.
+            variable: the model variable to update.
+            learning_rate: scalar tensor for this step.
+        """
+        super().update_step(_densify(gradient), variable, learning_rate)
+
+    def get_config(self):
+        config = super().get_config()
+        config["exclude_from_weight_decay"] = self._exclude_from_weight_decay_arg
+        return config
