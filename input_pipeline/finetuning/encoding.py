@@ -1,0 +1,76 @@
+"""Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])`."""
+
+import numpy as np
+
+from albert_tf import features
+from input_pipeline.tokenizer import CLS_ID, SEP_ID
+
+
+def pack(ids_a, ids_b=None):
+    """Lays out one example. Returns: dict of int32 arrays (seq,)."""
+    token_ids = [CLS_ID] + list(ids_a) + [SEP_ID]
+    segment_ids = [0] * len(token_ids)
+    if ids_b is not None:
+        token_ids += list(ids_b) + [SEP_ID]
+        segment_ids += [1] * (len(ids_b) + 1)
+    return {
+        features.TOKEN_IDS: np.asarray(token_ids, "int32"),
+        features.SEGMENT_IDS: np.asarray(segment_ids, "int32"),
+        features.PADDING_MASK: np.ones(len(token_ids), "int32"),
+    }
+
+
+def truncate_pair(ids_a, ids_b, max_pieces):
+    """Drops pieces from the end of the longer text until both fit in `max_pieces`.
+
+    The original `_truncate_seq_pair`: one piece at a time from the longer
+    text, so a short text keeps all of its pieces.
+    """
+    ids_a, ids_b = list(ids_a), list(ids_b or [])
+    while len(ids_a) + len(ids_b) > max_pieces:
+        if len(ids_a) > len(ids_b):
+            ids_a.pop()
+        else:
+            ids_b.pop()
+    return ids_a, ids_b
+
+
+class TextEncoder:
+    """Encodes `TextExample`s, truncating or refusing texts that do not fit.
+
+    Args:
+        tokenizer: an `AlbertTokenizer`.
+        max_seq_length: longest input, special pieces included.
+        truncate: False raises on an example longer than `max_seq_length`,
+            naming its file and line; True truncates it (longest text first)
+            and counts it in `num_truncated`.
+    """
+
+    def __init__(self, tokenizer, max_seq_length, truncate=False):
+        if max_seq_length < 3:
+            raise ValueError(f"`max_seq_length` must be at least 3. Received: max_seq_length={max_seq_length}")
+        self.tokenizer = tokenizer
+        self.max_seq_length = max_seq_length
+        self.truncate = truncate
+        self.num_truncated = 0
+
+    def encode(self, example):
+        """Returns: dict of int32 arrays (seq,), seq <= max_seq_length."""
+        ids_a = self.tokenizer.encode(example.text_a)
+        ids_b = None if example.text_b is None else self.tokenizer.encode(example.text_b)
+        specials = 2 if ids_b is None else 3
+        length = len(ids_a) + len(ids_b or []) + specials
+        if length > self.max_seq_length:
+            if not self.truncate:
+                raise ValueError(
+                    f"{example.source}: {length} pieces, longer than max_seq_length="
+                    f"{self.max_seq_length}. Raise --max-seq-length (the model allows "
+                    "up to max_position_embeddings) or pass --truncate."
+                )
+            self.num_truncated += 1
+            ids_a, truncated_b = truncate_pair(ids_a, ids_b, self.max_seq_length - specials)
+            ids_b = None if ids_b is None else truncated_b
+        return pack(ids_a, ids_b)
+
+    def encode_all(self, examples):
+        return [self.encode(example) for example in examples]

@@ -1,0 +1,104 @@
+"""What the fine-tuning readers return, and how they report bad rows.
+
+Every reader returns a `ReadResult`: the examples it kept and, for each row it
+could not use, a `Skipped` record naming the file and line. With
+`on_error="raise"` (the default) the first bad row raises a ValueError with
+that location instead; with `on_error="skip"` the caller gets the skipped rows
+back and must report their count. Nothing is dropped silently.
+"""
+
+import dataclasses
+
+ON_ERROR = ("raise", "skip")
+
+
+@dataclasses.dataclass(frozen=True)
+class TextExample:
+    """One sentence or sentence pair with its label.
+
+    Attributes:
+        text_a: the first (or only) text.
+        text_b: the second text of a pair, or None.
+        label: class id (int), score (float), or None for unlabelled data.
+        source: "file:line" of the row, for messages.
+    """
+
+    text_a: str
+    text_b: str | None
+    label: int | float | None
+    source: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Skipped:
+    source: str  # "file:line"
+    reason: str
+
+    def __str__(self):
+        return f"{self.source}: {self.reason}"
+
+
+@dataclasses.dataclass
+class ReadResult:
+    examples: list
+    skipped: list
+
+    def summary(self, what="examples"):
+        """One line for logs: how many were read and skipped, with the first reason."""
+        line = f"{len(self.examples)} {what}"
+        if self.skipped:
+            line += f", {len(self.skipped)} skipped (first: {self.skipped[0]})"
+        return line
+
+
+class ErrorPolicy:
+    """Raises or records a bad row, following `on_error`."""
+
+    def __init__(self, on_error):
+        if on_error not in ON_ERROR:
+            raise ValueError(f"`on_error` must be one of {ON_ERROR}. Received: on_error={on_error!r}")
+        self.on_error = on_error
+        self.skipped = []
+
+    def bad_row(self, source, reason):
+        if self.on_error == "raise":
+            raise ValueError(f"{source}: {reason}")
+        self.skipped.append(Skipped(source, reason))
+
+
+def check_columns(path, available, wanted):
+    """Raises unless every non-None name in `wanted` is among `available`."""
+    missing = [name for name in wanted if name is not None and name not in available]
+    if missing:
+        raise ValueError(
+            f"{path}: missing column(s) {missing}. The file has columns {list(available)}."
+        )
+
+
+class LabelMap:
+    """Maps label strings to class ids, or parses regression scores.
+
+    Args:
+        label_names: list of label strings (class i is label_names[i]), or
+            None for regression.
+    """
+
+    def __init__(self, label_names=None):
+        self.label_names = None if label_names is None else [str(n) for n in label_names]
+        self._ids = None if label_names is None else {n: i for i, n in enumerate(self.label_names)}
+
+    @property
+    def regression(self):
+        return self.label_names is None
+
+    def parse(self, value):
+        """Returns (label, None) or (None, reason)."""
+        text = str(value).strip()
+        if self.regression:
+            try:
+                return float(text), None
+            except ValueError:
+                return None, f"label {text!r} is not a number (this is a regression task)"
+        if text not in self._ids:
+            return None, f"label {text!r} is not in the label set {self.label_names}"
+        return self._ids[text], None

@@ -1,0 +1,100 @@
+"""Generic labelled text in CSV (with a header row) or JSONL, with named columns."""
+
+import csv
+import json
+import os
+
+from input_pipeline.finetuning.examples import (
+    ErrorPolicy, LabelMap, ReadResult, TextExample, check_columns,
+)
+
+TABLE_FORMATS = ("csv", "tsv", "jsonl")
+
+
+def table_format(path):
+    """"csv", "tsv" or "jsonl", from the file extension."""
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    fmt = {"json": "jsonl", "jsonl": "jsonl", "csv": "csv", "tsv": "tsv"}.get(ext)
+    if fmt is None:
+        raise ValueError(f"{path}: cannot tell the format from the extension; use .csv, .tsv or .jsonl.")
+    return fmt
+
+
+def iter_rows(path):
+    """Yields (line_number, row dict) from a CSV/TSV with a header, or a JSONL file.
+
+    Raises:
+        ValueError: for a JSONL line that is not a JSON object, naming the line.
+    """
+    fmt = table_format(path)
+    with open(path, encoding="utf-8", newline="") as f:
+        if fmt == "jsonl":
+            for number, line in enumerate(f, 1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError as e:
+                    raise ValueError(f"{path}:{number}: not valid JSON: {e}") from e
+                if not isinstance(row, dict):
+                    raise ValueError(f"{path}:{number}: expected a JSON object, found {type(row).__name__}")
+                yield number, row
+            return
+        reader = csv.DictReader(f, delimiter="\t" if fmt == "tsv" else ",")
+        for row in reader:
+            # line_num is the line the record ended on (records may span lines).
+            yield reader.line_num, row
+
+
+def table_columns(path):
+    """The column names of a CSV/TSV header, or the keys of a JSONL file's first row."""
+    for _, row in iter_rows(path):
+        return list(row)
+    raise ValueError(f"{path}: the file has no rows.")
+
+
+def read_label_set(path, label_column):
+    """The distinct labels of a file's `label_column`, sorted (numbers numerically)."""
+    check_columns(path, table_columns(path), [label_column])
+    values = {str(row[label_column]).strip() for _, row in iter_rows(path) if row.get(label_column) is not None}
+    try:
+        return sorted(values, key=float)
+    except ValueError:
+        return sorted(values)
+
+
+def read_table(path, text_column, text_pair_column=None, label_column=None, label_names=None,
+               on_error="raise"):
+    """Reads sentence (pair) examples from a CSV/TSV/JSONL file.
+
+    Args:
+        path: .csv / .tsv (with a header row) or .jsonl (one object per line).
+        text_column: column holding the text (the first text of a pair).
+        text_pair_column: column holding the second text, or None.
+        label_column: column holding the label, or None for unlabelled data.
+        label_names: the label set for classification (class i = label_names[i]),
+            or None to read the labels as regression scores.
+        on_error: "raise" or "skip"; see `ReadResult`.
+
+    Returns:
+        `ReadResult` of `TextExample`s.
+    """
+    check_columns(path, table_columns(path), [text_column, text_pair_column, label_column])
+    labels = LabelMap(label_names)
+    policy = ErrorPolicy(on_error)
+    examples = []
+    for number, row in iter_rows(path):
+        source = f"{path}:{number}"
+        missing = [c for c in (text_column, text_pair_column, label_column) if c is not None and row.get(c) is None]
+        if missing:
+            policy.bad_row(source, f"missing value for column(s) {missing}")
+            continue
+        label = None
+        if label_column is not None:
+            label, reason = labels.parse(row[label_column])
+            if reason:
+                policy.bad_row(source, reason)
+                continue
+        text_b = str(row[text_pair_column]) if text_pair_column else None
+        examples.append(TextExample(str(row[text_column]), text_b, label, source))
+    return ReadResult(examples, policy.skipped)

@@ -1,0 +1,214 @@
+"""Static pretraining data: sharded TFRecords written by parallel worker processes.
+
+The main process streams documents and groups them into blocks of
+`documents_per_shard`; each block goes to a worker that tokenizes it, cuts
+`dupe_factor` differently seeded passes of instances, shuffles them, masks and
+writes one shard. A worker holds one block at a time and at most
+2 x num_workers blocks are in flight, so memory is bounded by the block size,
+not the corpus size. Random-document segments (one-sentence chunks, NSP) are
+drawn from the same block; the original drew them from the whole corpus,
+which is what forced it to hold the whole corpus in memory.
+
+Shard k is seeded from (seed, k) alone, so the output does not depend on the
+number of workers.
+"""
+
+import collections
+import concurrent.futures
+import json
+import multiprocessing
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from albert_tf import features
+from input_pipeline.pretraining_data import (
+    PretrainingDataConfig,
+    TokenizedCorpus,
+    instances_of_documents,
+    make_example,
+)
+from input_pipeline.tokenizer import AlbertTokenizer
+
+METADATA_FILE = "metadata.json"
+SHARD_PATTERN = "pretraining-{:05d}.tfrecord"
+_INT_FEATURES = (
+    features.TOKEN_IDS,
+    features.SEGMENT_IDS,
+    features.PADDING_MASK,
+    features.MASK_POSITIONS,
+    features.MASK_IDS,
+)
+
+
+def write_pretraining_tfrecords(
+    documents,
+    tokenizer,
+    output_dir,
+    config,
+    *,
+    dupe_factor=10,
+    seed=0,
+    num_workers=None,
+    documents_per_shard=2000,
+):
+    """Writes sharded TFRecords of pretraining examples.
+
+    Args:
+        documents: iterable of documents (lists of raw sentences), e.g. a `Corpus`.
+        tokenizer: an `AlbertTokenizer`.
+        output_dir: directory for the shards and `metadata.json`.
+        config: a `PretrainingDataConfig`.
+        dupe_factor: passes over each block with different seeds (different
+            pairs and masks of the same text).
+        seed: the one seed every random choice derives from.
+        num_workers: worker processes; 0 writes in this process; None uses
+            every CPU.
+        documents_per_shard: documents per block (and per output shard); this
+            bounds each worker's memory.
+
+    Returns:
+        dict with num_examples, num_shards and num_documents.
+    """
+    if dupe_factor < 1:
+        raise ValueError(f"`dupe_factor` must be at least 1. Received: dupe_factor={dupe_factor}")
+    if documents_per_shard < 2:
+        raise ValueError(f"`documents_per_shard` must be at least 2. Received: documents_per_shard={documents_per_shard}")
+    num_workers = os.cpu_count() if num_workers is None else num_workers
+    os.makedirs(output_dir, exist_ok=True)
+    job = dict(
+        model_proto=tokenizer.model_proto,
+        preprocessing=tokenizer.preprocessing,
+        output_dir=output_dir,
+        config=config,
+        dupe_factor=dupe_factor,
+        seed=seed,
+    )
+    blocks = _blocks(documents, documents_per_shard)
+    if num_workers == 0:
+        _init_worker(job)
+        results = [_write_shard(index, block) for index, block in enumerate(blocks)]
+    else:
+        results = _map_bounded(blocks, num_workers, job)
+    num_examples = sum(count for count, _ in results)
+    num_documents = sum(docs for _, docs in results)
+    if not results:
+        raise ValueError("The corpus has no non-empty documents.")
+    metadata = {
+        "num_examples": num_examples,
+        "num_shards": len(results),
+        "num_documents": num_documents,
+        "vocab_size": tokenizer.vocab_size,
+        "dupe_factor": dupe_factor,
+        "seed": seed,
+        "config": json.loads(config.to_json()),
+    }
+    with open(os.path.join(output_dir, METADATA_FILE), "w", encoding="utf-8") as f:
+        json.dump(metadata, f, indent=2)
+    return {k: metadata[k] for k in ("num_examples", "num_shards", "num_documents")}
+
+
+def _blocks(documents, size):
+    block = []
+    for document in documents:
+        block.append(document)
+        if len(block) == size:
+            yield block
+            block = []
+    if block:
+        yield block
+
+
+def _map_bounded(blocks, num_workers, job):
+    """Runs `_write_shard` over blocks with at most 2 x num_workers blocks in flight."""
+    # Spawned, not forked: forking a process that has TensorFlow loaded is unsafe.
+    context = multiprocessing.get_context("spawn")
+    results, pending = [], collections.deque()
+    with concurrent.futures.ProcessPoolExecutor(
+        num_workers, mp_context=context, initializer=_init_worker, initargs=(job,)
+    ) as pool:
+        for index, block in enumerate(blocks):
+            pending.append(pool.submit(_write_shard, index, block))
+            if len(pending) >= 2 * num_workers:
+                results.append(pending.popleft().result())
+        results.extend(future.result() for future in pending)
+    return results
+
+
+_WORKER_JOB = {}
+
+
+def _init_worker(job):
+    _WORKER_JOB.clear()
+    _WORKER_JOB.update(job)
+    _WORKER_JOB["tokenizer"] = AlbertTokenizer(job["model_proto"], job["preprocessing"])
+
+
+def _write_shard(index, block):
+    """Tokenizes, cuts, shuffles, masks and writes one block. Returns (examples, documents)."""
+    job = _WORKER_JOB
+    config, seed = job["config"], job["seed"]
+    corpus = TokenizedCorpus.from_documents(block, job["tokenizer"])
+    documents = range(corpus.num_documents)
+    instances = []
+    for dupe in range(job["dupe_factor"]):
+        instances.extend(instances_of_documents(corpus, documents, config, (seed, index, dupe)))
+    order = np.random.default_rng((seed, index)).permutation(len(instances))
+    path = os.path.join(job["output_dir"], SHARD_PATTERN.format(index))
+    with tf.io.TFRecordWriter(path) as writer:
+        for i in order:
+            writer.write(serialize_example(make_example(corpus, instances[i], config)))
+    return len(instances), corpus.num_documents
+
+
+def serialize_example(example):
+    """Serializes one feature dict (see `make_example`) as a tf.train.Example."""
+    feature = {
+        name: tf.train.Feature(int64_list=tf.train.Int64List(value=example[name])) for name in _INT_FEATURES
+    }
+    feature[features.MASK_WEIGHTS] = tf.train.Feature(
+        float_list=tf.train.FloatList(value=example[features.MASK_WEIGHTS])
+    )
+    feature[features.SENTENCE_ORDER_LABEL] = tf.train.Feature(
+        int64_list=tf.train.Int64List(value=[int(example[features.SENTENCE_ORDER_LABEL])])
+    )
+    # Deterministic: map order would otherwise vary between processes, and the
+    # same seed must give the same bytes.
+    return tf.train.Example(features=tf.train.Features(feature=feature)).SerializeToString(deterministic=True)
+
+
+def read_metadata(data_dir):
+    """Reads `metadata.json` of a `write_pretraining_tfrecords` output directory."""
+    path = os.path.join(data_dir, METADATA_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"{data_dir!r} has no {METADATA_FILE}; is it a create-data output directory?")
+    with open(path, encoding="utf-8") as f:
+        metadata = json.load(f)
+    metadata["config"] = PretrainingDataConfig(**metadata["config"])
+    return metadata
+
+
+def shard_paths(data_dir):
+    metadata = read_metadata(data_dir)
+    return [os.path.join(data_dir, SHARD_PATTERN.format(i)) for i in range(metadata["num_shards"])]
+
+
+def parse_examples(serialized, config):
+    """Parses a batch of serialized examples.
+
+    Args:
+        serialized: tf.string (batch,).
+        config: the `PretrainingDataConfig` the data was written with.
+
+    Returns:
+        Flat feature dict with the dtypes of `albert_tf.features` and a leading batch axis.
+    """
+    seq, preds = config.max_seq_length, config.max_predictions_per_seq
+    spec = {name: tf.io.FixedLenFeature([seq], tf.int64) for name in _INT_FEATURES[:3]}
+    spec.update({name: tf.io.FixedLenFeature([preds], tf.int64) for name in _INT_FEATURES[3:]})
+    spec[features.MASK_WEIGHTS] = tf.io.FixedLenFeature([preds], tf.float32)
+    spec[features.SENTENCE_ORDER_LABEL] = tf.io.FixedLenFeature([], tf.int64)
+    parsed = tf.io.parse_example(serialized, spec)
+    # tf.train.Example only stores int64; the models take int32.
+    return {name: t if t.dtype == tf.float32 else tf.cast(t, tf.int32) for name, t in parsed.items()}

@@ -1,0 +1,275 @@
+"""`AlbertTokenizer`: a SentencePiece unigram model plus ALBERT's text preprocessing.
+
+The same preprocessing runs in Python (`encode`) and in the TensorFlow graph
+(`tf_encode`), so a SavedModel that tokenizes raw strings produces exactly the
+ids the training data was made with. A tokenizer directory holds `spiece.model`
+(the SentencePiece model, embeddable in exports) and `tokenizer.json` (the
+preprocessing switches).
+"""
+
+import dataclasses
+import io
+import json
+import os
+import unicodedata
+
+import numpy as np
+import sentencepiece as spm
+
+# TensorFlow is imported inside the in-graph methods only: data-writer worker
+# processes that just encode in Python then start fast and stay small.
+
+# ALBERT's special-piece layout (the released models use the same ids).
+PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE = "<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"
+PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
+NUM_SPECIAL_IDS = 5
+WORD_START = "\u2581"  # SentencePiece's '▁': a piece starting with it begins a word.
+
+MODEL_FILE = "spiece.model"
+CONFIG_FILE = "tokenizer.json"
+
+# Exactly the characters Python's `str.split()` treats as whitespace, written as an
+# RE2 class so that the in-graph whitespace collapse agrees with the Python one.
+_WHITESPACE_CLASS = r"[\t-\r\x{1c}-\x{1f}\x{85}\p{Z}]"
+
+
+@dataclasses.dataclass(frozen=True)
+class Preprocessing:
+    """The original ALBERT text preprocessing, applied before SentencePiece.
+
+    Attributes:
+        collapse_whitespace: strip and turn every run of whitespace into one space.
+        strip_accents: NFKD-decompose, then drop nonspacing marks (category Mn).
+            The original drops characters with a nonzero combining class; Mn is
+            used here because the in-graph regex `\\p{Mn}` can match it exactly.
+        lower_case: lowercase (the released English models are uncased).
+    """
+
+    collapse_whitespace: bool = True
+    strip_accents: bool = True
+    lower_case: bool = True
+
+    def apply(self, text):
+        """Preprocesses one Python string."""
+        if self.collapse_whitespace:
+            text = " ".join(text.split())
+        # The original also maps LaTeX-style quotes to '"'.
+        text = text.replace("``", '"').replace("''", '"')
+        # ASCII text has no accents to strip: skip the per-character pass.
+        if self.strip_accents and not text.isascii():
+            text = unicodedata.normalize("NFKD", text)
+            text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+        if self.lower_case:
+            text = text.lower()
+        return text
+
+    def tf_apply(self, texts):
+        """Preprocesses a tf.string tensor of any shape, in-graph."""
+        import tensorflow as tf
+        import tensorflow_text as tf_text
+
+        if self.collapse_whitespace:
+            texts = tf.strings.strip(tf.strings.regex_replace(texts, _WHITESPACE_CLASS + "+", " "))
+        texts = tf.strings.regex_replace(texts, "``|''", '"')
+        if self.strip_accents:
+            texts = tf_text.normalize_utf8(texts, "NFKD")
+            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+        if self.lower_case:
+            texts = tf.strings.lower(texts, encoding="utf-8")
+        return texts
+
+
+class AlbertTokenizer:
+    """SentencePiece tokenizer with ALBERT's special ids and preprocessing.
+
+    Args:
+        model_proto: bytes of a trained SentencePiece model whose first five
+            pieces are <pad>, <unk>, [CLS], [SEP], [MASK].
+        preprocessing: a `Preprocessing`; defaults to the uncased original.
+    """
+
+    def __init__(self, model_proto, preprocessing=None):
+        self.model_proto = bytes(model_proto)
+        self.preprocessing = preprocessing or Preprocessing()
+        self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        pieces = tuple(self._sp.id_to_piece(i) for i in range(NUM_SPECIAL_IDS))
+        expected = (PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE)
+        if pieces != expected:
+            raise ValueError(
+                f"The SentencePiece model must start with the pieces {expected}. Received: {pieces}"
+            )
+        self._tf_tokenizer = None
+
+    # ---- construction and persistence -------------------------------------------------
+
+    @classmethod
+    def train(
+        cls,
+        sentences,
+        vocab_size=30000,
+        *,
+        preprocessing=None,
+        character_coverage=0.99995,
+        input_sentence_size=10_000_000,
+        seed=0,
+        num_threads=None,
+    ):
+        """Trains a unigram model on an iterable of raw sentences.
+
+        Sentences are preprocessed as they stream in; SentencePiece keeps a seeded
+        reservoir sample of at most `input_sentence_size` of them, so memory is
+        bounded whatever the corpus size.
+
+        Args:
+            sentences: iterable of raw (unpreprocessed) strings, one sentence each.
+            vocab_size: size of the vocabulary, special pieces included.
+            preprocessing: a `Preprocessing`; defaults to the uncased original.
+            character_coverage: fraction of characters covered by the vocabulary.
+            input_sentence_size: cap on the number of sentences sampled for training.
+            seed: seed of SentencePiece's sampling, so training is reproducible.
+            num_threads: trainer threads; None keeps SentencePiece's default.
+
+        Returns:
+            The trained `AlbertTokenizer`.
+        """
+        if vocab_size <= NUM_SPECIAL_IDS:
+            raise ValueError(f"`vocab_size` must be larger than {NUM_SPECIAL_IDS}. Received: vocab_size={vocab_size}")
+        preprocessing = preprocessing or Preprocessing()
+        processed = (preprocessing.apply(s) for s in sentences)
+        model = io.BytesIO()
+        options = _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads)
+        spm.set_random_generator_seed(seed)
+        try:
+            spm.SentencePieceTrainer.train(
+                sentence_iterator=(s for s in processed if s), model_writer=model, **options
+            )
+        except RuntimeError as e:
+            # SentencePiece reports unusable input (e.g. too few characters for the
+            # vocabulary size) as RuntimeError: that is bad input, so a ValueError.
+            raise ValueError(f"SentencePiece training failed: {e}") from e
+        return cls(model.getvalue(), preprocessing)
+
+    @classmethod
+    def load(cls, directory):
+        """Loads a tokenizer saved by `save` (`spiece.model` + `tokenizer.json`)."""
+        model_path = os.path.join(directory, MODEL_FILE)
+        if not os.path.isfile(model_path):
+            raise ValueError(f"No tokenizer in {directory!r}: {MODEL_FILE} is missing.")
+        with open(model_path, "rb") as f:
+            proto = f.read()
+        config_path = os.path.join(directory, CONFIG_FILE)
+        preprocessing = None
+        if os.path.isfile(config_path):
+            with open(config_path, encoding="utf-8") as f:
+                config = json.load(f)
+            preprocessing = Preprocessing(**config["preprocessing"])
+        return cls(proto, preprocessing)
+
+    def save(self, directory):
+        os.makedirs(directory, exist_ok=True)
+        with open(os.path.join(directory, MODEL_FILE), "wb") as f:
+            f.write(self.model_proto)
+        config = {"vocab_size": self.vocab_size, "preprocessing": dataclasses.asdict(self.preprocessing)}
+        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
+            json.dump(config, f, indent=2)
+
+    # ---- vocabulary ---------------------------------------------------------------------
+
+    @property
+    def vocab_size(self):
+        return self._sp.get_piece_size()
+
+    pad_id = property(lambda self: PAD_ID)
+    unk_id = property(lambda self: UNK_ID)
+    cls_id = property(lambda self: CLS_ID)
+    sep_id = property(lambda self: SEP_ID)
+    mask_id = property(lambda self: MASK_ID)
+
+    def id_to_piece(self, token_id):
+        return self._sp.id_to_piece(int(token_id))
+
+    def word_start_table(self):
+        """bool [vocab_size]: True for pieces that begin a word (start with '▁')."""
+        return np.array(
+            [self._sp.id_to_piece(i).startswith(WORD_START) for i in range(self.vocab_size)], dtype=bool
+        )
+
+    def check_vocab_size(self, model_vocab_size):
+        """Raises ValueError unless a model's `vocab_size` equals this tokenizer's."""
+        if int(model_vocab_size) != self.vocab_size:
+            raise ValueError(
+                f"The tokenizer has {self.vocab_size} pieces but the model config has "
+                f"vocab_size={model_vocab_size}. Use a model config with vocab_size={self.vocab_size}."
+            )
+
+    # ---- Python encoding ---------------------------------------------------------------
+
+    def encode(self, text):
+        """Preprocesses and tokenizes one string. Returns: list[int] of piece ids."""
+        return self._sp.encode(self.preprocessing.apply(text), out_type=int)
+
+    def encode_batch(self, texts, num_threads=1):
+        """Tokenizes a list of strings. Returns: list[list[int]]."""
+        processed = [self.preprocessing.apply(t) for t in texts]
+        return self._sp.encode(processed, out_type=int, num_threads=num_threads)
+
+    def tokenize(self, text):
+        """Preprocesses and splits one string into pieces. Returns: list[str]."""
+        return self._sp.encode(self.preprocessing.apply(text), out_type=str)
+
+    def decode(self, ids):
+        """Turns ids back into text; special pieces decode to nothing."""
+        return self._sp.decode([int(i) for i in ids])
+
+    # ---- in-graph encoding -------------------------------------------------------------
+
+    def tf_encode(self, texts):
+        """Tokenizes in the TensorFlow graph, with the same ids as `encode`.
+
+        Args:
+            texts: tf.string tensor, shape (batch,) or scalar.
+
+        Returns:
+            int32 RaggedTensor (batch, None) of ids, or a 1-D tensor for a scalar.
+        """
+        return self._tf().tokenize(self.preprocessing.tf_apply(texts))
+
+    def tf_decode(self, ids):
+        """Turns an int32 (Ragged)Tensor (batch, None) of ids into tf.string (batch,)."""
+        return self._tf().detokenize(ids)
+
+    def _tf(self):
+        if self._tf_tokenizer is None:
+            import tensorflow as tf
+            import tensorflow_text as tf_text
+
+            # FastSentencepieceTokenizer, not SentencepieceTokenizer: the latter bundles
+            # an older SentencePiece whose Viterbi breaks score ties differently (runs
+            # like "...." or "000" split in another order), while the fast one gives
+            # the ids of the sentencepiece library and also runs in TFLite.
+            # Created outside any tf.function being traced, so its resource outlives it.
+            with tf.init_scope():
+                self._tf_tokenizer = tf_text.FastSentencepieceTokenizer(self.model_proto)
+        return self._tf_tokenizer
+
+
+def _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads):
+    """SentencePiece trainer flags matching the original ALBERT vocabulary."""
+    options = dict(
+        model_type="unigram",
+        vocab_size=vocab_size,
+        pad_id=PAD_ID,
+        unk_id=UNK_ID,
+        bos_id=-1,
+        eos_id=-1,
+        # Control symbols get fixed ids right after <pad>/<unk> and, unlike
+        # user-defined symbols, are never produced from plain text.
+        control_symbols=[CLS_PIECE, SEP_PIECE, MASK_PIECE],
+        character_coverage=character_coverage,
+        input_sentence_size=input_sentence_size,
+        shuffle_input_sentence=True,
+        minloglevel=2,
+    )
+    if num_threads is not None:
+        options["num_threads"] = num_threads
+    return options

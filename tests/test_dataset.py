@@ -1,0 +1,96 @@
+"""The tf.data pipelines (dynamic and static TFRecords) and the create-data CLI."""
+
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf import cli, features
+from data_fixtures import imdb_documents, review_corpus, small_tokenizer
+from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
+from input_pipeline.pretraining_data import instances_of_documents
+
+CONFIG = PretrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10)
+
+
+def take(dataset, n):
+    return [tf.nest.map_structure(lambda t: t.numpy(), b) for b in dataset.take(n)]
+
+
+def assert_same(a, b):
+    tf.nest.map_structure(np.testing.assert_array_equal, a, b)
+
+
+def test_dynamic_batches_fixed_shapes_for_fit():
+    dataset = make_pretraining_dataset(review_corpus(), 8, config=CONFIG, seed=0)
+    inputs, labels = dataset.element_spec
+    assert set(inputs) == {features.TOKEN_IDS, features.SEGMENT_IDS, features.PADDING_MASK, features.MASK_POSITIONS}
+    assert set(labels) == {features.MASK_IDS, features.MASK_WEIGHTS, features.SENTENCE_ORDER_LABEL}
+    assert inputs[features.TOKEN_IDS].shape == (8, 64) and inputs[features.MASK_POSITIONS].shape == (8, 10)
+    assert labels[features.SENTENCE_ORDER_LABEL].shape == (8,) and labels[features.MASK_WEIGHTS].dtype == tf.float32
+    assert inputs[features.TOKEN_IDS].dtype == tf.int32
+
+
+def test_dynamic_same_seed_same_data_and_resume():
+    corpus = review_corpus()
+    full = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3), 20)
+    assert_same(full, take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3), 20))
+    # Resuming skips whole rounds inside the streams and the rest in tf.data.
+    for start in (3, 7):
+        resumed = make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3, start_step=start)
+        assert_same(full[start:], take(resumed, 20 - start))
+    other = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=2, flat=True, chunk_size=4, num_streams=3), 20)
+    assert not np.array_equal(full[0][features.TOKEN_IDS], other[0][features.TOKEN_IDS])
+
+
+def test_dynamic_redraws_every_epoch():
+    corpus = TokenizedCorpus.from_documents(imdb_documents()[:12], small_tokenizer())
+    epoch_size = len(instances_of_documents(corpus, range(12), CONFIG, (5, 0)))
+    dataset = make_pretraining_dataset(corpus, 1, config=CONFIG, seed=5, flat=True, num_streams=1, chunk_size=1)
+    tokens = [b[features.TOKEN_IDS][0] for b in take(dataset, 2 * epoch_size)]
+    first, second = {t.tobytes() for t in tokens[:epoch_size]}, {t.tobytes() for t in tokens[epoch_size:]}
+    assert len(first) == epoch_size and not first & second
+
+
+def test_input_context_shards_pipelines():
+    corpus = review_corpus()
+    batches = []
+    for pipeline in range(2):
+        context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=pipeline, num_replicas_in_sync=2)
+        batches.append(take(make_pretraining_dataset(corpus, 16, context, config=CONFIG, seed=0, flat=True), 3))
+    assert batches[0][0][features.TOKEN_IDS].shape == (8, 64)
+    first = {row.tobytes() for b in batches[0] for row in b[features.TOKEN_IDS]}
+    assert not first & {row.tobytes() for b in batches[1] for row in b[features.TOKEN_IDS]}
+    with pytest.raises(ValueError, match="config"):
+        make_pretraining_dataset(corpus, 16)
+
+
+def test_static_tfrecords_round_trip_and_resume(tmp_path):
+    tokenizer, documents = small_tokenizer(), imdb_documents()[:120]
+    stats = write_pretraining_tfrecords(documents, tokenizer, tmp_path, CONFIG, dupe_factor=2, seed=3, num_workers=0, documents_per_shard=50)
+    assert stats["num_shards"] == 3 and stats["num_documents"] == 120
+    records = sum(1 for _ in tf.data.TFRecordDataset(sorted(str(p) for p in tmp_path.glob("*.tfrecord"))))
+    assert records == stats["num_examples"]
+    full = take(make_pretraining_dataset(str(tmp_path), 8, seed=4, flat=True), 6)
+    assert full[0][features.TOKEN_IDS].shape == (8, 64) and full[0][features.MASK_WEIGHTS].dtype == np.float32
+    assert_same(full[2:], take(make_pretraining_dataset(str(tmp_path), 8, seed=4, flat=True, start_step=2), 4))
+    inputs, _ = next(iter(make_pretraining_dataset(str(tmp_path), 8, config=CONFIG, seed=4)))
+    assert inputs[features.SEGMENT_IDS].shape == (8, 64)
+    with pytest.raises(ValueError, match="does not match"):
+        make_pretraining_dataset(str(tmp_path), 8, config=PretrainingDataConfig(max_seq_length=128))
+
+
+@pytest.mark.slow
+def test_create_data_cli_is_independent_of_worker_count(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join("\n".join(d) for d in imdb_documents()[:90]), encoding="utf-8")
+    small_tokenizer().save(tmp_path / "tok")
+    outputs = []
+    for workers in (0, 2):
+        out = tmp_path / f"out{workers}"
+        args = ["create-data", "--input", str(corpus), "--tokenizer", str(tmp_path / "tok"), "--out", str(out),
+                "--max-seq-length", "64", "--dupe-factor", "2", "--num-workers", str(workers), "--documents-per-shard", "40"]
+        assert cli.main(args) == 0
+        outputs.append({name: (out / name).read_bytes() for name in sorted(os.listdir(out))})
+    assert outputs[0] == outputs[1] and len(outputs[0]) == 4  # 3 shards + metadata.json

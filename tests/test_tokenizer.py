@@ -1,0 +1,91 @@
+"""AlbertTokenizer: special layout, Python/in-graph parity on real text, and the sentencepiece reference."""
+
+import numpy as np
+import pytest
+import sentencepiece as spm
+import tensorflow as tf
+
+from albert_tf import cli
+from data_fixtures import imdb_documents, tokenizer  # noqa: F401 (fixture)
+from input_pipeline import AlbertTokenizer, Preprocessing, corpora
+from input_pipeline.tokenizer import _trainer_options
+
+EDGE_CASES = [
+    "Café  naïve\u00a0résumé\tÅngström",
+    "  leading and trailing\u3000whitespace \u2028 ",
+    "``Quoted'' text, ΟΔΟΣ and İstanbul",
+    "[CLS] hello [SEP] [MASK] <pad> <unk>",
+    "",
+]
+
+
+def heldout_texts(n=300):
+    return [text for text, _ in corpora.imdb_reviews("heldout")[:n]]
+
+
+def test_special_pieces_and_ids(tokenizer):
+    assert [tokenizer.id_to_piece(i) for i in range(5)] == ["<pad>", "<unk>", "[CLS]", "[SEP]", "[MASK]"]
+    assert (tokenizer.pad_id, tokenizer.unk_id, tokenizer.cls_id, tokenizer.sep_id, tokenizer.mask_id) == (0, 1, 2, 3, 4)
+    assert tokenizer.vocab_size == 1000
+    # Control symbols are never produced from text, not even from their own spelling.
+    ids = tokenizer.encode("[CLS] [SEP] [MASK] <pad> " + " ".join(heldout_texts(50)))
+    assert not np.isin(ids, [0, 2, 3, 4]).any()
+
+
+def test_python_and_in_graph_ids_identical(tokenizer):
+    texts = heldout_texts() + EDGE_CASES
+    graph_ids = tf.function(tokenizer.tf_encode)(tf.constant(texts)).to_list()
+    assert graph_ids == [tokenizer.encode(t) for t in texts]
+    assert graph_ids == tokenizer.encode_batch(texts)
+
+
+def test_decode_round_trip(tokenizer):
+    for text in heldout_texts(100):
+        ids = tokenizer.encode(text)
+        if tokenizer.unk_id not in ids:
+            assert tokenizer.decode(ids) == tokenizer.preprocessing.apply(text)
+    ids = tokenizer.tf_encode(tf.constant(["hello world"]))
+    assert tokenizer.tf_decode(ids).numpy()[0].decode() == "hello world"
+    assert tokenizer.decode([2] + tokenizer.encode("hello") + [3, 0, 0]) == "hello"
+
+
+def test_preprocessing_switches():
+    assert Preprocessing().apply("  Héllo\n  WORLD ") == "hello world"
+    assert Preprocessing(lower_case=False, strip_accents=False).apply("  Héllo\n  WORLD ") == "Héllo WORLD"
+    assert Preprocessing(collapse_whitespace=False).apply("a  b") == "a  b"
+
+
+def test_save_load_and_vocab_check(tokenizer, tmp_path):
+    cased = AlbertTokenizer(tokenizer.model_proto, Preprocessing(lower_case=False))
+    cased.save(tmp_path)
+    loaded = AlbertTokenizer.load(tmp_path)
+    assert loaded.preprocessing == cased.preprocessing and loaded.encode("Hello There") == cased.encode("Hello There")
+    loaded.check_vocab_size(1000)
+    with pytest.raises(ValueError, match="vocab_size=30000"):
+        loaded.check_vocab_size(30000)
+    with pytest.raises(ValueError, match="spiece.model"):
+        AlbertTokenizer.load(tmp_path / "missing")
+
+
+def test_train_tokenizer_cli(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("\n\n".join("\n".join(d) for d in imdb_documents()[:300]), encoding="utf-8")
+    assert cli.main(["train-tokenizer", "--input", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 0
+    assert AlbertTokenizer.load(tmp_path / "tok").vocab_size == 300
+    assert cli.main(["train-tokenizer", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
+
+
+@pytest.mark.slow
+def test_segmentation_matches_sentencepiece_trained_the_same_way(tmp_path):
+    """Train on ~2 MB of IMDB text both ways; the models and segmentations must agree."""
+    sentences = [s for d in corpora.imdb_documents("pretrain", limit=1500) for s in d]
+    ours = AlbertTokenizer.train(sentences, 2000, num_threads=2, seed=5)
+    path = tmp_path / "imdb.txt"
+    path.write_text("\n".join(Preprocessing().apply(s) for s in sentences), encoding="utf-8")
+    spm.set_random_generator_seed(5)
+    options = _trainer_options(2000, 0.99995, 10_000_000, num_threads=2)
+    spm.SentencePieceTrainer.train(input=str(path), model_prefix=str(tmp_path / "ref"), **options)
+    reference = spm.SentencePieceProcessor(model_file=str(tmp_path / "ref.model"))
+    assert [ours.id_to_piece(i) for i in range(2000)] == [reference.id_to_piece(i) for i in range(2000)]
+    texts = heldout_texts(500)
+    assert [ours.encode(t) for t in texts] == reference.encode([Preprocessing().apply(t) for t in texts])
