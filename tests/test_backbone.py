@@ -7,7 +7,7 @@ import pytest
 
 from albert_tf import AlbertBackbone, AlbertPretrainer, features
 from albert_tf.config import AlbertConfig
-from tests.helpers import (
+from helpers import (
     assert_keras_archive_round_trip,
     assert_pretrained_round_trip,
     backbone_batch,

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from albert_tf import AlbertBackbone, AlbertPretrainer, features
 from albert_tf.models.pretrainer import pretraining_losses
-from tests.helpers import (
+from helpers import (
     assert_keras_archive_round_trip,
     assert_pretrained_round_trip,
     pretraining_batch,
