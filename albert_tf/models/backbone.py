@@ -86,6 +86,10 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
             outputs={"sequence_output": sequence_output, "pooled_output": pooled_output},
             **kwargs,
         )
+        # Functional models ignore a `dtype` argument; the heads built on this
+        # backbone read its policy, so it must be the one its layers use.
+        if dtype is not None:
+            self.dtype_policy = keras.dtype_policies.get(dtype)
 
         # === Config and handles ===
         self.config = c
