@@ -12,6 +12,12 @@ COMMAND_MODULES = (
     "albert_tf.commands.convert",
     "albert_tf.commands.train_tokenizer",
     "albert_tf.commands.create_data",
+    "albert_tf.commands.pretrain",
+    "albert_tf.commands.demo",
+    "albert_tf.commands.export",
+    "albert_tf.commands.serve",
+    "albert_tf.commands.finetune",
+    "albert_tf.commands.predict",
 )
 
 

@@ -1,0 +1,105 @@
+"""SavedModel export in TF-Serving's versioned layout: `BASE/1/`, then `BASE/2/`, ...
+
+Each version is written to a hidden temporary directory and renamed into place,
+so a TF-Serving instance polling BASE never loads a half-written version.
+"""
+
+import json
+import os
+import shutil
+
+from albert_tf.export import signatures as signatures_lib
+from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
+
+# TF-Serving ignores assets.extra/ except for warmup records, so export
+# metadata can live there without affecting the server.
+METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
+DEFAULT_MAX_LENGTH = 128
+
+
+def version_dirs(base_dir):
+    """The numeric version subdirectories of `base_dir`, as ints, sorted."""
+    if not os.path.isdir(base_dir):
+        return []
+    return sorted(
+        int(name) for name in os.listdir(base_dir)
+        if name.isdigit() and os.path.isdir(os.path.join(base_dir, name))
+    )
+
+
+def check_max_length(interface, max_length):
+    limit = interface.config.max_position_embeddings
+    if not 3 <= int(max_length) <= limit:
+        raise ValueError(
+            f"`max_length` must be between 3 and the model's max_position_embeddings={limit}. "
+            f"Received: max_length={max_length}"
+        )
+
+
+def export_metadata(interface, max_length, tokenizer, signature_names, **extra):
+    """The JSON-able description written next to every export."""
+    return {
+        "kind": interface.kind,
+        "max_length": int(max_length),
+        "label_names": list(interface.label_names) if interface.label_names else None,
+        "signatures": list(signature_names),
+        "inputs": {n: list(s) for n, s in interface.inputs.items()},
+        "outputs": sorted(interface.outputs),
+        "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "cls": CLS_ID, "sep": SEP_ID, "mask": MASK_ID},
+        "tokenizer": tokenizer is not None,
+        "truncation": "longest segment first, from the end (BERT truncate_seq_pair); "
+        "[CLS] A [SEP] (B [SEP]) fits in max_length",
+        "albert_config": interface.config.to_dict(),
+        **extra,
+    }
+
+
+def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
+                       version=None, label_names=None):
+    """Writes `model` as the next version of a TF-Serving model directory.
+
+    Args:
+        model: an `AlbertBackbone`, `AlbertPretrainer` or task model.
+        base_dir: the model's base path (TF-Serving's `--model_base_path`).
+        tokenizer: an `AlbertTokenizer`; without one only `serving_default`
+            is exported.
+        max_length: longest sequence the signatures accept (ids) or produce
+            (text, by truncation); at most `max_position_embeddings`.
+        version: the version number; default: one more than the highest present.
+        label_names: overrides the model's `label_names`.
+
+    Returns:
+        The path of the written version directory.
+    """
+    import tensorflow as tf
+
+    interface = signatures_lib.describe_model(model, label_names)
+    check_max_length(interface, max_length)
+    existing = version_dirs(base_dir)
+    version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
+    if version < 1 or version in existing:
+        raise ValueError(
+            f"`version` must be a positive number not already in {base_dir} "
+            f"(present: {existing}). Received: version={version}"
+        )
+    signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length)
+
+    module = tf.Module()
+    # The tf.Variables behind the Keras variables, tracked directly (as Keras'
+    # ExportArchive does): TF1-style loaders (TF-Serving, saved_model_cli run)
+    # restore by these, and tracking through the Keras model misses some.
+    module.model_variables = [v.value for v in model.variables]
+    os.makedirs(base_dir, exist_ok=True)
+    final = os.path.join(base_dir, str(version))
+    staging = os.path.join(base_dir, f".tmp-{version}-{os.getpid()}")
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        tf.saved_model.save(module, staging, signatures=signatures)
+        metadata = export_metadata(interface, max_length, tokenizer, signatures, version=version)
+        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
+        with open(os.path.join(staging, METADATA_FILE), "w") as f:
+            json.dump(metadata, f, indent=2)
+        os.rename(staging, final)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return final

@@ -1,0 +1,364 @@
+"""The serving functions an export holds, for any model built on `AlbertBackbone`.
+
+A model is described generically (`describe_model`): its named int32 inputs
+(the backbone inputs, plus e.g. `mask_positions`) and its dict of outputs. The
+output names and input ranks say what kind of model it is, and that picks the
+post-processing:
+
+| kind               | model outputs                 | added to every signature | added to text signatures            |
+|--------------------|-------------------------------|--------------------------|-------------------------------------|
+| backbone           | sequence_output, pooled_output| -                        | tokens, padding_mask                |
+| pretrainer         | mlm_logits, sop_logits        | -                        | tokens, padding_mask                |
+| classifier         | logits (batch, classes)       | probabilities            | label_ids, labels*                  |
+| multiple_choice    | logits (batch, choices)       | probabilities            | label_ids                           |
+| tagger             | logits (batch, seq, labels)   | probabilities            | label_ids, labels*, tokens, padding_mask |
+| regressor          | predictions                   | -                        | -                                   |
+| question_answering | start_logits, end_logits      | -                        | answer, answer_start, answer_end, score, null_score, tokens, padding_mask |
+(* when the model has `label_names`.)
+
+Signatures:
+    serving_default   the model's id inputs -> outputs; inputs are checked in-graph
+                      (shapes agree, length <= max_length, ids in range).
+    serve_text        raw strings -> outputs, tokenized in-graph: `text` (batch,);
+                      QA: `question`, `context` (batch,); multiple choice:
+                      `text` (batch,) and `choices` (batch, num_choices).
+    serve_text_pair   `text`, `text_pair` (batch,) (not for QA / multiple choice).
+Any model input besides the backbone inputs (e.g. the pretrainer's
+`mask_positions`) is an input of the text signatures too.
+"""
+
+import dataclasses
+
+from albert_tf import features
+from albert_tf.config import AlbertConfig
+from albert_tf.export import text as text_lib
+
+BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
+    "backbone", "pretrainer", "classifier", "multiple_choice"
+)
+TAGGER, REGRESSOR, QUESTION_ANSWERING = "tagger", "regressor", "question_answering"
+TOKEN_LEVEL_KINDS = (BACKBONE, PRETRAINER, TAGGER, QUESTION_ANSWERING)
+
+ID_SIGNATURE = "serving_default"
+TEXT_SIGNATURE = "serve_text"
+TEXT_PAIR_SIGNATURE = "serve_text_pair"
+
+# Longest answer span, in tokens, that `serve_text` of a QA model returns (the
+# original run_squad.py's max_answer_length).
+MAX_ANSWER_TOKENS = 30
+# QA text signature: the question is cut to this many pieces and the context
+# fills the rest of the window (run_squad.py's max_query_length; only the first
+# window of a long context is read: no doc-stride windows in-graph).
+MAX_QUESTION_TOKENS = 64
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelInterface:
+    """What an exporter needs to know about a model.
+
+    Attributes:
+        kind: one of the kinds in the module docstring.
+        config: the backbone's `AlbertConfig`.
+        inputs: input name -> Keras shape, e.g. (None, None) or (None, 4, None).
+        outputs: output name -> Keras shape.
+        label_names: class / tag names, or None.
+    """
+
+    kind: str
+    config: AlbertConfig
+    inputs: dict
+    outputs: dict
+    label_names: tuple = None
+
+    @property
+    def extra_inputs(self):
+        """Model inputs that are not backbone inputs (e.g. mask_positions)."""
+        return tuple(n for n in self.inputs if n not in features.BACKBONE_INPUTS)
+
+
+def describe_model(model, label_names=None):
+    """Describes a Keras model whose inputs are backbone inputs and outputs a dict.
+
+    Args:
+        model: an `AlbertBackbone`, `AlbertPretrainer` or task model (a
+            functional Keras model with a `.backbone` or a `.config`).
+        label_names: overrides the model's own `label_names`.
+
+    Returns:
+        A `ModelInterface`.
+    """
+    config = getattr(getattr(model, "backbone", model), "config", None)
+    if not isinstance(config, AlbertConfig):
+        raise ValueError(
+            "`model` must be an AlbertBackbone or a model with a `.backbone` AlbertBackbone. "
+            f"Received: {type(model).__name__}"
+        )
+    model_inputs, model_outputs = model.input, model.output
+    if not isinstance(model_inputs, dict) or not isinstance(model_outputs, dict):
+        raise ValueError(
+            "`model` must take a dict of named inputs and return a dict of named outputs. "
+            f"Received: inputs {type(model_inputs).__name__}, outputs {type(model_outputs).__name__}"
+        )
+    missing = [n for n in features.BACKBONE_INPUTS if n not in model_inputs]
+    if missing:
+        raise ValueError(f"`model` lacks the backbone inputs {missing}. Received: {sorted(model_inputs)}")
+    inputs = {n: tuple(model_inputs[n].shape) for n in model_inputs}
+    outputs = {n: tuple(model_outputs[n].shape) for n in model_outputs}
+    if label_names is None:
+        label_names = getattr(model, "label_names", None)
+    if label_names is None and hasattr(model, "get_config"):
+        try:
+            label_names = model.get_config().get("label_names")
+        except NotImplementedError:
+            label_names = None
+    return ModelInterface(
+        kind=_kind(inputs, outputs),
+        config=config,
+        inputs=inputs,
+        outputs=outputs,
+        label_names=tuple(label_names) if label_names is not None else None,
+    )
+
+
+def _kind(inputs, outputs):
+    names = set(outputs)
+    if {"start_logits", "end_logits"} <= names:
+        return QUESTION_ANSWERING
+    if {"mlm_logits", "sop_logits"} <= names:
+        return PRETRAINER
+    if "logits" in names:
+        if len(inputs[features.TOKEN_IDS]) == 3:
+            return MULTIPLE_CHOICE
+        return TAGGER if len(outputs["logits"]) == 3 else CLASSIFIER
+    if "predictions" in names:
+        return REGRESSOR
+    return BACKBONE
+
+
+def id_input_specs(interface, batch_size=None, seq_length=None):
+    """tf.TensorSpecs of the id signature: int32, the model's ranks.
+
+    The last axis of the backbone inputs (the sequence) is `seq_length`
+    (None: any length); the first is `batch_size` (None: any).
+    """
+    import tensorflow as tf
+
+    specs = {}
+    for name, shape in interface.inputs.items():
+        shape = list(shape)
+        shape[0] = batch_size
+        if name in features.BACKBONE_INPUTS:
+            shape[-1] = seq_length
+        specs[name] = tf.TensorSpec(shape, tf.int32, name=name)
+    return specs
+
+
+def model_outputs(model, interface, inputs):
+    """Runs the model (inference mode) and adds `probabilities`; float outputs in float32."""
+    import tensorflow as tf
+
+    outputs = model(inputs, training=False)
+    outputs = {
+        name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
+        for name, value in outputs.items()
+    }
+    if interface.kind in (CLASSIFIER, MULTIPLE_CHOICE, TAGGER):
+        outputs["probabilities"] = tf.nn.softmax(outputs["logits"], axis=-1)
+    return outputs
+
+
+def check_id_inputs(interface, inputs, max_length):
+    """In-graph checks of the id signature's inputs; returns the inputs, gated on them."""
+    import tensorflow as tf
+
+    c = interface.config
+    ranks = [text_lib.assert_rank(inputs[n], len(interface.inputs[n]), n) for n in inputs]
+    with tf.control_dependencies(ranks):
+        inputs = {name: tf.identity(value) for name, value in inputs.items()}
+    token_ids = inputs[features.TOKEN_IDS]
+    seq = tf.shape(token_ids)[-1]
+    checks = [
+        tf.debugging.assert_positive(seq, message="`token_ids` must hold at least one token per row."),
+        tf.debugging.assert_less_equal(
+            seq, max_length,
+            message=f"Sequences must be at most max_length={max_length} tokens, the exported "
+            "maximum (the text signatures truncate raw text to it).",
+        ),
+        tf.debugging.assert_non_negative(token_ids, message="`token_ids` must be >= 0."),
+        tf.debugging.assert_less(
+            token_ids, c.vocab_size, message=f"`token_ids` must be < vocab_size={c.vocab_size}."
+        ),
+    ]
+    for name in (features.SEGMENT_IDS, features.PADDING_MASK):
+        checks.append(tf.debugging.assert_equal(
+            tf.shape(inputs[name]), tf.shape(token_ids),
+            message=f"`{name}` must have the shape of `token_ids`.",
+        ))
+    segment_ids = inputs[features.SEGMENT_IDS]
+    checks += [
+        tf.debugging.assert_non_negative(segment_ids, message="`segment_ids` must be >= 0."),
+        tf.debugging.assert_less(
+            segment_ids, c.type_vocab_size,
+            message=f"`segment_ids` must be < type_vocab_size={c.type_vocab_size}.",
+        ),
+        tf.debugging.Assert(
+            tf.reduce_all(tf.logical_or(inputs[features.PADDING_MASK] == 0, inputs[features.PADDING_MASK] == 1)),
+            ["`padding_mask` must hold only 0 and 1."],
+        ),
+    ]
+    if features.MASK_POSITIONS in inputs:
+        positions = inputs[features.MASK_POSITIONS]
+        checks += [
+            tf.debugging.assert_non_negative(positions, message="`mask_positions` must be >= 0."),
+            tf.debugging.assert_less(
+                positions, seq, message="`mask_positions` must be < the sequence length."
+            ),
+        ]
+    with tf.control_dependencies(checks):
+        return {name: tf.identity(value) for name, value in inputs.items()}
+
+
+def build_signatures(model, interface, tokenizer, max_length):
+    """The SavedModel's signatures: name -> concrete function.
+
+    Args:
+        model: the Keras model.
+        interface: its `ModelInterface`.
+        tokenizer: an `AlbertTokenizer`, or None for the id signature only.
+        max_length: longest sequence; the text signatures truncate to it.
+    """
+    import tensorflow as tf
+
+    @tf.function
+    def serve_ids(**inputs):
+        return model_outputs(model, interface, check_id_inputs(interface, inputs, max_length))
+
+    signatures = {ID_SIGNATURE: serve_ids.get_concrete_function(**id_input_specs(interface))}
+    if tokenizer is None:
+        return signatures
+    tokenizer.check_vocab_size(interface.config.vocab_size)
+    text_outputs = _TextOutputs(model, interface, tokenizer, max_length)
+    string = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
+    extra = {n: s for n, s in id_input_specs(interface).items() if n in interface.extra_inputs}
+
+    if interface.kind == QUESTION_ANSWERING:
+        @tf.function
+        def serve_qa(question, context, **extra_inputs):
+            return text_outputs(question, context, extra_inputs)
+
+        signatures[TEXT_SIGNATURE] = serve_qa.get_concrete_function(
+            question=string("question"), context=string("context"), **extra
+        )
+    elif interface.kind == MULTIPLE_CHOICE:
+        num_choices = interface.inputs[features.TOKEN_IDS][1]
+
+        @tf.function
+        def serve_choices(text, choices, **extra_inputs):
+            return text_outputs.choices(text, choices, extra_inputs)
+
+        signatures[TEXT_SIGNATURE] = serve_choices.get_concrete_function(
+            text=string("text"), choices=string("choices", (None, num_choices)), **extra
+        )
+    else:
+        @tf.function
+        def serve_text(text, **extra_inputs):
+            return text_outputs(text, None, extra_inputs)
+
+        @tf.function
+        def serve_text_pair(text, text_pair, **extra_inputs):
+            return text_outputs(text, text_pair, extra_inputs)
+
+        signatures[TEXT_SIGNATURE] = serve_text.get_concrete_function(text=string("text"), **extra)
+        signatures[TEXT_PAIR_SIGNATURE] = serve_text_pair.get_concrete_function(
+            text=string("text"), text_pair=string("text_pair"), **extra
+        )
+    return signatures
+
+
+class _TextOutputs:
+    """Raw strings -> packed ids -> model -> outputs with the kind's post-processing."""
+
+    def __init__(self, model, interface, tokenizer, max_length):
+        import tensorflow as tf
+
+        self.model, self.interface, self.tokenizer = model, interface, tokenizer
+        self.max_length = max_length
+        with tf.init_scope():
+            self.pieces = tf.constant([tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
+            self.label_names = (
+                tf.constant(list(interface.label_names)) if interface.label_names else None
+            )
+
+    def __call__(self, texts, text_pairs, extra_inputs):
+        max_first = MAX_QUESTION_TOKENS if self.interface.kind == QUESTION_ANSWERING else None
+        inputs = text_lib.tf_pack_texts(self.tokenizer, texts, text_pairs, self.max_length, max_first)
+        inputs.update(extra_inputs)
+        return self._postprocess(inputs, self._run(inputs))
+
+    def choices(self, texts, choices, extra_inputs):
+        """texts (batch,), choices (batch, C): pack each (text, choice) pair, then (batch, C, seq)."""
+        import tensorflow as tf
+
+        shape = tf.shape(choices)  # (batch, C)
+        repeated = tf.reshape(tf.repeat(tf.expand_dims(texts, 1), shape[1], axis=1), [-1])
+        packed = text_lib.tf_pack_texts(
+            self.tokenizer, repeated, tf.reshape(choices, [-1]), self.max_length
+        )
+        inputs = {
+            name: tf.reshape(value, tf.concat([shape, [-1]], 0)) for name, value in packed.items()
+        }
+        inputs.update(extra_inputs)
+        return self._postprocess(inputs, self._run(inputs))
+
+    def _run(self, inputs):
+        return model_outputs(
+            self.model, self.interface, check_id_inputs(self.interface, inputs, self.max_length)
+        )
+
+    def _postprocess(self, inputs, outputs):
+        import tensorflow as tf
+
+        kind = self.interface.kind
+        if kind in (CLASSIFIER, MULTIPLE_CHOICE, TAGGER):
+            outputs["label_ids"] = tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32)
+            if self.label_names is not None and kind != MULTIPLE_CHOICE:
+                outputs["labels"] = tf.gather(self.label_names, outputs["label_ids"])
+        if kind == QUESTION_ANSWERING:
+            outputs.update(self._best_span(inputs, outputs))
+        if kind in TOKEN_LEVEL_KINDS:
+            outputs["tokens"] = tf.gather(self.pieces, inputs[features.TOKEN_IDS])
+            outputs["padding_mask"] = inputs[features.PADDING_MASK]
+        return outputs
+
+    def _best_span(self, inputs, outputs):
+        """Highest start + end logit over spans inside the context, at most MAX_ANSWER_TOKENS long."""
+        import tensorflow as tf
+
+        token_ids = inputs[features.TOKEN_IDS]  # (batch, seq)
+        start, end = outputs["start_logits"], outputs["end_logits"]  # (batch, seq)
+        seq = tf.shape(token_ids)[1]
+        # Context tokens: second segment, not padding, not its closing [SEP].
+        in_context = (
+            (inputs[features.SEGMENT_IDS] == 1)
+            & (inputs[features.PADDING_MASK] == 1)
+            & (token_ids != text_lib.SEP_ID)
+        )
+        positions = tf.range(seq)
+        span_length = positions[None, :] - positions[:, None]  # (seq, seq): end - start
+        allowed = (span_length >= 0) & (span_length < MAX_ANSWER_TOKENS)
+        allowed = allowed[None] & in_context[:, :, None] & in_context[:, None, :]  # (batch, seq, seq)
+        scores = start[:, :, None] + end[:, None, :]
+        scores = tf.where(allowed, scores, tf.fill(tf.shape(scores), -1e30))
+        best = tf.argmax(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=-1, output_type=tf.int32)
+        answer_start, answer_end = best // seq, best % seq
+        in_answer = (positions[None, :] >= answer_start[:, None]) & (positions[None, :] <= answer_end[:, None])
+        answer_ids = tf.ragged.boolean_mask(token_ids, in_answer)
+        return {
+            # Detokenized pieces: the preprocessed (e.g. lowercased) form of the span.
+            "answer": self.tokenizer.tf_decode(answer_ids),
+            "answer_start": answer_start,
+            "answer_end": answer_end,
+            "score": tf.reduce_max(tf.reshape(scores, [tf.shape(scores)[0], -1]), axis=-1),
+            # [CLS] start + end: compare with `score` for SQuAD 2.0-style "no answer".
+            "null_score": start[:, 0] + end[:, 0],
+        }

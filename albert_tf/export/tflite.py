@@ -1,0 +1,175 @@
+"""TFLite (LiteRT) export: builtin ops only, fixed sequence length, optional quantization.
+
+`OUT_DIR/model.tflite` has one signature, `serving_default`, with the inputs and
+outputs of the SavedModel's id signature, at shape (batch_size, max_length):
+the sequence length is fixed (pad every input to `max_length`, padding_mask 0),
+the batch is 1 by default (mobile inference; static shapes let the converter
+fold all shape arithmetic) or dynamic with `batch_size=None`. Next to it:
+`spiece.model` + `tokenizer.json` (the tokenizer) and `export.json` (special
+ids, max length, truncation rule, label names) for on-device tokenization,
+which must follow `albert_tf.export.text.pack_texts`.
+
+Quantization (`quantize`):
+    none     float32.
+    float16  float16 weights (half the size; computed in float32 on CPU).
+    dynamic  int8 weights, activations quantized on the fly (dynamic range).
+    int8     int8 weights and activations, calibrated on a representative
+             dataset of real text; ids stay int32 and outputs float32, and ops
+             without an int8 kernel stay float.
+
+The converter only gets TFLite builtin ops (`TFLITE_BUILTINS`, plus
+`TFLITE_BUILTINS_INT8` for int8): a model that would need the Flex delegate
+fails to export instead of producing a file the plain runtime cannot run.
+"""
+
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from albert_tf import features
+from albert_tf.export import signatures as signatures_lib
+from albert_tf.export import text as text_lib
+from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
+
+QUANTIZE_MODES = ("none", "float16", "dynamic", "int8")
+MODEL_FILE = "model.tflite"
+METADATA_FILE = "export.json"
+# Masked positions the pretrainer's TFLite model takes (the original's
+# max_predictions_per_seq); TFLite needs a fixed size.
+DEFAULT_NUM_MASK_POSITIONS = 20
+
+
+def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH, quantize="none",
+                  representative_texts=None, batch_size=1, label_names=None,
+                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS):
+    """Converts `model` to `out_dir/model.tflite` (see the module docstring).
+
+    Args:
+        model: an `AlbertBackbone`, `AlbertPretrainer` or task model.
+        out_dir: output directory (created).
+        tokenizer: an `AlbertTokenizer` to ship next to the model; needed for int8.
+        max_length: the fixed sequence length.
+        quantize: one of QUANTIZE_MODES.
+        representative_texts: for int8, real text to calibrate on: a list of
+            strings, or of (text, text_pair) tuples; 100-500 examples suffice.
+        batch_size: fixed batch size, or None for a dynamic batch.
+        label_names: overrides the model's `label_names`.
+        num_mask_positions: size of `mask_positions` for a pretrainer.
+
+    Returns:
+        The path of the written `.tflite` file.
+    """
+    import tensorflow as tf
+    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+    if quantize not in QUANTIZE_MODES:
+        raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}. Received: quantize={quantize!r}")
+    interface = signatures_lib.describe_model(model, label_names)
+    check_max_length(interface, max_length)
+    if tokenizer is not None:
+        tokenizer.check_vocab_size(interface.config.vocab_size)
+    if quantize == "int8" and (tokenizer is None or not representative_texts):
+        raise ValueError(
+            "`quantize='int8'` needs a tokenizer and `representative_texts` (real text to "
+            "calibrate activation ranges on)."
+        )
+    specs = signatures_lib.id_input_specs(interface, batch_size, max_length)
+    if features.MASK_POSITIONS in specs:
+        shape = specs[features.MASK_POSITIONS].shape.as_list()
+        shape[-1] = num_mask_positions
+        specs[features.MASK_POSITIONS] = tf.TensorSpec(shape, tf.int32, name=features.MASK_POSITIONS)
+
+    @tf.function
+    def serve(**inputs):
+        return signatures_lib.model_outputs(model, interface, inputs)
+
+    # Freeze the weights into constants: converted from a function that reads
+    # Keras variables, the model keeps them as resource variables (VAR_HANDLE /
+    # READ_VARIABLE ops, matmuls instead of FULLY_CONNECTED) and quantization
+    # leaves them in float.
+    concrete = serve.get_concrete_function(**specs)
+    frozen = convert_variables_to_constants_v2(concrete)
+    input_order = [t.name.split(":")[0] for t in frozen.inputs]
+
+    @tf.function
+    def frozen_serve(**inputs):
+        flat = frozen(*[inputs[name] for name in input_order])
+        return tf.nest.pack_sequence_as(concrete.structured_outputs, flat)
+
+    with tempfile.TemporaryDirectory() as staging:
+        tf.saved_model.save(
+            tf.Module(), staging,
+            signatures={signatures_lib.ID_SIGNATURE: frozen_serve.get_concrete_function(**specs)},
+        )
+        converter = tf.lite.TFLiteConverter.from_saved_model(
+            staging, signature_keys=[signatures_lib.ID_SIGNATURE]
+        )
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+        if quantize != "none":
+            converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        if quantize == "float16":
+            converter.target_spec.supported_types = [tf.float16]
+        if quantize == "int8":
+            converter.target_spec.supported_ops = [
+                tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS
+            ]
+            converter.representative_dataset = _representative_dataset(
+                interface, tokenizer, representative_texts, specs, max_length
+            )
+        try:
+            flatbuffer = converter.convert()
+        except Exception as e:  # the converter raises its own ConverterError
+            raise ValueError(
+                f"TFLite conversion with builtin ops only failed (an op would need the Flex "
+                f"delegate, or has no {quantize} kernel): {e}"
+            ) from e
+
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, MODEL_FILE)
+    with open(path, "wb") as f:
+        f.write(flatbuffer)
+    if tokenizer is not None:
+        tokenizer.save(out_dir)
+    metadata = export_metadata(
+        interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE],
+        quantize=quantize,
+        batch_size=batch_size,
+        tflite_inputs={n: s.shape.as_list() for n, s in specs.items()},
+        tflite_outputs=sorted(concrete.structured_outputs),
+        on_device_tokenization="preprocess as tokenizer.json says, SentencePiece-encode with "
+        "spiece.model, pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
+        "max_length, pad with pad id to max_length (padding_mask 0).",
+    )
+    with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
+        json.dump(metadata, f, indent=2)
+    return path
+
+
+def _representative_dataset(interface, tokenizer, texts, specs, max_length):
+    """Calibration samples: real text packed exactly as at inference, one batch-1 sample each."""
+    batch = specs[features.TOKEN_IDS].shape[0] or 1
+
+    def samples():
+        rows = [t if isinstance(t, (tuple, list)) else (t, None) for t in texts]
+        for start in range(0, len(rows) - batch + 1, batch):
+            chunk = rows[start : start + batch]
+            pairs = [b for _, b in chunk] if chunk[0][1] is not None else None
+            packed = text_lib.pack_texts(
+                tokenizer, [a for a, _ in chunk], pairs, max_length, pad_to=max_length
+            )
+            sample = {}
+            for name, spec in specs.items():
+                shape = [batch] + spec.shape.as_list()[1:]
+                if name in packed:
+                    # Multiple choice: the same packed pair in every choice slot.
+                    value = np.broadcast_to(packed[name].reshape([batch] + [1] * (len(shape) - 2) + [-1]), shape)
+                else:  # mask_positions: real-token positions, after [CLS]
+                    lengths = packed[features.PADDING_MASK].sum(-1, keepdims=True)
+                    value = 1 + np.arange(shape[-1])[None] % np.maximum(lengths - 2, 1)
+                sample[name] = np.ascontiguousarray(value, dtype="int32")
+            yield sample
+
+    return samples
+

@@ -1,0 +1,136 @@
+"""The fine-tuning loop: AdamW with warmup, evaluation every epoch, best checkpoint kept.
+
+Output directory:
+    best/            the best epoch's task model (`save_pretrained` layout)
+    tokenizer/       the tokenizer it was trained with
+    finetune.json    the resolved `FinetuneConfig`, label names, per-epoch
+                     metrics and the best epoch: enough to rebuild and rerun
+"""
+
+import json
+import math
+import os
+import time
+import warnings
+
+import keras
+
+from albert_tf.models import AlbertBackbone
+from albert_tf.optimizers import AdamW
+from albert_tf.schedules import WarmupLinearDecay
+from albert_tf.tasks.registry import get_task
+from input_pipeline.finetuning import make_dataset
+
+RUN_FILE = "finetune.json"
+BEST_DIR = "best"
+TOKENIZER_DIR = "tokenizer"
+
+
+def build_optimizer(config, total_steps):
+    """AdamW (LayerNorm/bias not decayed), warmup then linear decay, grads clipped to norm 1."""
+    warmup = int(round(config.warmup_fraction * total_steps))
+    schedule = WarmupLinearDecay(config.learning_rate, warmup, total_steps)
+    return AdamW(learning_rate=schedule, weight_decay=config.weight_decay, global_clipnorm=1.0)
+
+
+def check_lengths(config, backbone, tokenizer):
+    tokenizer.check_vocab_size(backbone.config.vocab_size)
+    if config.max_seq_length > backbone.config.max_position_embeddings:
+        raise ValueError(
+            f"`max_seq_length` ({config.max_seq_length}) is longer than the model allows "
+            f"(max_position_embeddings={backbone.config.max_position_embeddings})."
+        )
+
+
+def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0):
+    """Fine-tunes `backbone` on a task and keeps the best epoch.
+
+    Args:
+        config: a `FinetuneConfig`.
+        backbone: an `AlbertBackbone` (pretrained, converted or freshly initialised).
+        tokenizer: the `AlbertTokenizer` matching the backbone's vocabulary.
+        train_path, eval_path: data files (or directories, for RACE).
+        out_dir: where `best/`, `tokenizer/` and `finetune.json` go.
+        log: called with one line of text per event.
+        verbose: Keras `fit` verbosity.
+
+    Returns:
+        dict with "history" (per-epoch metrics), "best_epoch" and "best".
+    """
+    if not isinstance(backbone, AlbertBackbone):
+        raise ValueError(f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}")
+    check_lengths(config, backbone, tokenizer)
+    task = get_task(config.task)
+    keras.utils.set_random_seed(config.seed)
+
+    label_names = task.label_names(train_path, config)
+    train = task.encode(train_path, tokenizer, config, label_names)
+    evaluation = task.encode(eval_path, tokenizer, config, label_names)
+    for name, encoded in (("train", train), ("eval", evaluation)):
+        log(f"{name}: " + "; ".join(encoded.notes))
+    if not train.inputs or not evaluation.inputs:
+        raise ValueError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
+
+    model = task.build_model(backbone, label_names, config)
+    steps_per_epoch = math.ceil(len(train.inputs) / config.batch_size)
+    total_steps = steps_per_epoch * config.epochs
+    # Per-batch padding gives a new sequence length nearly every batch; XLA
+    # would compile once per length, so the graph runs without it.
+    model.compile(optimizer=build_optimizer(config, total_steps), jit_compile=False)
+    dataset = make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True,
+                           seed=config.seed, bucket=config.bucket, label_pad=task.label_pad)
+
+    os.makedirs(out_dir, exist_ok=True)
+    tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
+    main_metric = task.metrics[0]
+    history, best, best_epoch = [], None, None
+    for epoch in range(1, config.epochs + 1):
+        start = time.perf_counter()
+        with warnings.catch_warnings():
+            # Span and tagging heads read the sequence output, so the pooler
+            # gets no gradient; Keras warns about that on every run.
+            warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooler")
+            fit = model.fit(dataset, epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
+        train_seconds = time.perf_counter() - start
+        scores = task.evaluate(model, evaluation, config)
+        record = {"epoch": epoch, "train_loss": float(fit.history["loss"][-1]),
+                  "train_seconds": round(train_seconds, 2), **scores}
+        history.append(record)
+        improved = best is None or scores[main_metric] > best[main_metric]
+        if improved:
+            best, best_epoch = scores, epoch
+            model.save_pretrained(os.path.join(out_dir, BEST_DIR))
+        log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
+            + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
+            + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
+        _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
+    return {"history": history, "best_epoch": best_epoch, "best": best}
+
+
+def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation):
+    run = {
+        "config": config.to_dict(),
+        "label_names": label_names,
+        "data": {"train": train.notes, "eval": evaluation.notes},
+        "history": history,
+        "best_epoch": best_epoch,
+    }
+    with open(os.path.join(out_dir, RUN_FILE), "w") as f:
+        json.dump(run, f, indent=2)
+
+
+def load_run(directory):
+    """(FinetuneConfig, task model, tokenizer) of a `finetune` output directory."""
+    from albert_tf.saving import load_pretrained
+    from albert_tf.tasks.config import FinetuneConfig
+    from input_pipeline.tokenizer import AlbertTokenizer
+
+    path = os.path.join(directory, RUN_FILE)
+    if not os.path.isfile(path):
+        raise ValueError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
+    with open(path) as f:
+        run = json.load(f)
+    config = FinetuneConfig.from_dict(run["config"])
+    model = load_pretrained(os.path.join(directory, BEST_DIR))
+    tokenizer = AlbertTokenizer.load(os.path.join(directory, TOKENIZER_DIR))
+    return config, model, tokenizer

@@ -1,0 +1,245 @@
+"""The fine-tuning tasks: how each reads, encodes, builds its model and is scored.
+
+A `Task` turns a file into `Encoded` data (model inputs, labels, and what
+post-processing needs), builds the matching task model, and scores or
+formats that model's outputs. `TASKS` maps each `--task` name to one.
+"""
+
+import dataclasses
+
+import numpy as np
+
+from albert_tf.models import (
+    AlbertClassifier, AlbertMultipleChoice, AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger,
+)
+from albert_tf.models.question_answering import END_POSITIONS, START_POSITIONS
+from albert_tf.models.tagger import IGNORE_LABEL
+from albert_tf.tasks import metrics as metric_fns
+from albert_tf.tasks.prediction import predict_examples
+from albert_tf.tasks.squad import squad_predictions, squad_scores
+from input_pipeline import finetuning as data
+
+
+@dataclasses.dataclass
+class Encoded:
+    """A file made ready for a model.
+
+    Attributes:
+        inputs: list of dicts of int32 arrays, one per model input row.
+        labels: list of labels (None for unlabelled data).
+        examples: the examples read (for post-processing and messages).
+        extra: task-specific data (SQuAD features, tagging word positions).
+        notes: human-readable counts (skipped rows, truncated texts).
+    """
+
+    inputs: list
+    labels: list | None
+    examples: list
+    extra: list | None = None
+    notes: list = dataclasses.field(default_factory=list)
+
+
+def _notes(result, what, truncated=0, truncated_what="truncated to max_seq_length"):
+    notes = [result.summary(what)]
+    if truncated:
+        notes.append(f"{truncated} {what} {truncated_what}")
+    return notes
+
+
+class SentenceTask:
+    """Sentence or sentence-pair classification / regression (GLUE or a generic table)."""
+
+    label_pad = 0
+
+    def __init__(self, name, glue=None, regression=False):
+        self.name = name
+        self.glue = glue
+        self.regression = regression if glue is None else glue.label_names is None
+        self.metrics = glue.metrics if glue else (("pearson", "spearman") if self.regression else ("accuracy",))
+
+    def read(self, path, config, labelled=True, label_names=None):
+        if self.glue:
+            return data.read_glue(path, self.name, labelled=labelled, on_error=config.on_error)
+        return data.read_table(
+            path, config.text_column, config.text_pair_column,
+            config.label_column if labelled else None,
+            None if self.regression else label_names, on_error=config.on_error,
+        )
+
+    def label_names(self, train_path, config):
+        if self.regression:
+            return None
+        if self.glue:
+            return list(self.glue.label_names)
+        if config.label_names:
+            return list(config.label_names)
+        return data.read_label_set(train_path, config.label_column)
+
+    def build_model(self, backbone, label_names, config):
+        if self.regression:
+            return AlbertRegressor(backbone, dropout=config.dropout)
+        return AlbertClassifier(backbone, len(label_names), label_names=label_names, dropout=config.dropout)
+
+    def encode(self, path, tokenizer, config, label_names, labelled=True):
+        result = self.read(path, config, labelled, label_names)
+        encoder = data.TextEncoder(tokenizer, config.max_seq_length, truncate=config.truncate)
+        inputs = encoder.encode_all(result.examples)
+        labels = [e.label for e in result.examples] if labelled else None
+        return Encoded(inputs, labels, result.examples, notes=_notes(result, "examples", encoder.num_truncated))
+
+    def _predicted(self, model, encoded, batch_size):
+        outputs = predict_examples(model, encoded.inputs, batch_size)
+        if self.regression:
+            return np.array([float(o["predictions"]) for o in outputs]), outputs
+        return np.array([int(np.argmax(o["logits"])) for o in outputs]), outputs
+
+    def evaluate(self, model, encoded, config):
+        predicted, _ = self._predicted(model, encoded, config.eval_batch_size)
+        names = list(self.metrics)
+        if not self.glue and not self.regression and model.num_classes == 2 and "f1" not in names:
+            names.append("f1")
+        return metric_fns.compute(names, np.array(encoded.labels), predicted)
+
+    def predictions(self, model, encoded, config):
+        predicted, outputs = self._predicted(model, encoded, config.eval_batch_size)
+        if self.regression:
+            return [{"score": float(p)} for p in predicted]
+        rows = []
+        for p, o in zip(predicted, outputs):
+            probabilities = _softmax(o["logits"])
+            rows.append({"label": model.label_names[p] if model.label_names else int(p),
+                         "probability": float(probabilities[p])})
+        return rows
+
+
+class TaggingTask:
+    name = "tagging"
+    metrics = ("accuracy",)
+    label_pad = IGNORE_LABEL
+
+    def label_names(self, train_path, config):
+        if config.label_names:
+            return list(config.label_names)
+        return data.tag_set(data.read_tagging(train_path, on_error=config.on_error).examples)
+
+    def build_model(self, backbone, label_names, config):
+        return AlbertTagger(backbone, len(label_names), label_names=label_names, dropout=config.dropout)
+
+    def encode(self, path, tokenizer, config, label_names, labelled=True):
+        result = data.read_tagging(path, labelled=labelled, on_error=config.on_error)
+        encoder = data.TaggingEncoder(tokenizer, config.max_seq_length, label_names, truncate=config.truncate)
+        encoded = [encoder.encode(e) for e in result.examples]
+        return Encoded(
+            [x for x, _, _ in encoded], [y for _, y, _ in encoded] if labelled else None,
+            result.examples, extra=[first for _, _, first in encoded],
+            notes=_notes(result, "sentences", encoder.num_truncated),
+        )
+
+    def _tags(self, model, encoded, config):
+        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size)
+        return [np.argmax(o["logits"][first], -1) for o, first in zip(outputs, encoded.extra)]
+
+    def evaluate(self, model, encoded, config):
+        predicted = self._tags(model, encoded, config)
+        truth = [np.asarray(y)[first] for y, first in zip(encoded.labels, encoded.extra)]
+        return {"accuracy": metric_fns.accuracy(np.concatenate(truth), np.concatenate(predicted))}
+
+    def predictions(self, model, encoded, config):
+        return [{"tokens": list(e.words[: len(tags)]), "tags": [model.label_names[t] for t in tags]}
+                for e, tags in zip(encoded.examples, self._tags(model, encoded, config))]
+
+
+class SquadTask:
+    metrics = ("f1", "exact_match")
+    label_pad = 0
+
+    def __init__(self, name, version_2):
+        self.name = name
+        self.version_2 = version_2
+
+    def label_names(self, train_path, config):
+        return None
+
+    def build_model(self, backbone, label_names, config):
+        return AlbertQuestionAnswerer(backbone)
+
+    def encode(self, path, tokenizer, config, label_names, labelled=True):
+        result = data.read_squad(path, on_error=config.on_error)
+        if not self.version_2 and any(e.is_impossible for e in result.examples):
+            raise ValueError(f"{path} has unanswerable questions: use --task squad_v2.")
+        featurizer = data.SquadFeaturizer(tokenizer, config.max_seq_length, config.doc_stride,
+                                          config.max_query_length)
+        feats = featurizer.featurize(result.examples)
+        labels = [{START_POSITIONS: f.start_position, END_POSITIONS: f.end_position} for f in feats]
+        notes = _notes(result, "questions", featurizer.num_truncated_questions,
+                       f"questions cut to max_query_length={config.max_query_length}")
+        notes.append(f"{len(feats)} windows (doc_stride={config.doc_stride})")
+        return Encoded([f.inputs for f in feats], labels, result.examples, extra=feats, notes=notes)
+
+    def _answers(self, model, encoded, config):
+        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size)
+        return squad_predictions(
+            encoded.examples, encoded.extra, [o["start_logits"] for o in outputs],
+            [o["end_logits"] for o in outputs], config.n_best_size, config.max_answer_length,
+            self.version_2, config.null_score_diff_threshold,
+        )
+
+    def evaluate(self, model, encoded, config):
+        answers = self._answers(model, encoded, config)
+        return squad_scores(encoded.examples, {k: p.text for k, p in answers.items()})
+
+    def predictions(self, model, encoded, config):
+        answers = self._answers(model, encoded, config)
+        return [{"id": e.qas_id, "answer": answers[e.qas_id].text,
+                 "null_score_diff": answers[e.qas_id].null_score_diff} for e in encoded.examples]
+
+
+class ChoiceTask:
+    name = "race"
+    metrics = ("accuracy",)
+    label_pad = 0
+
+    def label_names(self, train_path, config):
+        return None
+
+    def build_model(self, backbone, label_names, config):
+        return AlbertMultipleChoice(backbone, dropout=config.dropout)
+
+    def encode(self, path, tokenizer, config, label_names, labelled=True):
+        result = data.read_race(path, labelled=labelled, on_error=config.on_error)
+        encoder = data.ChoiceEncoder(tokenizer, config.max_seq_length)
+        inputs = encoder.encode_all(result.examples)
+        labels = [e.label for e in result.examples] if labelled else None
+        return Encoded(inputs, labels, result.examples,
+                       notes=_notes(result, "questions", encoder.num_truncated, "with the article cut to fit"))
+
+    def _choices(self, model, encoded, config):
+        return [int(np.argmax(o["logits"])) for o in predict_examples(model, encoded.inputs, config.eval_batch_size)]
+
+    def evaluate(self, model, encoded, config):
+        return {"accuracy": metric_fns.accuracy(encoded.labels, self._choices(model, encoded, config))}
+
+    def predictions(self, model, encoded, config):
+        return [{"answer": chr(ord("A") + c)} for c in self._choices(model, encoded, config)]
+
+
+def _softmax(logits):
+    z = np.exp(logits - np.max(logits))
+    return z / z.sum()
+
+
+TASKS = {
+    **{name: SentenceTask(name, glue=spec) for name, spec in data.GLUE_TASKS.items()},
+    "classification": SentenceTask("classification"),
+    "regression": SentenceTask("regression", regression=True),
+    "tagging": TaggingTask(),
+    "squad": SquadTask("squad", version_2=False),
+    "squad_v2": SquadTask("squad_v2", version_2=True),
+    "race": ChoiceTask(),
+}
+
+
+def get_task(name):
+    if name not in TASKS:
+        raise ValueError(f"Unknown task {name!r}. Valid tasks: {sorted(TASKS)}")
+    return TASKS[name]

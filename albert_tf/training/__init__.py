@@ -1,0 +1,13 @@
+"""Pretraining at any scale: the strategy.run training loop, its config and evaluation."""
+
+from albert_tf.training.config import TrainerConfig
+from albert_tf.training.evaluation import evaluate_pretraining, most_frequent_masked_id
+from albert_tf.training.progress import read_log
+from albert_tf.training.trainer import (
+    Trainer,
+    TrainingDiverged,
+    build_optimizer,
+    build_pretrainer,
+    pretraining_dataset_fn,
+    pretraining_sums,
+)

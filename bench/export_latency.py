@@ -1,0 +1,185 @@
+"""Batch-1 latency at seq 128 of ALBERT-base, as exported vs its peers, on this machine's CPU.
+
+Rows: albert-tf Keras (tf.function, with and without XLA), the exported
+SavedModel (`serving_default`), TFLite float32 / float16 / dynamic-range int8
+(and full int8 with --tokenizer, which calibrates on real text), HF
+transformers AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
+weights: latency does not depend on them. Every row runs in its own
+subprocess (no shared thread pools), with the same thread count.
+
+    python bench/export_latency.py [--steps 30] [--threads N] [--tokenizer DIR]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+SEQ = 128
+ROWS = {
+    "keras": "albert-tf Keras (tf.function)",
+    "keras-xla": "albert-tf Keras (tf.function, XLA)",
+    "saved_model": "albert-tf SavedModel serving_default",
+    "tflite-none": "albert-tf TFLite float32",
+    "tflite-float16": "albert-tf TFLite float16 weights",
+    "tflite-dynamic": "albert-tf TFLite dynamic-range int8",
+    "tflite-int8": "albert-tf TFLite full int8",
+    "hf": "HF transformers AlbertModel (PyTorch)",
+    "keras-hub": "keras-hub AlbertBackbone (tf.function)",
+}
+
+
+def inputs():
+    rng = np.random.default_rng(0)
+    token_ids = rng.integers(5, 30000, (1, SEQ)).astype("int32")
+    token_ids[0, 0], token_ids[0, -1] = 2, 3
+    return {
+        "token_ids": token_ids,
+        "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype("int32")[None],
+        "padding_mask": np.ones((1, SEQ), "int32"),
+    }
+
+
+def timed(fn, warmup, steps):
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000.0
+
+
+def prepare(workdir, tokenizer_dir):
+    """Builds ALBERT-base once and writes the SavedModel and the TFLite models."""
+    from albert_tf import AlbertBackbone, AlbertConfig
+    from albert_tf.export import export_saved_model, export_tflite, find_tokenizer
+
+    model = AlbertBackbone(AlbertConfig.from_preset("base"))
+    model.save_pretrained(os.path.join(workdir, "model"))
+    export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
+    modes = ["none", "float16", "dynamic"] + (["int8"] if tokenizer_dir else [])
+    tokenizer = find_tokenizer(tokenizer_dir=tokenizer_dir) if tokenizer_dir else None
+    texts = None
+    if tokenizer is not None:
+        from input_pipeline import corpora
+
+        texts = [t for t, _ in corpora.imdb_reviews("pretrain")[:200]]
+    sizes = {}
+    for mode in modes:
+        path = export_tflite(
+            model, os.path.join(workdir, f"tflite-{mode}"), tokenizer=tokenizer, max_length=SEQ,
+            quantize=mode, representative_texts=texts,
+        )
+        sizes[f"tflite-{mode}"] = os.path.getsize(path) / 2**20
+    return sizes
+
+
+def run_one(key, workdir, threads, warmup, steps):
+    import tensorflow as tf
+
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    x = inputs()
+    if key in ("keras", "keras-xla"):
+        from albert_tf.saving import load_pretrained
+
+        model = load_pretrained(os.path.join(workdir, "model"))
+        fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
+        batch = {k: tf.constant(v) for k, v in x.items()}
+        return timed(lambda: fn(batch)["pooled_output"].numpy(), warmup, steps)
+    if key == "saved_model":
+        from albert_tf.export import version_dirs
+
+        base = os.path.join(workdir, "saved_model")
+        signature = tf.saved_model.load(os.path.join(base, str(version_dirs(base)[-1]))).signatures["serving_default"]
+        batch = {k: tf.constant(v) for k, v in x.items()}
+        return timed(lambda: signature(**batch)["pooled_output"].numpy(), warmup, steps)
+    if key.startswith("tflite-"):
+        from ai_edge_litert.interpreter import Interpreter
+
+        interpreter = Interpreter(model_path=os.path.join(workdir, key, "model.tflite"), num_threads=threads)
+        runner = interpreter.get_signature_runner("serving_default")
+        return timed(lambda: runner(**x), warmup, steps)
+    if key == "hf":
+        import torch
+        from transformers import AlbertConfig, AlbertModel
+
+        torch.set_num_threads(threads)
+        # HF's AlbertConfig defaults are xxlarge: spell out base.
+        config = AlbertConfig(
+            vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+            num_attention_heads=12, intermediate_size=3072, hidden_act="gelu_new",
+        )
+        model = AlbertModel(config).eval()
+        batch = {
+            "input_ids": torch.tensor(x["token_ids"], dtype=torch.long),
+            "token_type_ids": torch.tensor(x["segment_ids"], dtype=torch.long),
+            "attention_mask": torch.tensor(x["padding_mask"], dtype=torch.long),
+        }
+        with torch.inference_mode():
+            return timed(lambda: model(**batch).pooler_output, warmup, steps)
+    if key == "keras-hub":
+        import keras_hub
+
+        model = keras_hub.models.AlbertBackbone(
+            vocabulary_size=30000, num_layers=12, num_heads=12, embedding_dim=128, hidden_dim=768,
+            intermediate_dim=3072, dropout=0.0, max_sequence_length=512,
+        )
+        fn = tf.function(lambda batch: model(batch, training=False))
+        return timed(lambda: fn(x)["pooled_output"].numpy(), warmup, steps)
+    raise ValueError(f"Unknown row {key!r}. Valid: {sorted(ROWS)}")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--tokenizer", help="A 30000-piece tokenizer dir: adds the full-int8 row (calibrated on IMDB text).")
+    parser.add_argument("--only", help=argparse.SUPPRESS)
+    parser.add_argument("--workdir", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.only:
+        print(json.dumps({"ms": run_one(args.only, args.workdir, args.threads, args.warmup, args.steps)}))
+        return
+
+    with tempfile.TemporaryDirectory() as workdir:
+        start = time.time()
+        sizes = prepare(workdir, args.tokenizer)
+        print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
+        results = {}
+        for key in ROWS:
+            if key == "tflite-int8" and not args.tokenizer:
+                continue
+            done = subprocess.run(
+                [sys.executable, __file__, "--only", key, "--workdir", workdir, "--threads", str(args.threads),
+                 "--warmup", str(args.warmup), "--steps", str(args.steps)],
+                capture_output=True, text=True,
+            )
+            if done.returncode != 0:
+                print(f"{key} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
+                continue
+            results[key] = json.loads(done.stdout.strip().splitlines()[-1])["ms"]
+            print(f"{key}: {results[key]:.1f} ms", file=sys.stderr)
+
+    float_peers = {k: v for k, v in results.items() if k in ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")}
+    fastest = min(float_peers, key=float_peers.get)
+    print(f"\nALBERT-base, batch 1, seq {SEQ}, {args.threads} threads, median of {args.steps} runs\n")
+    print("| runtime | latency (ms) | vs fastest float peer | model file (MiB) |")
+    print("|---|---|---|---|")
+    for key, ms in results.items():
+        size = f"{sizes[key]:.1f}" if key in sizes else ""
+        print(f"| {ROWS[key]} | {ms:.1f} | {float_peers[fastest] / ms:.2f}x | {size} |")
+    print(f"\nFastest float peer: {ROWS[fastest]}.")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""Shared, built-once fixtures of the export tests: a real-text tokenizer, tiny task models, exports.
+
+Built with `functools.lru_cache`, so the three export test files share them
+within one pytest process.
+"""
+
+import atexit
+import functools
+import shutil
+import tempfile
+
+from helpers import tiny_config
+
+VOCAB_SIZE = 300
+MAX_LENGTH = 24
+LABELS = ["negative", "positive"]
+
+
+@functools.lru_cache(maxsize=None)
+def tokenizer():
+    """A 300-piece tokenizer trained on 300 IMDB reviews (a few seconds)."""
+    from input_pipeline import AlbertTokenizer, corpora
+
+    documents = corpora.imdb_documents("pretrain", limit=300)
+    return AlbertTokenizer.train((s for d in documents for s in d), VOCAB_SIZE, num_threads=1)
+
+
+@functools.lru_cache(maxsize=None)
+def real_texts(n=40):
+    """Held-out IMDB reviews: real text the tokenizer never saw."""
+    from input_pipeline import corpora
+
+    return tuple(text for text, _ in corpora.imdb_reviews("heldout")[:n])
+
+
+def config():
+    return tiny_config(vocab_size=VOCAB_SIZE)
+
+
+@functools.lru_cache(maxsize=None)
+def classifier():
+    from albert_tf import AlbertBackbone
+    from albert_tf.models import AlbertClassifier
+
+    return AlbertClassifier(AlbertBackbone(config()), num_classes=2, label_names=LABELS)
+
+
+@functools.lru_cache(maxsize=None)
+def exported_classifier():
+    """(base_dir, version_dir) of the classifier's SavedModel, with text signatures."""
+    from albert_tf.export import export_saved_model
+
+    base = scratch_dir() + "/classifier"
+    return base, export_saved_model(classifier(), base, tokenizer=tokenizer(), max_length=MAX_LENGTH)
+
+
+@functools.lru_cache(maxsize=None)
+def scratch_dir():
+    path = tempfile.mkdtemp(prefix="albert_tf_export_tests_")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
+def texts_and_pairs():
+    """Short, long (truncated), accented and whitespace-heavy texts, and pairs of them."""
+    long_text = " ".join(real_texts()[:3])
+    texts = ["A great movie!", long_text, "  Café   crème,\tnaïve  ", real_texts()[3]]
+    pairs = ["yes", "no", long_text, long_text]
+    return texts, pairs

@@ -1,0 +1,66 @@
+"""`albert-tf demo` end to end with a tiny override, and `albert-tf pretrain` on raw text."""
+
+import json
+import os
+
+import pytest
+
+from albert_tf import AlbertConfig, cli
+from albert_tf.saving import load_pretrained
+
+TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
+        "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--embedding-size", "8", "--hidden-size", "16",
+        "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32", "--batch-size", "8",
+        "--warmup-steps", "1", "--checkpoint-every", "2", "--log-every", "1", "--eval-batches", "2",
+        "--baseline-batches", "2"]
+
+
+@pytest.mark.slow
+def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
+    out = str(tmp_path / "demo")
+    assert cli.main(["demo", "--out", out, "--steps", "3", *TINY]) == 0
+    for name in ("tokenizer/spiece.model", "config.json", "training_config.json", "checkpoints/ckpt-3.index",
+                 "final/model.weights.h5", "metrics.json", "loss_curve.png", "train_log.jsonl"):
+        assert os.path.isfile(os.path.join(out, name)), name
+    with open(os.path.join(out, "metrics.json")) as f:
+        metrics = json.load(f)
+    assert 0 <= metrics["heldout"]["mlm_accuracy"] <= 1 and 0 <= metrics["heldout"]["sop_accuracy"] <= 1
+    assert "unigram_mlm_accuracy" in metrics["heldout"]
+    assert load_pretrained(os.path.join(out, "final")).config == AlbertConfig.load(out)
+    capsys.readouterr()
+
+    # The same command with more steps continues from step 3 with the saved tokenizer.
+    assert cli.main(["demo", "--out", out, "--steps", "4", *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "Reusing the tokenizer" in printed and "Resumed from" in printed and "at step 3" in printed
+    assert "| held-out MLM accuracy" in printed
+
+
+def test_pretrain_on_raw_text_without_tokenizer_is_an_error(tmp_path, capsys):
+    text = tmp_path / "corpus.txt"
+    text.write_text("One sentence.\nAnother one.\n")
+    assert cli.main(["pretrain", "--data", str(text), "--out", str(tmp_path / "run")]) == 2
+    assert "pass --tokenizer" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
+    from input_pipeline import corpora
+
+    text = tmp_path / "reviews.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in corpora.imdb_documents("pretrain", limit=150)) + "\n")
+    assert cli.main(["train-tokenizer", "--input", str(text), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 0
+    run = str(tmp_path / "run")
+    flags = ["pretrain", "--data", str(text), "--tokenizer", str(tmp_path / "tok"), "--out", run,
+             "--embedding-size", "8", "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2",
+             "--intermediate-size", "32", "--max-seq-length", "32", "--max-predictions-per-seq", "5",
+             "--batch-size", "4", "--warmup-steps", "0", "--checkpoint-every", "1", "--log-every", "1"]
+    assert cli.main([*flags, "--steps", "2"]) == 0
+    assert AlbertConfig.load(run).vocab_size == 300
+    with open(os.path.join(run, "training_config.json")) as f:
+        assert json.load(f)["trainer"]["num_steps"] == 2
+    assert os.path.isfile(os.path.join(run, "tokenizer", "spiece.model"))
+    assert os.path.isdir(os.path.join(run, "tensorboard"))
+    capsys.readouterr()
+    assert cli.main([*flags, "--steps", "3"]) == 0
+    assert "at step 2" in capsys.readouterr().out

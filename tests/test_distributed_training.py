@@ -1,0 +1,107 @@
+"""The training loop under MirroredStrategy, MultiWorkerMirroredStrategy, and across a SIGKILL.
+
+Each run happens in fresh processes (tests/training_worker.py): logical CPUs
+and TF_CONFIG must be set before TensorFlow starts. Every run must end with
+the weights of the same steps taken on one device.
+"""
+
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from albert_tf.training import Trainer
+from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
+
+WORKER = str(pathlib.Path(__file__).with_name("training_worker.py"))
+REPO_ROOT = str(pathlib.Path(__file__).resolve().parents[1])
+TOLERANCE = 1e-5
+
+
+def one_device_weights(run_dir, steps=3):
+    config = tiny_trainer_config(num_steps=steps)
+    trainer = Trainer(TINY_MODEL, config, str(run_dir), array_dataset_fn(synthetic_examples()),
+                      print_fn=lambda *_: None)
+    trainer.train()
+    return weights_of(trainer.model)
+
+
+def worker(args, tf_config=None):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TF_CONFIG", None)
+    if tf_config:
+        env["TF_CONFIG"] = json.dumps(tf_config)
+    return subprocess.Popen([sys.executable, WORKER, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def finish(process, timeout=90):
+    output, _ = process.communicate(timeout=timeout)
+    assert process.returncode == 0, output[-3000:]
+
+
+def saved_weights(path):
+    arrays = np.load(path)
+    return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+
+def free_ports(count):
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+@pytest.mark.slow
+def test_mirrored_on_two_logical_cpus_matches_one_device(tmp_path):
+    process = worker(["--strategy", "mirrored", "--run-dir", str(tmp_path / "mirrored"),
+                      "--out", str(tmp_path / "mirrored.npz")])
+    expected = one_device_weights(tmp_path / "one")
+    finish(process)
+    assert max_difference(saved_weights(tmp_path / "mirrored.npz"), expected) < TOLERANCE
+
+
+@pytest.mark.slow
+def test_multi_worker_on_two_processes_matches_one_device(tmp_path):
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    processes = [
+        worker(["--strategy", "multi_worker", "--run-dir", str(tmp_path / "multi"),
+                "--out", str(tmp_path / f"worker{index}.npz")],
+               tf_config={"cluster": cluster, "task": {"type": "worker", "index": index}})
+        for index in range(2)
+    ]
+    expected = one_device_weights(tmp_path / "one")
+    for process in processes:
+        finish(process)
+    for index in range(2):
+        assert max_difference(saved_weights(tmp_path / f"worker{index}.npz"), expected) < TOLERANCE
+    # Only the chief writes the run directory's checkpoints.
+    assert sorted(os.listdir(tmp_path / "multi" / "checkpoints"))[0] == "checkpoint"
+    assert not [name for name in os.listdir(tmp_path / "multi") if name.startswith(".worker")]
+
+
+@pytest.mark.slow
+def test_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
+    run_dir = tmp_path / "killed"
+    args = ["--run-dir", str(run_dir), "--steps", "6", "--checkpoint-every", "2", "--out", str(tmp_path / "w.npz")]
+    # Slow input (0.5 s a batch) so the kill lands between checkpoints.
+    process = worker(args + ["--seconds-per-batch", "0.5"])
+    deadline = time.time() + 90
+    while not (run_dir / "checkpoints" / "ckpt-2.index").exists():
+        assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
+        time.sleep(0.2)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    assert not (tmp_path / "w.npz").exists()
+    finish(worker(args))
+    assert max_difference(saved_weights(tmp_path / "w.npz"), one_device_weights(tmp_path / "one", steps=6)) < TOLERANCE

@@ -1,0 +1,164 @@
+"""SavedModel export: versioned layout, signatures, parity with Keras, in-graph text, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.special import softmax
+
+from albert_tf import AlbertBackbone, AlbertPretrainer
+from albert_tf.export import export_saved_model, pack_texts, truncated_lengths
+from albert_tf.export.saved_model import METADATA_FILE
+from albert_tf.models import AlbertQuestionAnswerer
+from export_fixtures import (
+    LABELS, MAX_LENGTH, classifier, config, exported_classifier, texts_and_pairs, tokenizer,
+)
+from helpers import backbone_batch, max_abs_diff, pretraining_batch
+from input_pipeline.finetuning.encoding import truncate_pair
+
+
+def _call(signature, **arrays):
+    return {k: v.numpy() for k, v in signature(**{k: tf.constant(v) for k, v in arrays.items()}).items()}
+
+
+def test_truncation_closed_form_matches_the_loop():
+    for budget in range(2, 12):
+        for la in range(0, 14):
+            for lb in range(0, 14):
+                a, b = truncate_pair(range(la), range(lb), budget)
+                assert truncated_lengths(la, lb, budget) == (len(a), len(b)), (la, lb, budget)
+
+
+def test_classifier_ids_and_text_signatures_match_keras():
+    base, path = exported_classifier()
+    assert path == os.path.join(base, "1")
+    loaded = tf.saved_model.load(path)
+    assert sorted(loaded.signatures) == ["serve_text", "serve_text_pair", "serving_default"]
+    model = classifier()
+
+    batch = backbone_batch(config())
+    out = _call(loaded.signatures["serving_default"], **batch)
+    expected = np.asarray(model(batch)["logits"])
+    assert max_abs_diff(out["logits"], expected) <= 1e-5
+    assert max_abs_diff(out["probabilities"], softmax(expected, -1)) <= 1e-6
+
+    texts, pairs = texts_and_pairs()
+    for signature, text_pairs in (("serve_text", None), ("serve_text_pair", pairs)):
+        inputs = {"text": np.array(texts, dtype=object)}
+        if text_pairs is not None:
+            inputs["text_pair"] = np.array(text_pairs, dtype=object)
+        out = _call(loaded.signatures[signature], **inputs)
+        packed = pack_texts(tokenizer(), texts, text_pairs, MAX_LENGTH)
+        assert packed["padding_mask"].sum(-1).max() == MAX_LENGTH  # long texts were truncated
+        logits = np.asarray(model(packed)["logits"])
+        assert max_abs_diff(out["logits"], logits) <= 1e-5
+        assert out["label_ids"].tolist() == logits.argmax(-1).tolist()
+        assert [l.decode() for l in out["labels"]] == [LABELS[i] for i in logits.argmax(-1)]
+
+    with open(os.path.join(path, METADATA_FILE)) as f:
+        metadata = json.load(f)
+    assert metadata["kind"] == "classifier" and metadata["label_names"] == LABELS
+    assert metadata["max_length"] == MAX_LENGTH
+
+
+def test_bad_inputs_give_clear_errors():
+    loaded = tf.saved_model.load(exported_classifier()[1])
+    ids, text = loaded.signatures["serving_default"], loaded.signatures["serve_text"]
+    good = backbone_batch(config(), batch=1, seq=MAX_LENGTH)
+    too_long = backbone_batch(config(), batch=1, seq=MAX_LENGTH + 1)
+    cases = [
+        (ids, too_long, "at most max_length=24"),
+        (ids, {**good, "token_ids": good["token_ids"] + 1000}, "vocab_size=300"),
+        (ids, {**good, "segment_ids": good["segment_ids"][:, :-1]}, "shape of `token_ids`"),
+        (ids, {**good, "padding_mask": good["padding_mask"] * 2}, "only 0 and 1"),
+        (text, {"text": np.array(["fine", "  \t "], dtype=object)}, "`text` must not be empty"),
+    ]
+    for signature, inputs, message in cases:
+        with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+            _call(signature, **inputs)
+    # Wrong dtype or rank is refused by the signature itself.
+    refused = (TypeError, ValueError, tf.errors.InvalidArgumentError)
+    with pytest.raises(refused, match="int32"):
+        _call(ids, **{**good, "token_ids": good["token_ids"].astype("float32")})
+    with pytest.raises(refused, match="`token_ids` must have rank 2"):
+        _call(ids, **{**good, "token_ids": good["token_ids"][0]})
+    with pytest.raises(refused, match="`text` must have rank 1"):
+        text(text=tf.constant("not a batch"))
+    with pytest.raises(refused, match="`text` must have rank 1"):
+        text(text=tf.constant([["a", "b"]]))
+
+
+def test_question_answering_text_signature_returns_a_span_in_the_context(tmp_path):
+    model = AlbertQuestionAnswerer(AlbertBackbone(config()))
+    loaded = tf.saved_model.load(export_saved_model(model, str(tmp_path), tokenizer=tokenizer(), max_length=32))
+    assert sorted(loaded.signatures) == ["serve_text", "serving_default"]
+    question, context = ["who directed it?"], ["The film was directed by Jane Doe in Paris, long ago."]
+    out = _call(loaded.signatures["serve_text"], question=np.array(question, object), context=np.array(context, object))
+    packed = pack_texts(tokenizer(), question, context, 32, max_first_length=64)
+    expected = model(packed)
+    assert max_abs_diff(out["start_logits"], np.asarray(expected["start_logits"])) <= 1e-5
+    start, end = int(out["answer_start"][0]), int(out["answer_end"][0])
+    assert packed["segment_ids"][0, start] == 1 and start <= end < packed["padding_mask"][0].sum() - 1
+    assert out["answer"][0].decode() == tokenizer().decode(packed["token_ids"][0, start : end + 1])
+
+
+def test_cli_backbone_versions_and_pretrainer_without_tokenizer(tmp_path):
+    from albert_tf import cli
+
+    backbone = AlbertBackbone(config())
+    model_dir, base = str(tmp_path / "model"), str(tmp_path / "saved_models" / "albert")
+    backbone.save_pretrained(model_dir)
+    tokenizer().save(model_dir)  # the convention: a tokenizer inside the model directory
+    export = ["export", "--model", model_dir, "--format", "saved_model", "--out", base, "--max-length", "16"]
+    assert cli.main(export) == 0
+    assert cli.main(export + ["--no-text"]) == 0
+    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert list(tf.saved_model.load(os.path.join(base, "2")).signatures) == ["serving_default"]
+    loaded = tf.saved_model.load(os.path.join(base, "1"))
+    assert sorted(loaded.signatures) == ["serve_text", "serve_text_pair", "serving_default"]
+    out = _call(loaded.signatures["serve_text"], text=np.array(["a fine film"], object))
+    packed = pack_texts(tokenizer(), ["a fine film"], None, 16)
+    assert max_abs_diff(out["pooled_output"], np.asarray(backbone(packed)["pooled_output"])) <= 1e-5
+    assert out["tokens"][0, 0] == b"[CLS]"
+
+    pretrainer = AlbertPretrainer(AlbertBackbone(config()))
+    path = export_saved_model(pretrainer, str(tmp_path / "pretrainer"), max_length=16)
+    loaded = tf.saved_model.load(path)
+    assert list(loaded.signatures) == ["serving_default"]
+    inputs, _ = pretraining_batch(config())
+    out = _call(loaded.signatures["serving_default"], **inputs)
+    assert max_abs_diff(out, {k: np.asarray(v) for k, v in pretrainer(inputs).items()}) <= 1e-5
+
+
+# `saved_model_cli` with TF Text's ops registered: `run` imports the whole graph,
+# text signatures included (as TF-Serving does). `show` needs no ops.
+SAVED_MODEL_CLI_WITH_TF_TEXT = (
+    "import sys, tensorflow_text; from tensorflow.python.tools.saved_model_cli import main; "
+    "sys.argv[0] = 'saved_model_cli'; sys.exit(main())"
+)
+
+
+@pytest.mark.slow
+def test_saved_model_cli_show_and_run():
+    path = exported_classifier()[1]
+    plain = [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
+    with_text = [sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT]
+
+    def cli(command, *args):
+        done = subprocess.run(command + list(args), capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    shown = cli(plain, "show", "--dir", path, "--all")
+    for expected in ("signature_def['serve_text']", "signature_def['serving_default']", "outputs['probabilities']"):
+        assert expected in shown
+    ran = cli(with_text, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serving_default",
+              "--input_exprs", "token_ids=[[2, 50, 51, 3]];segment_ids=[[0, 0, 0, 0]];padding_mask=[[1, 1, 1, 1]]")
+    assert "probabilities" in ran
+    ran = cli(with_text, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serve_text",
+              "--input_exprs", "text=['A great movie!', 'Dull.']")
+    assert "labels" in ran and ("positive" in ran or "negative" in ran)

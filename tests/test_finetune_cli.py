@@ -1,0 +1,89 @@
+import csv
+import io
+import json
+
+import numpy as np
+import pytest
+
+from albert_tf import AlbertBackbone
+from albert_tf.cli import main
+from albert_tf.tasks import load_run
+from data_fixtures import VOCAB_SIZE, small_tokenizer
+from helpers import tiny_config
+from input_pipeline import corpora
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory):
+    """A tiny 'pretrained' run directory: final/ beside tokenizer/, as the demo writes."""
+    root = tmp_path_factory.mktemp("pretrained")
+    AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE)).save_pretrained(str(root / "final"))
+    small_tokenizer().save(str(root / "tokenizer"))
+    return str(root / "final")
+
+
+def write_csv(path, rows):
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
+    return str(path)
+
+
+def finetune(model_dir, out, train, evaluation, *extra):
+    return main(["finetune", "--model", model_dir, "--train", train, "--eval", evaluation,
+                 "--out", str(out), "--max-seq-length", "64", "--batch-size", "8", "--epochs", "2",
+                 "--learning-rate", "1e-3", *extra])
+
+
+def test_finetune_then_predict_from_file_and_stdin(model_dir, tmp_path, capsys, monkeypatch):
+    everything = corpora.rotten_tomatoes_sentences()
+    sentences = [everything[i] for i in np.random.default_rng(0).permutation(len(everything))[:48]]
+    labels = {0: "neg", 1: "pos"}
+    train = write_csv(tmp_path / "train.csv", [(t, labels[y]) for t, y in sentences[:32]])
+    evaluation = write_csv(tmp_path / "eval.csv", [(t, labels[y]) for t, y in sentences[32:]])
+    out = tmp_path / "run"
+    assert finetune(model_dir, out, train, evaluation, "--task", "classification", "--truncate") == 0
+    run = json.loads((out / "finetune.json").read_text())
+    assert run["label_names"] == ["neg", "pos"] and len(run["history"]) == 2
+    assert {"accuracy", "f1", "train_loss"} <= set(run["history"][0])
+    config, model, _ = load_run(str(out))
+    assert model.label_names == ["neg", "pos"] and config.task == "classification"
+
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out), "--input", evaluation]) == 0
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert len(rows) == 16 and all(r["label"] in ("neg", "pos") for r in rows)
+    monkeypatch.setattr("sys.stdin", io.StringIO("a gorgeous film\nflat and dull\n"))
+    assert main(["predict", "--model", str(out)]) == 0
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
+def test_bad_input_is_reported_with_file_and_line(model_dir, tmp_path, capsys):
+    train = write_csv(tmp_path / "train.csv", [("good", "pos"), ("bad", "neg")])
+    evaluation = write_csv(tmp_path / "eval.csv", [("fine", "pos"), ("meh", "neutral")])
+    out = tmp_path / "run"
+    assert finetune(model_dir, out, train, evaluation, "--task", "classification") == 2
+    assert f"{evaluation}:3: label 'neutral' is not in the label set ['neg', 'pos']" in capsys.readouterr().err
+    long_train = write_csv(tmp_path / "long.csv", [("word " * 100, "pos"), ("bad", "neg")])
+    assert finetune(model_dir, out, long_train, train, "--task", "classification") == 2
+    assert f"{long_train}:2: 102 pieces, longer than max_seq_length=64" in capsys.readouterr().err
+    assert finetune(model_dir, out, train, evaluation, "--task", "classification", "--skip-invalid") == 0
+    assert "1 examples, 1 skipped (first:" in capsys.readouterr().out
+
+
+def test_squad_v2_end_to_end(model_dir, tmp_path, capsys):
+    context = "The film opened in Paris in 1990 and closed in Berlin a year later."
+    qas = [{"id": "a", "question": "Where did it open?",
+            "answers": [{"text": "Paris", "answer_start": context.index("Paris")}]},
+           {"id": "b", "question": "Who sang?", "answers": [], "is_impossible": True}]
+    path = tmp_path / "squad.json"
+    path.write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}))
+    out = tmp_path / "squad"
+    assert finetune(model_dir, out, str(path), str(path), "--task", "squad_v2", "--doc-stride", "8",
+                    "--max-query-length", "16") == 0
+    run = json.loads((out / "finetune.json").read_text())
+    assert {"exact_match", "f1", "no_answer_f1"} <= set(run["history"][-1])
+    capsys.readouterr()
+    assert main(["predict", "--model", str(out), "--input", str(path)]) == 0
+    assert [json.loads(l)["id"] for l in capsys.readouterr().out.splitlines()] == ["a", "b"]

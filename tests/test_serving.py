@@ -1,0 +1,100 @@
+"""The local TF-Serving REST server: responses match direct calls; bad requests get 400 and it keeps serving."""
+
+import json
+import urllib.error
+import urllib.request
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.serving import ModelServer, ServingModel
+from export_fixtures import MAX_LENGTH, config, exported_classifier, texts_and_pairs
+from helpers import backbone_batch, max_abs_diff
+
+MAX_BODY_BYTES = 64 * 1024
+
+
+@pytest.fixture(scope="module")
+def server():
+    model = ServingModel(exported_classifier()[0], max_batch_size=16)
+    server = ModelServer(model, "127.0.0.1", 0, max_body_bytes=MAX_BODY_BYTES)  # port 0: a free one
+    thread = server.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+    thread.join(timeout=10)
+
+
+def _request(url, body=None, method=None):
+    """(status, decoded JSON) of one request; bounded by a timeout."""
+    data = body if isinstance(body, bytes) or body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method or ("POST" if data is not None else "GET"))
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read())
+
+
+def _direct(signature, **arrays):
+    loaded = tf.saved_model.load(exported_classifier()[1])
+    return {k: v.numpy() for k, v in loaded.signatures[signature](**{k: tf.constant(v) for k, v in arrays.items()}).items()}
+
+
+def test_status_and_metadata(server):
+    assert _request(server.url) == (200, {"model_version_status": [
+        {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]})
+    status, metadata = _request(server.url + "/metadata")
+    defs = metadata["metadata"]["signature_def"]["signature_def"]
+    assert status == 200 and defs["serve_text"]["inputs"]["text"]["dtype"] == "DT_STRING"
+
+
+def test_predict_rows_and_columns_match_direct_calls(server):
+    batch = backbone_batch(config())
+    expected = _direct("serving_default", **batch)
+    instances = [{k: v[i].tolist() for k, v in batch.items()} for i in range(3)]
+    status, rows = _request(server.url + ":predict", {"instances": instances})
+    assert status == 200, rows
+    assert max_abs_diff(np.array([r["logits"] for r in rows["predictions"]]), expected["logits"]) <= 1e-6
+    status, columns = _request(server.url + "/versions/1:predict", {"inputs": {k: v.tolist() for k, v in batch.items()}})
+    assert status == 200 and max_abs_diff(np.array(columns["outputs"]["probabilities"]), expected["probabilities"]) <= 1e-6
+
+    texts, pairs = texts_and_pairs()
+    expected = _direct("serve_text_pair", text=np.array(texts, object), text_pair=np.array(pairs, object))
+    status, rows = _request(server.url + ":predict", {
+        "signature_name": "serve_text_pair", "instances": [{"text": a, "text_pair": b} for a, b in zip(texts, pairs)]})
+    assert status == 200
+    assert [r["labels"] for r in rows["predictions"]] == [l.decode() for l in expected["labels"]]
+    status, single = _request(server.url + ":predict", {"signature_name": "serve_text", "instances": texts})
+    assert status == 200 and len(single["predictions"]) == len(texts)
+
+
+def test_bad_requests_get_400_and_the_server_keeps_serving(server):
+    good_ids = backbone_batch(config(), batch=1, seq=4)
+    good = {"instances": [{k: v[0].tolist() for k, v in good_ids.items()}]}
+    row = good["instances"][0]
+    too_long = backbone_batch(config(), batch=1, seq=MAX_LENGTH + 1)
+    bad_requests = [
+        b"{not json",
+        b"[1, 2]",
+        {"instances": [{**row, "tokens": row["token_ids"]}]},  # unknown input name
+        {"instances": [{k: v for k, v in row.items() if k != "padding_mask"}]},  # missing input
+        {"instances": [{**row, "token_ids": [float(t) + 0.5 for t in row["token_ids"]]}]},  # dtype
+        {"instances": [{**row, "token_ids": ["a"] * 4}]},  # dtype
+        {"inputs": {**{k: v.tolist() for k, v in good_ids.items()}, "token_ids": [[1, 2], [3]]}},  # ragged
+        {"inputs": {**{k: v.tolist() for k, v in good_ids.items()}, "token_ids": [[[1, 2, 3, 4]]]}},  # rank
+        {"inputs": {k: v.tolist() for k, v in too_long.items()}},  # longer than max_length
+        {"signature_name": "nope", **good},
+        {"signature_name": "serve_text", "instances": [""]},  # empty text
+        {"signature_name": "serve_text", "instances": ["ok"] * 17},  # over max_batch_size
+        {"instances": good["instances"], "inputs": {}},
+        b'{"signature_name": "serve_text", "instances": ["' + b"x" * MAX_BODY_BYTES + b'"]}',  # oversized
+    ]
+    for body in bad_requests:
+        status, answer = _request(server.url + ":predict", body)
+        assert status == 400 and isinstance(answer.get("error"), str), (body[:80], status, answer)
+        # The server is still there and answers a good request right after.
+        assert _request(server.url + ":predict", good)[0] == 200
+    assert _request(server.url.replace("/classifier", "/other") + ":predict", good)[0] == 404
+    assert _request(server.url + "/versions/7:predict", good)[0] == 404

@@ -1,0 +1,136 @@
+import keras
+import numpy as np
+import pytest
+
+from albert_tf import AlbertBackbone, features
+from albert_tf.models import (
+    AlbertClassifier, AlbertMultipleChoice, AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger,
+)
+from albert_tf.models.question_answering import END_POSITIONS, START_POSITIONS
+from albert_tf.models.tagger import IGNORE_LABEL
+from helpers import (
+    assert_keras_archive_round_trip, assert_pretrained_round_trip, backbone_batch, tiny_config,
+)
+
+BATCH, SEQ, CHOICES = 4, 10, 3
+
+
+def backbone():
+    return AlbertBackbone(tiny_config(classifier_dropout=0.0))
+
+
+def multiple_choice_batch(config):
+    flat = backbone_batch(config, batch=BATCH * CHOICES, seq=SEQ)
+    return {k: v.reshape(BATCH, CHOICES, SEQ) for k, v in flat.items()}
+
+
+def labels_for(kind, inputs):
+    rng = np.random.default_rng(1)
+    if kind == "classifier":
+        return rng.integers(0, 3, BATCH).astype("int32")
+    if kind == "regressor":
+        return rng.normal(size=BATCH).astype("float32")
+    if kind == "tagger":
+        y = rng.integers(0, 5, (BATCH, SEQ)).astype("int32")
+        return np.where(inputs[features.PADDING_MASK] == 1, y, IGNORE_LABEL).astype("int32")
+    if kind == "qa":
+        return {START_POSITIONS: np.array([1, 2, 0, 3], "int32"),
+                END_POSITIONS: np.array([2, 4, 0, 3], "int32")}
+    return rng.integers(0, CHOICES, BATCH).astype("int32")
+
+
+CASES = {
+    "classifier": (lambda b: AlbertClassifier(b, 3, label_names=["neg", "neu", "pos"]),
+                   {"logits": (BATCH, 3)}),
+    "regressor": (lambda b: AlbertRegressor(b), {"predictions": (BATCH,)}),
+    "tagger": (lambda b: AlbertTagger(b, 5), {"logits": (BATCH, SEQ, 5)}),
+    "qa": (lambda b: AlbertQuestionAnswerer(b),
+           {"start_logits": (BATCH, SEQ), "end_logits": (BATCH, SEQ)}),
+    "multiple_choice": (lambda b: AlbertMultipleChoice(b), {"logits": (BATCH, CHOICES)}),
+}
+
+
+def make(kind):
+    build, shapes = CASES[kind]
+    model = build(backbone())
+    inputs = (multiple_choice_batch(model.config) if kind == "multiple_choice"
+              else backbone_batch(model.config, batch=BATCH, seq=SEQ))
+    return model, inputs, shapes
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_output_shapes_and_contract(kind):
+    model, inputs, shapes = make(kind)
+    outputs = model(inputs)
+    assert {k: tuple(v.shape) for k, v in outputs.items()} == shapes
+    assert all(keras.backend.standardize_dtype(v.dtype) == "float32" for v in outputs.values())
+    assert isinstance(model.backbone, AlbertBackbone)
+    assert "label_names" in model.get_config()
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_loss_falls_when_fitting(kind):
+    model, inputs, _ = make(kind)
+    y = labels_for(kind, inputs)
+    model.compile(optimizer=keras.optimizers.Adam(5e-3))
+    first = model.evaluate(inputs, y, verbose=0, return_dict=True)["loss"]
+    model.fit(inputs, y, epochs=10, batch_size=BATCH, verbose=0)
+    last = model.evaluate(inputs, y, verbose=0, return_dict=True)["loss"]
+    assert last < 0.7 * first, (first, last)
+
+
+@pytest.mark.parametrize("kind", sorted(CASES))
+def test_save_and_load(kind, tmp_path):
+    model, inputs, _ = make(kind)
+    assert_keras_archive_round_trip(model, inputs, tmp_path)
+    loaded = assert_pretrained_round_trip(model, inputs, tmp_path)
+    assert loaded.label_names == model.label_names
+    # The directory of a task model also gives its backbone alone.
+    assert isinstance(AlbertBackbone.from_pretrained(str(tmp_path / "pretrained")), AlbertBackbone)
+
+
+def test_classifier_from_a_pretrained_backbone_directory(tmp_path):
+    source = backbone()
+    source.save_pretrained(str(tmp_path))
+    model = AlbertClassifier(AlbertBackbone.from_pretrained(str(tmp_path)), 2)
+    inputs = backbone_batch(source.config)
+    np.testing.assert_allclose(
+        model.backbone(inputs)["pooled_output"], source(inputs)["pooled_output"], atol=1e-6)
+
+
+def test_tagger_ignores_unlabelled_pieces():
+    model, inputs, _ = make("tagger")
+    outputs = model(inputs)
+    y = labels_for("tagger", inputs)
+    changed = np.where(y == IGNORE_LABEL, IGNORE_LABEL, y)
+    changed[:, 0] = IGNORE_LABEL  # dropping a labelled piece changes the loss ...
+    assert float(model.task_loss(changed, outputs, x=inputs)) != float(model.task_loss(y, outputs, x=inputs))
+    # ... while padding positions never count, whatever their label.
+    noisy = np.where(inputs[features.PADDING_MASK] == 1, y, 3).astype("int32")
+    np.testing.assert_allclose(model.task_loss(noisy, outputs, x=inputs), model.task_loss(y, outputs, x=inputs))
+
+
+def test_question_answerer_masks_padding():
+    model, inputs, _ = make("qa")
+    outputs = model(inputs)
+    padded = inputs[features.PADDING_MASK] == 0
+    assert np.all(np.asarray(outputs["start_logits"])[padded] < -1000)
+
+
+def test_multiple_choice_scores_each_choice_alone():
+    model, inputs, _ = make("multiple_choice")
+    logits = np.asarray(model(inputs)["logits"])
+    swapped = {k: v[:, ::-1].copy() for k, v in inputs.items()}
+    np.testing.assert_allclose(np.asarray(model(swapped)["logits"]), logits[:, ::-1], atol=1e-5)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(num_classes=0), "num_classes"),
+    (dict(num_classes=2, label_names=["a"]), "one name per class"),
+    (dict(num_classes=2, label_names=["a", "a"]), "distinct"),
+])
+def test_bad_arguments_are_named(bad, message):
+    with pytest.raises(ValueError, match=message):
+        AlbertClassifier(backbone(), **bad)
+    with pytest.raises(ValueError, match="no `label_names`"):
+        AlbertQuestionAnswerer(backbone(), label_names=["x"])

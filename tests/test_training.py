@@ -1,0 +1,61 @@
+"""The strategy.run training loop on one device: accumulation, precision, divergence, configs."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.training import Trainer, TrainerConfig, TrainingDiverged
+from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
+
+EXAMPLES = synthetic_examples()
+
+
+def train(run_dir, **overrides):
+    trainer = Trainer(TINY_MODEL, tiny_trainer_config(**overrides), str(run_dir), array_dataset_fn(EXAMPLES),
+                      print_fn=lambda *_: None)
+    return trainer, trainer.train()
+
+
+@pytest.mark.slow
+def test_accumulating_micro_batches_equals_one_big_batch(tmp_path):
+    # Micro-batches hold different numbers of masked tokens: the MLM loss must
+    # still be normalized by the whole batch's count, as one big batch is.
+    big, _ = train(tmp_path / "big", global_batch_size=8)
+    accumulated, _ = train(tmp_path / "accumulated", global_batch_size=8, accumulation_steps=4)
+    assert max_difference(weights_of(big.model), weights_of(accumulated.model)) < 1e-5
+
+
+def test_mixed_bfloat16_step_runs_on_cpu_with_finite_loss(tmp_path):
+    trainer, record = train(tmp_path, num_steps=1, mixed_precision="mixed_bfloat16")
+    assert trainer.model.backbone.dtype_policy.compute_dtype == "bfloat16"
+    assert np.isfinite(record["loss"]) and record["loss"] > 0
+
+
+def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    train(tmp_path, num_steps=2, checkpoint_every=2)
+    with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*ckpt-2, is kept"):
+        train(tmp_path, num_steps=8, checkpoint_every=2, learning_rate=1e30)
+    assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-2")
+    resumed = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=8), str(tmp_path), array_dataset_fn(EXAMPLES),
+                      print_fn=lambda *_: None)
+    assert resumed.restore() == 2
+    assert all(np.isfinite(w).all() for w in weights_of(resumed.model))
+
+
+def test_resuming_a_different_model_is_an_error(tmp_path):
+    train(tmp_path, num_steps=1)
+    with pytest.raises(ValueError, match="different model"):
+        Trainer(TINY_MODEL.replace(hidden_size=32), tiny_trainer_config(), str(tmp_path), array_dataset_fn(EXAMPLES))
+
+
+def test_trainer_config_round_trips_and_validates(tmp_path):
+    config = TrainerConfig(global_batch_size=64, accumulation_steps=4, mixed_precision="mixed_float16")
+    config.save(tmp_path / "c.json")
+    assert TrainerConfig.load(tmp_path / "c.json") == config
+    assert config.micro_batch_size == 16
+    with pytest.raises(ValueError, match="accumulation_steps=3, global_batch_size=64"):
+        TrainerConfig(global_batch_size=64, accumulation_steps=3)
+    with pytest.raises(ValueError, match="mixed_precision='float16'"):
+        TrainerConfig(mixed_precision="float16")
+    with pytest.raises(ValueError, match="Unknown TrainerConfig keys"):
+        TrainerConfig.from_dict({"batch": 1})

@@ -1,0 +1,53 @@
+"""Runs a tiny Trainer in its own process, for the distributed and kill/resume tests.
+
+    python tests/training_worker.py --strategy mirrored --run-dir DIR --out weights.npz
+
+Multi-worker runs read their cluster from TF_CONFIG. --seconds-per-batch slows
+the input so that a test can kill the run between checkpoints.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--strategy", default="default")
+    parser.add_argument("--run-dir", required=True)
+    parser.add_argument("--out")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--checkpoint-every", type=int, default=100)
+    parser.add_argument("--seconds-per-batch", type=float, default=0.0)
+    args = parser.parse_args()
+
+    from albert_tf.distribute import configure_logical_cpus, get_strategy
+
+    if args.strategy == "mirrored":
+        configure_logical_cpus(2)
+    import numpy as np
+    import tensorflow as tf
+
+    from albert_tf.training import Trainer
+    from training_helpers import TINY_MODEL, array_dataset_fn, synthetic_examples, tiny_trainer_config, weights_of
+
+    dataset_fn = array_dataset_fn(synthetic_examples())
+    if args.seconds_per_batch:
+        def slow(inputs, labels):
+            tf.py_function(lambda: time.sleep(args.seconds_per_batch), [], [])
+            return inputs, labels
+
+        plain_fn = dataset_fn
+        dataset_fn = lambda *a: plain_fn(*a).map(slow)  # noqa: E731
+    config = tiny_trainer_config(num_steps=args.steps, checkpoint_every=args.checkpoint_every)
+    trainer = Trainer(TINY_MODEL, config, args.run_dir, dataset_fn, strategy=get_strategy(args.strategy))
+    trainer.train()
+    if args.out:
+        np.savez(args.out, *weights_of(trainer.model))
+
+
+if __name__ == "__main__":
+    main()
