@@ -103,9 +103,12 @@ def bench_hf(arrays, warmup, steps):
     import torch
     import transformers
 
-    config = transformers.AlbertConfig()  # ALBERT-base v2 shapes
-    config.hidden_dropout_prob = config.attention_probs_dropout_prob = 0.0
-    config.classifier_dropout_prob = 0.0
+    # HF's AlbertConfig() defaults to xxlarge: spell out base v2.
+    config = transformers.AlbertConfig(
+        vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+        num_attention_heads=12, intermediate_size=3072, hidden_act="gelu_new",
+        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, classifier_dropout_prob=0.0,
+    )
     model = transformers.AlbertForPreTraining(config)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4)
     t = {k: torch.from_numpy(v.astype("int64")) for k, v in arrays.items() if k != "mask_weights"}
