@@ -72,7 +72,7 @@ class DemoConfig:
     num_heads: int = 4
     intermediate_size: int = 512
     batch_size: int = 32
-    steps: int = 400
+    steps: int = 900
     learning_rate: float = 0.005
     warmup_steps: int = 30
     checkpoint_every: int = 100
