@@ -4,9 +4,8 @@ import keras
 from keras import ops
 
 from albert_tf import features
-from albert_tf.saving import PretrainedMixin
 from albert_tf.layers import MaskedLMHead, SentenceOrderHead
-from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.models.task import AlbertTask, check_backbone, check_no_label_names
 
 
 def pretraining_losses(labels, outputs):
@@ -33,7 +32,7 @@ def pretraining_losses(labels, outputs):
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertPretrainer(PretrainedMixin, keras.Model):
+class AlbertPretrainer(AlbertTask):
     """ALBERT with the MLM head (tied to the word embeddings) and the SOP head.
 
     Trains in a plain Keras workflow: `compile(optimizer=...)` then
@@ -43,6 +42,7 @@ class AlbertPretrainer(PretrainedMixin, keras.Model):
 
     Args:
         backbone: an `AlbertBackbone`.
+        label_names: must be None (kept for the task-model config contract).
 
     Inputs (dict):
         token_ids, segment_ids, padding_mask: int32 (batch, seq).
@@ -53,11 +53,9 @@ class AlbertPretrainer(PretrainedMixin, keras.Model):
         sop_logits: float32 (batch, 2).
     """
 
-    def __init__(self, backbone, **kwargs):
-        if not isinstance(backbone, AlbertBackbone):
-            raise ValueError(
-                f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}"
-            )
+    def __init__(self, backbone, label_names=None, **kwargs):
+        check_backbone(backbone)
+        check_no_label_names("AlbertPretrainer", label_names, "it predicts tokens and order")
         c = backbone.config
 
         # === Layers ===
@@ -82,32 +80,24 @@ class AlbertPretrainer(PretrainedMixin, keras.Model):
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 
         # === Handles and metrics ===
-        self.backbone = backbone
         self.mlm_head = mlm_head
         self.sop_head = sop_head
         self.mlm_loss_tracker = keras.metrics.Mean(name="mlm_loss")
         self.sop_loss_tracker = keras.metrics.Mean(name="sop_loss")
         self.mlm_accuracy = keras.metrics.SparseCategoricalAccuracy(name="mlm_accuracy")
         self.sop_accuracy = keras.metrics.SparseCategoricalAccuracy(name="sop_accuracy")
+        self._init_task(
+            backbone,
+            None,
+            [self.mlm_loss_tracker, self.sop_loss_tracker, self.mlm_accuracy, self.sop_accuracy],
+        )
 
-    @property
-    def config(self):
-        return self.backbone.config
-
-    def compute_loss(self, x=None, y=None, y_pred=None, sample_weight=None, training=True):
-        if not isinstance(y, dict) or not all(k in y for k in features.PRETRAINING_LABELS):
-            raise ValueError(
-                f"AlbertPretrainer needs labels {features.PRETRAINING_LABELS} as a dict. "
-                f"Received: {sorted(y) if isinstance(y, dict) else type(y).__name__}"
-            )
+    def task_loss(self, y, y_pred, sample_weight=None, x=None):
+        _check_labels(y)
         mlm_loss, sop_loss = pretraining_losses(y, y_pred)
-        loss = mlm_loss + sop_loss
-        # Regularisation losses added by layers, if any.
-        for extra in self.losses:
-            loss = loss + ops.cast(extra, "float32")
-        return loss
+        return mlm_loss + sop_loss
 
-    def compute_metrics(self, x, y, y_pred, sample_weight=None):
+    def update_task_metrics(self, y, y_pred, sample_weight=None, x=None):
         mlm_loss, sop_loss = pretraining_losses(y, y_pred)
         self.mlm_loss_tracker.update_state(mlm_loss)
         self.sop_loss_tracker.update_state(sop_loss)
@@ -115,27 +105,11 @@ class AlbertPretrainer(PretrainedMixin, keras.Model):
             y[features.MASK_IDS], y_pred["mlm_logits"], sample_weight=y[features.MASK_WEIGHTS]
         )
         self.sop_accuracy.update_state(y[features.SENTENCE_ORDER_LABEL], y_pred["sop_logits"])
-        return self.get_metrics_result()
 
-    @property
-    def metrics(self):
-        return [
-            self._loss_tracker,
-            self.mlm_loss_tracker,
-            self.sop_loss_tracker,
-            self.mlm_accuracy,
-            self.sop_accuracy,
-        ]
 
-    def get_config(self):
-        return {
-            "backbone": keras.saving.serialize_keras_object(self.backbone),
-            "name": self.name,
-            "trainable": self.trainable,
-        }
-
-    @classmethod
-    def from_config(cls, config):
-        config = dict(config)
-        config["backbone"] = keras.saving.deserialize_keras_object(config["backbone"])
-        return cls(**config)
+def _check_labels(y):
+    if not isinstance(y, dict) or not all(k in y for k in features.PRETRAINING_LABELS):
+        raise ValueError(
+            f"AlbertPretrainer needs labels {features.PRETRAINING_LABELS} as a dict. "
+            f"Received: {sorted(y) if isinstance(y, dict) else type(y).__name__}"
+        )
