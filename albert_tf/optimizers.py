@@ -151,11 +151,7 @@ class Lamb(keras.optimizers.Optimizer):
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         # The base method configures the base `weight_decay`, unused here.
-        raise ValueError(
-            "Lamb takes its exclusions from the constructor argument "
-            "`exclude_from_weight_decay`. Received a call with: "
-            f"var_list={var_list!r}, var_names={var_names!r}"
-        )
+        _refuse_exclusion_call(self, var_list, var_names)
 
     def build(self, var_list):
         """Creates the m and v slots and fixes each variable's exclusions.
@@ -295,11 +291,7 @@ class AdamW(keras.optimizers.AdamW):
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         # `build()` owns the exclusion set; a second source would overwrite it.
-        raise ValueError(
-            "AdamW takes its exclusions from the constructor argument "
-            "`exclude_from_weight_decay`. Received a call with: "
-            f"var_list={var_list!r}, var_names={var_names!r}"
-        )
+        _refuse_exclusion_call(self, var_list, var_names)
 
     def build(self, var_list):
         """Fixes the excluded variables, then creates the Adam slots.
@@ -333,3 +325,11 @@ class AdamW(keras.optimizers.AdamW):
         config = super().get_config()
         config["exclude_from_weight_decay"] = self._exclude_from_weight_decay_arg
         return config
+
+
+def _refuse_exclusion_call(optimizer, var_list, var_names):
+    raise ValueError(
+        f"{type(optimizer).__name__} takes its exclusions from the constructor argument "
+        "`exclude_from_weight_decay`. Received a call with: "
+        f"var_list={var_list!r}, var_names={var_names!r}"
+    )
