@@ -54,6 +54,9 @@ class DemoConfig:
             "the") and stays there until the model learns to use context;
             at 0.005 that happens after ~250 steps. 0.02 stayed on that
             plateau for 300+ steps; 0.002 had not reached it by step 400.
+            Held-out MLM accuracy is ~9% at step 500, ~12% at 1,000-1,500
+            and ~12.5% at 2,000 (it flattens with the decaying rate).
+        jit_compile: XLA for the forward and backward pass, ~1.7x faster here.
         checkpoint_every, log_every: bookkeeping.
         eval_batches: held-out batches evaluated.
         baseline_batches: training batches counted for the unigram baseline.
@@ -72,9 +75,10 @@ class DemoConfig:
     num_heads: int = 4
     intermediate_size: int = 512
     batch_size: int = 32
-    steps: int = 900
+    steps: int = 1500
     learning_rate: float = 0.005
     warmup_steps: int = 30
+    jit_compile: bool = True
     checkpoint_every: int = 100
     log_every: int = 25
     eval_batches: int = 20
@@ -98,6 +102,7 @@ class DemoConfig:
             num_steps=self.steps,
             learning_rate=self.learning_rate,
             warmup_steps=self.warmup_steps,
+            jit_compile=self.jit_compile,
             checkpoint_every=self.checkpoint_every,
             log_every=self.log_every,
             seed=self.seed,
@@ -195,7 +200,8 @@ def summary_table(metrics):
     rows = [
         ("held-out MLM accuracy", f"{heldout['mlm_accuracy']:.4f}"),
         (f"unigram baseline (always '{metrics['unigram_baseline_token']}')", f"{heldout['unigram_mlm_accuracy']:.4f}"),
-        ("held-out SOP accuracy (chance 0.5)", f"{heldout['sop_accuracy']:.4f}"),
+        ("held-out SOP accuracy", f"{heldout['sop_accuracy']:.4f}"),
+        ("majority-label baseline (SOP's chance level)", f"{heldout['sop_majority_accuracy']:.4f}"),
         ("held-out MLM / SOP loss", f"{heldout['mlm_loss']:.3f} / {heldout['sop_loss']:.3f}"),
         ("held-out masked tokens / examples", f"{heldout['num_masked']} / {heldout['num_examples']}"),
         ("training MLM accuracy, first -> last log",

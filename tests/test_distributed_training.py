@@ -16,9 +16,12 @@ import time
 
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from albert_tf.training import Trainer
-from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
+from training_helpers import (
+    TINY_MODEL, array_dataset_fn, fit_weights, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
+)
 
 WORKER = str(pathlib.Path(__file__).with_name("training_worker.py"))
 REPO_ROOT = str(pathlib.Path(__file__).resolve().parents[1])
@@ -69,6 +72,17 @@ def test_mirrored_on_two_logical_cpus_matches_one_device(tmp_path):
     expected = one_device_weights(tmp_path / "one")
     finish(process)
     assert max_difference(saved_weights(tmp_path / "mirrored.npz"), expected) < TOLERANCE
+
+
+@pytest.mark.slow
+def test_keras_fit_under_mirrored_matches_fit_on_one_device(tmp_path):
+    process = worker(["--strategy", "mirrored", "--fit", "--run-dir", str(tmp_path), "--out", str(tmp_path / "fit.npz")])
+    expected = fit_weights(tf.distribute.get_strategy(), steps=3)
+    finish(process)
+    mirrored = saved_weights(tmp_path / "fit.npz")
+    assert max_difference(mirrored, expected) < TOLERANCE
+    # Three steps moved the weights: equality is not two runs that did nothing.
+    assert max_difference(mirrored, fit_weights(tf.distribute.get_strategy(), steps=0)) > 1e-3
 
 
 @pytest.mark.slow

@@ -25,6 +25,17 @@ def test_accumulating_micro_batches_equals_one_big_batch(tmp_path):
     assert max_difference(weights_of(big.model), weights_of(accumulated.model)) < 1e-5
 
 
+def test_xla_compiled_steps_match_the_plain_steps(tmp_path):
+    plain, plain_record = train(tmp_path / "plain", global_batch_size=8, accumulation_steps=2)
+    compiled, compiled_record = train(tmp_path / "xla", global_batch_size=8, accumulation_steps=2, jit_compile=True)
+    assert compiled._forward_backward is not compiled._micro_step
+    assert max_difference(weights_of(plain.model), weights_of(compiled.model)) < 1e-5
+    assert compiled_record["loss"] == pytest.approx(plain_record["loss"], rel=1e-5)
+    # The weights moved: equal weights are not two runs that did nothing.
+    assert max_difference(weights_of(plain.model), weights_of(Trainer(
+        TINY_MODEL, tiny_trainer_config(), str(tmp_path / "fresh"), array_dataset_fn(EXAMPLES)).model)) > 1e-3
+
+
 def test_mixed_bfloat16_step_runs_on_cpu_with_finite_loss(tmp_path):
     trainer, record = train(tmp_path, num_steps=1, mixed_precision="mixed_bfloat16")
     assert trainer.model.backbone.dtype_policy.compute_dtype == "bfloat16"
@@ -59,3 +70,33 @@ def test_trainer_config_round_trips_and_validates(tmp_path):
         TrainerConfig(mixed_precision="float16")
     with pytest.raises(ValueError, match="Unknown TrainerConfig keys"):
         TrainerConfig.from_dict({"batch": 1})
+
+
+def test_evaluate_pretraining_matches_numpy_over_all_batches():
+    from albert_tf import features
+    from albert_tf.training import build_pretrainer, evaluate_pretraining
+
+    examples = synthetic_examples(num_examples=24, seed=3)
+    model = build_pretrainer(TINY_MODEL)
+    dataset = tf.data.Dataset.from_tensor_slices(examples).batch(8).map(features.split_pretraining_example)
+    result = evaluate_pretraining(model, dataset, num_batches=3, baseline_token_id=7)
+
+    inputs, labels = features.split_pretraining_example(examples)
+    outputs = {name: value.numpy() for name, value in model(inputs, training=False).items()}
+    weights, ids = labels[features.MASK_WEIGHTS], labels[features.MASK_IDS]
+    log_probs = outputs["mlm_logits"] - np.log(np.exp(outputs["mlm_logits"]).sum(-1, keepdims=True))
+    mlm_ce = -np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
+    order = labels[features.SENTENCE_ORDER_LABEL]
+    sop_log_probs = outputs["sop_logits"] - np.log(np.exp(outputs["sop_logits"]).sum(-1, keepdims=True))
+    ones = order.sum()
+    expected = {
+        "mlm_accuracy": (weights * (outputs["mlm_logits"].argmax(-1) == ids)).sum() / weights.sum(),
+        "mlm_loss": (weights * mlm_ce).sum() / weights.sum(),
+        "sop_accuracy": np.mean(outputs["sop_logits"].argmax(-1) == order),
+        "sop_loss": -np.mean(sop_log_probs[np.arange(len(order)), order]),
+        "sop_majority_accuracy": max(ones, len(order) - ones) / len(order),
+        "unigram_mlm_accuracy": (weights * (ids == 7)).sum() / weights.sum(),
+    }
+    for name, value in expected.items():
+        assert result[name] == pytest.approx(value, rel=1e-5), name
+    assert result["num_examples"] == 24 and result["num_masked"] == int(weights.sum())

@@ -64,6 +64,33 @@ def array_dataset_fn(examples):
     return dataset_fn
 
 
+def fit_weights(strategy, steps):
+    """Weights after `steps` batches of 8 of `model.fit` under `strategy`.
+
+    Every example has all its mask slots real, so each replica's MLM mean
+    (Keras averages per-replica losses) equals the global one, and clipping
+    is off (Keras clips per replica); then any strategy must give the
+    weights of one device.
+    """
+    import keras
+
+    from albert_tf.training import build_optimizer, build_pretrainer
+
+    examples = synthetic_examples()
+    examples[features.MASK_WEIGHTS] = np.ones_like(examples[features.MASK_WEIGHTS])
+    dataset = (tf.data.Dataset.from_tensor_slices(examples).batch(8).take(steps)
+               .map(features.split_pretraining_example))
+    with strategy.scope():
+        keras.utils.set_random_seed(0)
+        model = build_pretrainer(TINY_MODEL)
+        if not steps:
+            return weights_of(model)
+        model.compile(optimizer=build_optimizer(tiny_trainer_config(num_steps=steps, clip_norm=0.0)))
+    history = model.fit(dataset, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"]).all()
+    return weights_of(model)
+
+
 def weights_of(model):
     return [v.numpy() for v in model.trainable_variables]
 

@@ -22,6 +22,7 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--seconds-per-batch", type=float, default=0.0)
+    parser.add_argument("--fit", action="store_true", help="Train with model.fit instead of Trainer.")
     args = parser.parse_args()
 
     from albert_tf.distribute import configure_logical_cpus, get_strategy
@@ -34,6 +35,11 @@ def main():
     from albert_tf.training import Trainer
     from training_helpers import TINY_MODEL, array_dataset_fn, synthetic_examples, tiny_trainer_config, weights_of
 
+    if args.fit:
+        from training_helpers import fit_weights
+
+        np.savez(args.out, *fit_weights(get_strategy(args.strategy), args.steps))
+        return
     dataset_fn = array_dataset_fn(synthetic_examples())
     if args.seconds_per_batch:
         def slow(inputs, labels):

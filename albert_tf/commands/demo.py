@@ -1,5 +1,6 @@
 """`albert-tf demo`: tokenizer, pretraining and held-out evaluation on real text, in one command."""
 
+import argparse
 import dataclasses
 
 from albert_tf.demo import DemoConfig, run_demo
@@ -13,10 +14,11 @@ def add_parser(subparsers):
     )
     parser.add_argument("--out", required=True, metavar="RUN_DIR")
     for field in dataclasses.fields(DemoConfig):
-        parser.add_argument(
-            "--" + field.name.replace("_", "-"), type=type(field.default), default=field.default,
-            help=f"(default: {field.default})",
-        )
+        flag, help_text = "--" + field.name.replace("_", "-"), f"(default: {field.default})"
+        if isinstance(field.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
+        else:
+            parser.add_argument(flag, type=type(field.default), default=field.default, help=help_text)
     return parser
 
 

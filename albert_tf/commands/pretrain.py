@@ -58,6 +58,8 @@ def add_parser(subparsers):
     training.add_argument("--clip-norm", type=float, default=defaults.clip_norm)
     training.add_argument("--accumulation-steps", type=int, default=defaults.accumulation_steps)
     training.add_argument("--mixed-precision", choices=PRECISIONS, default=defaults.mixed_precision)
+    training.add_argument("--jit-compile", action="store_true",
+                          help="Compile the forward and backward pass with XLA (faster; not on TPU, which always compiles).")
     training.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
     training.add_argument("--keep-checkpoints", type=int, default=defaults.keep_checkpoints)
     training.add_argument("--log-every", type=int, default=defaults.log_every)
@@ -84,6 +86,7 @@ def run(args):
         clip_norm=args.clip_norm,
         accumulation_steps=args.accumulation_steps,
         mixed_precision=args.mixed_precision,
+        jit_compile=args.jit_compile,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         log_every=args.log_every,

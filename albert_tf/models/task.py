@@ -91,6 +91,21 @@ def weighted_mean(values, sample_weight):
     return ops.mean(values * weight)
 
 
+def _share_of_replicas(loss):
+    """This replica's share of the loss: Keras sums the replicas' gradients.
+
+    `fit` under a `tf.distribute` strategy expects `compute_loss` to return
+    loss / num_replicas (its built-in losses do the same), so the summed
+    gradient is that of the mean over replicas; its loss metric scales back.
+    """
+    if keras.backend.backend() != "tensorflow":
+        return loss
+    import tensorflow as tf
+
+    replicas = tf.distribute.get_strategy().num_replicas_in_sync
+    return loss if replicas == 1 else loss * (1.0 / replicas)
+
+
 class AlbertTask(PretrainedMixin, keras.Model):
     """Base of the task models: loss, metrics, config and the backbone handle."""
 
@@ -120,7 +135,7 @@ class AlbertTask(PretrainedMixin, keras.Model):
         # Regularisation losses added by layers, if any.
         for extra in self.losses:
             loss = loss + ops.cast(extra, "float32")
-        return loss
+        return _share_of_replicas(loss)
 
     def compute_metrics(self, x, y, y_pred, sample_weight=None):
         self.update_task_metrics(y, y_pred, sample_weight, x)

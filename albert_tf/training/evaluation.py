@@ -18,8 +18,9 @@ def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):
             always predicting this id (see `most_frequent_masked_id`).
 
     Returns:
-        dict: mlm_accuracy, mlm_loss, sop_accuracy, sop_loss, num_masked,
-        num_examples (and unigram_mlm_accuracy with a baseline id).
+        dict: mlm_accuracy, mlm_loss, sop_accuracy, sop_loss,
+        sop_majority_accuracy, num_masked, num_examples (and
+        unigram_mlm_accuracy with a baseline id).
     """
 
     @tf.function
@@ -27,7 +28,9 @@ def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):
         sums = pretraining_sums(labels, model(inputs, training=False))
         weights = tf.cast(labels[features.MASK_WEIGHTS], tf.float32)
         sums["weight"] = tf.reduce_sum(weights)
-        sums["examples"] = tf.cast(tf.shape(labels[features.SENTENCE_ORDER_LABEL])[0], tf.float32)
+        order = labels[features.SENTENCE_ORDER_LABEL]
+        sums["examples"] = tf.cast(tf.shape(order)[0], tf.float32)
+        sums["label_ones"] = tf.reduce_sum(tf.cast(order, tf.float32))
         baseline = -1 if baseline_token_id is None else baseline_token_id
         hit = tf.cast(tf.equal(labels[features.MASK_IDS], baseline), tf.float32)
         sums["baseline_correct"] = tf.reduce_sum(weights * hit)
@@ -44,6 +47,10 @@ def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):
         "mlm_loss": totals["mlm_ce"] / totals["weight"],
         "sop_accuracy": totals["sop_correct"] / totals["examples"],
         "sop_loss": totals["sop_ce"] / totals["examples"],
+        # Always predicting the more frequent label: SOP's real chance level
+        # (one-sentence chunks take a random-document B, so label 1 > 50%).
+        "sop_majority_accuracy": max(totals["label_ones"], totals["examples"] - totals["label_ones"])
+        / totals["examples"],
         "num_masked": int(totals["weight"]),
         "num_examples": int(totals["examples"]),
     }

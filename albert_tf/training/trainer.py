@@ -166,6 +166,11 @@ class Trainer:
         self._manager = tf.train.CheckpointManager(
             self._checkpoint, self.checkpoint_dir, max_to_keep=config.keep_checkpoints
         )
+        # XLA compiles the forward and backward pass only: it holds no
+        # collectives, so it compiles the same under every strategy.
+        self._forward_backward = (
+            tf.function(self._micro_step, jit_compile=True) if config.jit_compile else self._micro_step
+        )
         self._train_step = tf.function(self._distributed_step)
         self._weights_finite = tf.function(
             lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in self.model.trainable_variables])
@@ -261,7 +266,7 @@ class Trainer:
         variables = self.model.trainable_variables
 
         if self._accumulator is None:
-            gradients, sums = self._micro_step(*micro_batches[0], total_weight, total_examples)
+            gradients, sums = self._forward_backward(*micro_batches[0], total_weight, total_examples)
         else:
             # Stacked (k, per-replica batch, ...) so that a graph loop, not k
             # unrolled copies of the model, walks the micro-batches.
@@ -269,7 +274,7 @@ class Trainer:
             sums = dict.fromkeys(_SUM_NAMES, tf.constant(0.0))
             for index in tf.range(self.config.accumulation_steps):
                 inputs, labels = tf.nest.map_structure(lambda t: tf.gather(t, index), stacked)
-                micro_gradients, micro_sums = self._micro_step(inputs, labels, total_weight, total_examples)
+                micro_gradients, micro_sums = self._forward_backward(inputs, labels, total_weight, total_examples)
                 self._accumulator.accumulate(micro_gradients)
                 sums = {name: sums[name] + micro_sums[name] for name in _SUM_NAMES}
             # Each micro-batch loss is already a share of the step's global
