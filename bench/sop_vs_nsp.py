@@ -7,7 +7,7 @@ as trained, on held-out NSP and SOP examples. The paper (ALBERT-base,
 125k steps): the NSP model solves SOP at 52.0% (chance), the SOP model NSP
 at 78.9% and SOP at 86.5%.
 
-    python bench/sop_vs_nsp.py --out runs/sop_vs_nsp [--steps 4000] [--write bench/results/sop_vs_nsp.md]
+    python bench/sop_vs_nsp.py --out runs/sop_vs_nsp [--steps 10000] [--write bench/results/sop_vs_nsp.md]
 
 Each run directory is resumable: rerunning continues where it stopped.
 """
@@ -26,7 +26,7 @@ EVAL_SEED = 12345
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", required=True, help="Directory for the tokenizer and the two runs.")
-    parser.add_argument("--steps", type=int, default=4000)
+    parser.add_argument("--steps", type=int, default=10000)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--max-seq-length", type=int, default=64)
     parser.add_argument("--learning-rate", type=float, default=0.005)

@@ -64,3 +64,12 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
     capsys.readouterr()
     assert cli.main([*flags, "--steps", "3"]) == 0
     assert "at step 2" in capsys.readouterr().out
+
+
+def test_demo_boolean_flags_parse_both_ways():
+    from albert_tf.demo import DemoConfig
+
+    parser = cli.build_parser()
+    assert DemoConfig.jit_compile is True
+    assert parser.parse_args(["demo", "--out", "x"]).jit_compile is True
+    assert parser.parse_args(["demo", "--out", "x", "--no-jit-compile"]).jit_compile is False

@@ -34,7 +34,7 @@ class TrainerConfig:
         mixed_precision: "float32", "mixed_bfloat16" (TPU, CPU) or
             "mixed_float16" (GPU, with dynamic loss scaling).
         jit_compile: compile each micro-batch's forward and backward pass
-            with XLA (about 1.7x faster for the demo's model on 2 CPU
+            with XLA (about 1.8x faster for the demo's model on 2 CPU
             cores). Off by default: XLA's kernels round differently, so
             runs with and without it agree only to float tolerance.
         checkpoint_every: steps between checkpoints (one is always written
