@@ -13,13 +13,14 @@ subprocess (no shared thread pools), with the same thread count.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
 import numpy as np
+
+from bench_utils import timed
 
 SEQ = 128
 ROWS = {
@@ -44,17 +45,6 @@ def inputs():
         "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype("int32")[None],
         "padding_mask": np.ones((1, SEQ), "int32"),
     }
-
-
-def timed(fn, warmup, steps):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000.0
 
 
 def prepare(workdir, tokenizer_dir):

@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from bench_utils import emit_table
+
 
 def split_sentences(seed, limit=None):
     from input_pipeline import corpora
@@ -96,11 +98,7 @@ def main():
         "| initialisation | best epoch | dev accuracy | test accuracy | wall time (s) |",
         "|---|---|---|---|---|",
     ] + [f"| {i} | {e} | {d:.4f} | {t:.4f} | {s:.0f} |" for i, e, d, t, s in results]
-    print("\n".join(lines))
-    if args.write:
-        os.makedirs(os.path.dirname(args.write) or ".", exist_ok=True)
-        with open(args.write, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    emit_table("\n".join(lines), args.write)
 
 
 if __name__ == "__main__":

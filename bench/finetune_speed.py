@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from bench_utils import emit_table
+
 
 def timed_epochs(fit_epoch, epochs=2):
     times = []
@@ -115,11 +117,7 @@ def main():
         "| pipeline | epoch time (s) | padded tokens | vs per-batch bucketed |",
         "|---|---|---|---|",
     ] + [f"| {n} | {t:.1f} | {tok:,} | {t / base:.1f}x |" for n, t, tok in results]
-    print("\n".join(lines))
-    if args.write:
-        os.makedirs(os.path.dirname(args.write) or ".", exist_ok=True)
-        with open(args.write, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    emit_table("\n".join(lines), args.write)
 
 
 if __name__ == "__main__":

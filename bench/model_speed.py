@@ -16,25 +16,14 @@ models run through their compiled functions, with and without XLA.
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
-import time
 
 import numpy as np
 
+from bench_utils import emit_table, timed
+
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
-
-
-def timed(fn, warmup, steps):
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1000.0
 
 
 def pretraining_arrays(vocab, seed=0):
@@ -201,11 +190,8 @@ def main():
     ]
     table += [f"| {name} | {train:.0f} | {infer:.1f} |" for name, train, infer in rows]
     text = "\n".join(table)
-    print("\n" + text)
-    if args.write:
-        os.makedirs(os.path.dirname(args.write) or ".", exist_ok=True)
-        with open(args.write, "w") as f:
-            f.write(text + "\n")
+    print()
+    emit_table(text, args.write)
 
 
 if __name__ == "__main__":

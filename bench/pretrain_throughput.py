@@ -21,6 +21,8 @@ import time
 
 import numpy as np
 
+from bench_utils import emit_table
+
 # (seq, batch, masked predictions per sequence)
 SHAPES = ((128, 16, 20), (512, 4, 76))
 
@@ -110,11 +112,7 @@ def main():
         lines.append(f"| {seq} | {batch} | {seconds:.2f} | {sequences:.2f} | {flops / 1e9:.1f} | "
                      f"{100 * flops / peak:.0f}% |")
     table = "\n".join(lines)
-    print(table)
-    if args.write:
-        os.makedirs(os.path.dirname(args.write) or ".", exist_ok=True)
-        with open(args.write, "w") as f:
-            f.write(table + "\n")
+    emit_table(table, args.write)
 
 
 if __name__ == "__main__":

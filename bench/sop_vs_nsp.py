@@ -20,6 +20,8 @@ import time
 from albert_tf import AlbertConfig
 from albert_tf.training import Trainer, TrainerConfig, evaluate_pretraining, pretraining_dataset_fn
 
+from bench_utils import emit_table
+
 EVAL_SEED = 12345
 
 
@@ -101,11 +103,7 @@ def main():
         f"| always the majority label | {majority['nsp']:.1f} | {majority['sop']:.1f} | - | 50 / 50 |"
     )
     table = "\n".join(lines)
-    print(table)
-    if args.write:
-        os.makedirs(os.path.dirname(args.write) or ".", exist_ok=True)
-        with open(args.write, "w") as f:
-            f.write(table + "\n")
+    emit_table(table, args.write)
 
 
 if __name__ == "__main__":
