@@ -1,0 +1,49 @@
+"""Run `albert-tf` as a user does: its own process, a fresh environment.
+
+Nothing the test process has imported or prepared (TensorFlow Text's ops, a
+tokenizer in memory, Keras state) reaches the command, so the bugs a user meets
+when chaining commands show up here first.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+# Variables of the test process that must not leak into a user's command.
+_PRIVATE_PREFIXES = ("PYTEST_", "TF_", "KERAS_", "CUDA_")
+
+
+def albert_tf_command():
+    """The installed `albert-tf` console script, as the README calls it."""
+    script = Path(sys.executable).with_name("albert-tf")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "albert_tf.cli"]
+
+
+def user_environment(**overrides):
+    """os.environ without the test process's own settings, plus `overrides`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}
+    env.update(overrides)
+    return env
+
+
+def run_cli(*args, cwd=None, input=None, timeout=900, expect_rc=0, env=None):
+    """Runs `albert-tf ARGS...`; fails the test with the command's output when the
+    exit status is not `expect_rc` (None accepts any).
+
+    Returns:
+        The `subprocess.CompletedProcess` (text stdout and stderr).
+    """
+    command = albert_tf_command() + [str(a) for a in args]
+    done = subprocess.run(
+        command, cwd=cwd, input=input, capture_output=True, text=True, timeout=timeout,
+        env=env if env is not None else user_environment(),
+    )
+    if expect_rc is not None and done.returncode != expect_rc:
+        raise AssertionError(
+            f"`albert-tf {' '.join(map(str, args))}` exited {done.returncode}, expected {expect_rc}\n"
+            f"--- stdout ---\n{done.stdout[-4000:]}\n--- stderr ---\n{done.stderr[-4000:]}"
+        )
+    return done
