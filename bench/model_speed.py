@@ -47,7 +47,8 @@ def bench_albert_tf(arrays, warmup, steps, jit):
     import keras
     import tensorflow as tf
 
-    from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer, features
+    from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer
+    from input_pipeline import features
 
     model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base")))
     model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=jit)

@@ -53,7 +53,7 @@ def step_flops(config, seq, batch, predictions):
 def synthetic_dataset_fn(config, seq, predictions):
     import tensorflow as tf
 
-    from albert_tf import features
+    from input_pipeline import features
 
     def dataset_fn(global_batch_size, input_context, start_step):
         rng = np.random.default_rng(0)

@@ -19,7 +19,7 @@ rounds only needs the cheap instance layout, not masking.
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features
+from input_pipeline import features
 from input_pipeline import tfrecord
 from input_pipeline.pretraining_data import TokenizedCorpus, instances_of_documents, make_example
 
@@ -70,7 +70,7 @@ def make_pretraining_dataset(
 
     Returns:
         tf.data.Dataset of `(inputs, labels)` dicts (see
-        `albert_tf.features.split_pretraining_example`), or of flat dicts, with
+        `input_pipeline.features.split_pretraining_example`), or of flat dicts, with
         fixed shapes: (batch, max_seq_length), (batch, max_predictions_per_seq), (batch,).
     """
     if global_batch_size < 1:

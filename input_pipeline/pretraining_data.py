@@ -18,7 +18,7 @@ import os
 
 import numpy as np
 
-from albert_tf import features
+from input_pipeline import features
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_IDS, SEP_ID
 
 TASKS = ("sop", "nsp", "single")
@@ -359,7 +359,7 @@ def lay_out(corpus, instance):
 
 
 def make_example(corpus, instance, config):
-    """Builds the padded feature dict of one instance (see `albert_tf.features`).
+    """Builds the padded feature dict of one instance (see `input_pipeline.features`).
 
     Returns:
         dict: token_ids, segment_ids, padding_mask int32 [max_seq_length];

@@ -22,7 +22,7 @@ import os
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features
+from input_pipeline import features
 from input_pipeline.pretraining_data import (
     PretrainingDataConfig,
     TokenizedCorpus,
@@ -202,7 +202,7 @@ def parse_examples(serialized, config):
         config: the `PretrainingDataConfig` the data was written with.
 
     Returns:
-        Flat feature dict with the dtypes of `albert_tf.features` and a leading batch axis.
+        Flat feature dict with the dtypes of `input_pipeline.features` and a leading batch axis.
     """
     seq, preds = config.max_seq_length, config.max_predictions_per_seq
     spec = {name: tf.io.FixedLenFeature([seq], tf.int64) for name in _INT_FEATURES[:3]}

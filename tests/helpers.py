@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from albert_tf import features
 from albert_tf.config import AlbertConfig
+from input_pipeline import features
 
 TINY = dict(
     vocab_size=120,

@@ -11,7 +11,7 @@ import tensorflow as tf
 import torch
 import transformers
 
-from albert_tf import features
+from input_pipeline import features
 
 # A small default-shaped ALBERT, in HF config names. initializer_range 0.2
 # (not 0.02) puts FFN inputs where tanh and erf GELU differ by ~1e-3, well

@@ -5,8 +5,9 @@ import sys
 import numpy as np
 import pytest
 
-from albert_tf import AlbertBackbone, AlbertPretrainer, features
+from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf.config import AlbertConfig
+from input_pipeline import features
 from helpers import (
     assert_keras_archive_round_trip,
     assert_pretrained_round_trip,

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf import cli, features
+from albert_tf import cli
+from input_pipeline import features
 from data_fixtures import imdb_documents, review_corpus, small_tokenizer
 from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
 from input_pipeline.pretraining_data import instances_of_documents

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from albert_tf import features
-from albert_tf.models.tagger import IGNORE_LABEL
 from albert_tf.tasks import metrics
+from input_pipeline import features
+from input_pipeline.features import IGNORE_LABEL
 from data_fixtures import small_tokenizer
 from input_pipeline.finetuning import (
     GLUE_TASKS, ChoiceEncoder, TaggingEncoder, TextEncoder, TextExample, make_dataset, read_glue,

@@ -3,8 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf import AlbertBackbone, AlbertPretrainer, features
+from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrainer import pretraining_losses
+from input_pipeline import features
 from helpers import (
     assert_keras_archive_round_trip,
     assert_pretrained_round_trip,

@@ -7,7 +7,7 @@ implementation fails about once in 100,000 runs and a wrong one fails.
 import numpy as np
 import pytest
 
-from albert_tf import features
+from input_pipeline import features
 from data_fixtures import long_document_corpus, review_corpus
 from input_pipeline.pretraining_data import (
     PretrainingDataConfig,

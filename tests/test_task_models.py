@@ -2,12 +2,13 @@ import keras
 import numpy as np
 import pytest
 
-from albert_tf import AlbertBackbone, features
+from albert_tf import AlbertBackbone
 from albert_tf.models import (
     AlbertClassifier, AlbertMultipleChoice, AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger,
 )
 from albert_tf.models.question_answering import END_POSITIONS, START_POSITIONS
-from albert_tf.models.tagger import IGNORE_LABEL
+from input_pipeline import features
+from input_pipeline.features import IGNORE_LABEL
 from helpers import (
     assert_keras_archive_round_trip, assert_pretrained_round_trip, backbone_batch, tiny_config,
 )

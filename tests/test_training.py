@@ -73,7 +73,7 @@ def test_trainer_config_round_trips_and_validates(tmp_path):
 
 
 def test_evaluate_pretraining_matches_numpy_over_all_batches():
-    from albert_tf import features
+    from input_pipeline import features
     from albert_tf.training import build_pretrainer, evaluate_pretraining
 
     examples = synthetic_examples(num_examples=24, seed=3)

@@ -8,8 +8,9 @@ the same global batches and must end with the same weights.
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import AlbertConfig, features
+from albert_tf import AlbertConfig
 from albert_tf.training import TrainerConfig
+from input_pipeline import features
 
 SEQ, PREDICTIONS, VOCAB = 32, 5, 64
 TINY_MODEL = AlbertConfig(

@@ -29,9 +29,9 @@ Any model input besides the backbone inputs (e.g. the pretrainer's
 
 import dataclasses
 
-from albert_tf import features
 from albert_tf.config import AlbertConfig
 from albert_tf.export import text as text_lib
+from input_pipeline import features
 
 BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
     "backbone", "pretrainer", "classifier", "multiple_choice"

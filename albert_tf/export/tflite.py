@@ -28,10 +28,10 @@ import tempfile
 
 import numpy as np
 
-from albert_tf import features
 from albert_tf.export import signatures as signatures_lib
 from albert_tf.export import text as text_lib
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
+from input_pipeline import features
 
 QUANTIZE_MODES = ("none", "float16", "dynamic", "int8")
 MODEL_FILE = "model.tflite"

@@ -3,11 +3,11 @@
 import keras
 from keras import ops
 
-from albert_tf import features
-from albert_tf.saving import PretrainedMixin
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
 from albert_tf.layers.common import dense
+from albert_tf.saving import PretrainedMixin
+from input_pipeline import features
 
 
 def attention_bias_from_padding_mask(padding_mask, dtype="float32"):

@@ -3,11 +3,11 @@
 import keras
 from keras import ops
 
-from albert_tf import features
 from albert_tf.models.task import (
     AlbertTask, backbone_inputs, check_backbone, check_no_label_names, head_dropout,
     output_dense, weighted_mean,
 )
+from input_pipeline import features
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")

@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
-from albert_tf import features
 from albert_tf.layers import MaskedLMHead, SentenceOrderHead
 from albert_tf.models.task import AlbertTask, check_backbone, check_no_label_names
+from input_pipeline import features
 
 
 def pretraining_losses(labels, outputs):
@@ -37,7 +37,7 @@ class AlbertPretrainer(AlbertTask):
 
     Trains in a plain Keras workflow: `compile(optimizer=...)` then
     `fit(dataset)`, where the dataset yields `(inputs, labels)` as
-    `albert_tf.features.split_pretraining_example` makes them. The loss is
+    `input_pipeline.features.split_pretraining_example` makes them. The loss is
     MLM + SOP; the metrics are both losses and both accuracies.
 
     Args:

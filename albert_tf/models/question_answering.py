@@ -3,10 +3,10 @@
 import keras
 from keras import ops
 
-from albert_tf import features
 from albert_tf.models.task import (
     AlbertTask, backbone_inputs, check_backbone, check_no_label_names, output_dense,
 )
+from input_pipeline import features
 
 START_POSITIONS = "start_positions"  # int32 (batch,): first answer piece, 0 = no answer
 END_POSITIONS = "end_positions"  # int32 (batch,): last answer piece (inclusive), 0 = no answer

@@ -3,15 +3,12 @@
 import keras
 from keras import ops
 
-from albert_tf import features
 from albert_tf.models.task import (
     AlbertTask, backbone_inputs, check_backbone, check_label_names, check_positive,
     head_dropout, output_dense,
 )
-
-# Label of pieces that carry no tag (padding, [CLS]/[SEP], and the pieces of a
-# word after its first); the loss and accuracy skip them. Same value as HF.
-IGNORE_LABEL = -100
+from input_pipeline import features
+from input_pipeline.features import IGNORE_LABEL
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")

@@ -10,9 +10,9 @@ Subclasses build their graph in `__init__`, call `_init_task`, and define
 import keras
 from keras import ops
 
-from albert_tf import features
 from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.saving import PretrainedMixin
+from input_pipeline import features
 
 
 def check_backbone(backbone):

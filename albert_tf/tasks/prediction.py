@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from albert_tf import features
+from input_pipeline import features
 from input_pipeline.finetuning.batching import batch_order, pad_batch
 
 

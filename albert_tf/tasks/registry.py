@@ -13,11 +13,11 @@ from albert_tf.models import (
     AlbertClassifier, AlbertMultipleChoice, AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger,
 )
 from albert_tf.models.question_answering import END_POSITIONS, START_POSITIONS
-from albert_tf.models.tagger import IGNORE_LABEL
 from albert_tf.tasks import metrics as metric_fns
 from albert_tf.tasks.prediction import predict_examples
 from albert_tf.tasks.squad import squad_predictions, squad_scores
 from input_pipeline import finetuning as data
+from input_pipeline.features import IGNORE_LABEL
 
 
 @dataclasses.dataclass

@@ -3,8 +3,8 @@
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features
 from albert_tf.training.trainer import pretraining_sums
+from input_pipeline import features
 
 
 def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):

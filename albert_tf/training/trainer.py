@@ -40,7 +40,6 @@ import shutil
 import keras
 import tensorflow as tf
 
-from albert_tf import features
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
@@ -49,6 +48,7 @@ from albert_tf.saving import save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
+from input_pipeline import features
 
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"

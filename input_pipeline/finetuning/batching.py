@@ -10,7 +10,7 @@ shuffled chunks), so the few long ones do not pad the rest.
 import numpy as np
 import tensorflow as tf
 
-from albert_tf import features
+from input_pipeline import features
 
 # Examples per sorted chunk, in batches: large enough to find similar
 # lengths, small enough that batch order stays well mixed.

@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from albert_tf import features
+from input_pipeline import features
 from input_pipeline.finetuning.encoding import pack, truncate_pair
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 

@@ -19,7 +19,7 @@ import re
 import numpy as np
 import sentencepiece as spm
 
-from albert_tf import features
+from input_pipeline import features
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.tokenizer import CLS_ID, SEP_ID, UNK_ID
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from albert_tf.models.tagger import IGNORE_LABEL
+from input_pipeline.features import IGNORE_LABEL
 from input_pipeline.finetuning.encoding import pack
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.tokenizer import UNK_ID

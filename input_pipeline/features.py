@@ -16,6 +16,10 @@ BACKBONE_INPUTS = (TOKEN_IDS, SEGMENT_IDS, PADDING_MASK)
 PRETRAINING_INPUTS = BACKBONE_INPUTS + (MASK_POSITIONS,)
 PRETRAINING_LABELS = (MASK_IDS, MASK_WEIGHTS, SENTENCE_ORDER_LABEL)
 
+# Label of pieces that carry no tag (padding, [CLS]/[SEP], and the pieces of a
+# word after its first); the tagger's loss and accuracy skip them. Same value as HF.
+IGNORE_LABEL = -100
+
 
 def split_pretraining_example(example):
     """Splits one flat pretraining example dict into `(inputs, labels)` for `fit`."""
