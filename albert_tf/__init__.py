@@ -1,16 +1,43 @@
-"""albert-tf: ALBERT (A Lite BERT) in TensorFlow 2 / Keras 3."""
+"""albert-tf: ALBERT (A Lite BERT) in TensorFlow 2 / Keras 3.
 
-from albert_tf import optimizers, schedules
-from albert_tf.config import PRESETS, AlbertConfig
-from albert_tf.models import (
-    AlbertBackbone,
-    AlbertClassifier,
-    AlbertMultipleChoice,
-    AlbertPretrainer,
-    AlbertQuestionAnswerer,
-    AlbertRegressor,
-    AlbertTagger,
-)
-from albert_tf.saving import load_pretrained, save_pretrained
+The public names load on first use (PEP 562): `import albert_tf` and the
+command-line entry point stay light, and processes that only need part of the
+package (data-writer workers, `albert-tf --help`) never load Keras or the models.
+"""
+
+import importlib
 
 __version__ = "0.1.0"
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    "AlbertConfig": "albert_tf.config",
+    "PRESETS": "albert_tf.config",
+    "AlbertBackbone": "albert_tf.models",
+    "AlbertClassifier": "albert_tf.models",
+    "AlbertMultipleChoice": "albert_tf.models",
+    "AlbertPretrainer": "albert_tf.models",
+    "AlbertQuestionAnswerer": "albert_tf.models",
+    "AlbertRegressor": "albert_tf.models",
+    "AlbertTagger": "albert_tf.models",
+    "load_pretrained": "albert_tf.saving",
+    "save_pretrained": "albert_tf.saving",
+}
+_SUBMODULES = ("optimizers", "schedules")
+
+__all__ = sorted(_EXPORTS) + list(_SUBMODULES)
+
+
+def __getattr__(name):
+    if name in _EXPORTS:
+        value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    elif name in _SUBMODULES:
+        value = importlib.import_module(f"{__name__}.{name}")
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -1,7 +1,35 @@
-"""ALBERT input pipeline: tokenizer, corpus readers, pretraining data and tf.data."""
+"""ALBERT input pipeline: tokenizer, corpus readers, pretraining data and tf.data.
 
-from input_pipeline.corpus import Corpus, split_sentences
-from input_pipeline.dataset import make_pretraining_dataset
-from input_pipeline.pretraining_data import PretrainingDataConfig, TokenizedCorpus
-from input_pipeline.tfrecord import read_metadata, write_pretraining_tfrecords
-from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
+The public names load on first use (PEP 562), so importing one light module
+(`input_pipeline.tokenizer`, `input_pipeline.pretraining_data`) does not pull
+in TensorFlow through `input_pipeline.dataset`.
+"""
+
+import importlib
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    "Corpus": "input_pipeline.corpus",
+    "split_sentences": "input_pipeline.corpus",
+    "make_pretraining_dataset": "input_pipeline.dataset",
+    "PretrainingDataConfig": "input_pipeline.pretraining_data",
+    "TokenizedCorpus": "input_pipeline.pretraining_data",
+    "read_metadata": "input_pipeline.tfrecord",
+    "write_pretraining_tfrecords": "input_pipeline.tfrecord",
+    "AlbertTokenizer": "input_pipeline.tokenizer",
+    "Preprocessing": "input_pipeline.tokenizer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

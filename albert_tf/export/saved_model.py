@@ -8,6 +8,8 @@ import json
 import os
 import shutil
 
+import tensorflow as tf
+
 from albert_tf.export import signatures as signatures_lib
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
@@ -71,8 +73,6 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     Returns:
         The path of the written version directory.
     """
-    import tensorflow as tf
-
     interface = signatures_lib.describe_model(model, label_names)
     check_max_length(interface, max_length)
     existing = version_dirs(base_dir)

@@ -29,6 +29,8 @@ Any model input besides the backbone inputs (e.g. the pretrainer's
 
 import dataclasses
 
+import tensorflow as tf
+
 from albert_tf.config import AlbertConfig
 from albert_tf.export import text as text_lib
 from input_pipeline import features
@@ -141,8 +143,6 @@ def id_input_specs(interface, batch_size=None, seq_length=None):
     The last axis of the backbone inputs (the sequence) is `seq_length`
     (None: any length); the first is `batch_size` (None: any).
     """
-    import tensorflow as tf
-
     specs = {}
     for name, shape in interface.inputs.items():
         shape = list(shape)
@@ -155,8 +155,6 @@ def id_input_specs(interface, batch_size=None, seq_length=None):
 
 def model_outputs(model, interface, inputs):
     """Runs the model (inference mode) and adds `probabilities`; float outputs in float32."""
-    import tensorflow as tf
-
     outputs = model(inputs, training=False)
     outputs = {
         name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
@@ -169,8 +167,6 @@ def model_outputs(model, interface, inputs):
 
 def check_id_inputs(interface, inputs, max_length):
     """In-graph checks of the id signature's inputs; returns the inputs, gated on them."""
-    import tensorflow as tf
-
     c = interface.config
     ranks = [text_lib.assert_rank(inputs[n], len(interface.inputs[n]), n) for n in inputs]
     with tf.control_dependencies(ranks):
@@ -227,8 +223,6 @@ def build_signatures(model, interface, tokenizer, max_length):
         tokenizer: an `AlbertTokenizer`, or None for the id signature only.
         max_length: longest sequence; the text signatures truncate to it.
     """
-    import tensorflow as tf
-
     @tf.function
     def serve_ids(**inputs):
         return model_outputs(model, interface, check_id_inputs(interface, inputs, max_length))
@@ -279,8 +273,6 @@ class _TextOutputs:
     """Raw strings -> packed ids -> model -> outputs with the kind's post-processing."""
 
     def __init__(self, model, interface, tokenizer, max_length):
-        import tensorflow as tf
-
         self.model, self.interface, self.tokenizer = model, interface, tokenizer
         self.max_length = max_length
         with tf.init_scope():
@@ -297,8 +289,6 @@ class _TextOutputs:
 
     def choices(self, texts, choices, extra_inputs):
         """texts (batch,), choices (batch, C): pack each (text, choice) pair, then (batch, C, seq)."""
-        import tensorflow as tf
-
         shape = tf.shape(choices)  # (batch, C)
         repeated = tf.reshape(tf.repeat(tf.expand_dims(texts, 1), shape[1], axis=1), [-1])
         packed = text_lib.tf_pack_texts(
@@ -316,8 +306,6 @@ class _TextOutputs:
         )
 
     def _postprocess(self, inputs, outputs):
-        import tensorflow as tf
-
         kind = self.interface.kind
         if kind in (CLASSIFIER, MULTIPLE_CHOICE, TAGGER):
             outputs["label_ids"] = tf.argmax(outputs["logits"], axis=-1, output_type=tf.int32)
@@ -332,8 +320,6 @@ class _TextOutputs:
 
     def _best_span(self, inputs, outputs):
         """Highest start + end logit over spans inside the context, at most MAX_ANSWER_TOKENS long."""
-        import tensorflow as tf
-
         token_ids = inputs[features.TOKEN_IDS]  # (batch, seq)
         start, end = outputs["start_logits"], outputs["end_logits"]  # (batch, seq)
         seq = tf.shape(token_ids)[1]

@@ -22,6 +22,8 @@ directory wins; otherwise the model directory itself when it holds
 import os
 
 import numpy as np
+import tensorflow as tf
+import tensorflow_text as tf_text
 
 from input_pipeline.tokenizer import CLS_ID, MODEL_FILE, PAD_ID, SEP_ID, AlbertTokenizer
 
@@ -64,8 +66,6 @@ def truncated_lengths(len_a, len_b, budget):
 
 def _tf_truncated_lengths(len_a, len_b, budget):
     """`truncated_lengths` on int64 tensors (batch,)."""
-    import tensorflow as tf
-
     fits = len_a + len_b <= budget
     cut_a = tf.minimum(len_a, tf.maximum(budget - len_b, (budget + 1) // 2))
     return tf.where(fits, len_a, cut_a), tf.where(fits, len_b, budget - cut_a)
@@ -141,9 +141,6 @@ def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_l
     Returns:
         dict of int32 tensors (batch, seq): token_ids, segment_ids, padding_mask.
     """
-    import tensorflow as tf
-    import tensorflow_text as tf_text
-
     _check_max_length(max_length, text_pairs is not None)
     segments = [_tf_encode_nonempty(tokenizer, texts, "text")]
     if text_pairs is None:
@@ -178,16 +175,12 @@ def assert_rank(tensor, rank, name):
     to it. The actual shape, padded with -1s, still tells: its first `rank`
     entries must be non-negative and multiply to the size.
     """
-    import tensorflow as tf
-
     dims = tf.concat([tf.shape(tensor), tf.fill([rank], -1)], 0)[:rank]
     ok = tf.reduce_all(dims >= 0) & (tf.reduce_prod(dims) == tf.size(tensor))
     return tf.debugging.Assert(ok, [f"`{name}` must have rank {rank}; received shape:", tf.shape(tensor)])
 
 
 def _tf_encode_nonempty(tokenizer, texts, name):
-    import tensorflow as tf
-
     with tf.control_dependencies([assert_rank(texts, 1, name)]):
         texts = tf.identity(texts)
     ids = tokenizer.tf_encode(texts).with_row_splits_dtype(tf.int64)  # int32 ragged (batch, None)
@@ -202,8 +195,6 @@ def _tf_encode_nonempty(tokenizer, texts, name):
 
 def _tf_take(ragged, lengths):
     """The first `lengths[i]` tokens of each row of a ragged (batch, None) tensor."""
-    import tensorflow as tf
-
     keep = tf.ragged.range(ragged.row_lengths()) < tf.expand_dims(lengths, 1)
     return tf.ragged.boolean_mask(ragged, keep)
 

@@ -27,6 +27,8 @@ import os
 import tempfile
 
 import numpy as np
+import tensorflow as tf
+from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from albert_tf.export import signatures as signatures_lib
 from albert_tf.export import text as text_lib
@@ -61,9 +63,6 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     Returns:
         The path of the written `.tflite` file.
     """
-    import tensorflow as tf
-    from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}. Received: quantize={quantize!r}")
     interface = signatures_lib.describe_model(model, label_names)

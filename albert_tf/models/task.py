@@ -100,6 +100,8 @@ def _share_of_replicas(loss):
     """
     if keras.backend.backend() != "tensorflow":
         return loss
+    # Imported here because model code must also run on the JAX backend, where
+    # TensorFlow's distribution strategies play no part.
     import tensorflow as tf
 
     replicas = tf.distribute.get_strategy().num_replicas_in_sync

@@ -17,9 +17,12 @@ import keras
 
 from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import AdamW
+from albert_tf.saving import load_pretrained
 from albert_tf.schedules import WarmupLinearDecay
+from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.registry import get_task
 from input_pipeline.finetuning import make_dataset
+from input_pipeline.tokenizer import AlbertTokenizer
 
 RUN_FILE = "finetune.json"
 BEST_DIR = "best"
@@ -121,10 +124,6 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
 
 def load_run(directory):
     """(FinetuneConfig, task model, tokenizer) of a `finetune` output directory."""
-    from albert_tf.saving import load_pretrained
-    from albert_tf.tasks.config import FinetuneConfig
-    from input_pipeline.tokenizer import AlbertTokenizer
-
     path = os.path.join(directory, RUN_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")

@@ -48,6 +48,7 @@ from albert_tf.saving import save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
+from input_pipeline import make_pretraining_dataset
 from input_pipeline import features
 
 CONFIG_FILE = "config.json"
@@ -415,8 +416,6 @@ def pretraining_dataset_fn(source, data_config=None, seed=0):
         pipeline feeds `num_replicas_in_sync / num_input_pipelines` replicas in
         turn, so it has consumed that many of its batches per global batch.
     """
-    from input_pipeline import make_pretraining_dataset
-
     def dataset_fn(global_batch_size, input_context, start_step):
         replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
         return make_pretraining_dataset(
