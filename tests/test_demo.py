@@ -67,7 +67,7 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
 
 
 def test_demo_boolean_flags_parse_both_ways():
-    from albert_tf.demo import DemoConfig
+    from albert_tf.apps.demo import DemoConfig
 
     parser = cli.build_parser()
     assert DemoConfig.jit_compile is True

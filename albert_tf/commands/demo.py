@@ -3,7 +3,7 @@
 import argparse
 import dataclasses
 
-from albert_tf.demo import DemoConfig, run_demo
+from albert_tf.apps.demo import DemoConfig, run_demo
 
 
 def add_parser(subparsers):

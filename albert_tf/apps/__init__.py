@@ -1,0 +1,1 @@
+"""Applications built on the library: end-to-end runs with their own outputs (plots, reports)."""
