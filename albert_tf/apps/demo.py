@@ -16,6 +16,7 @@ training_config.json, checkpoints/, tensorboard/, train_log.jsonl, final/):
 """
 
 import dataclasses
+import importlib.util
 import json
 import os
 import time
@@ -29,6 +30,7 @@ from albert_tf.training import (
     pretraining_dataset_fn,
     read_log,
 )
+from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
 
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss_curve.png"
@@ -112,8 +114,6 @@ class DemoConfig:
         )
 
     def data_config(self):
-        from input_pipeline import PretrainingDataConfig
-
         return PretrainingDataConfig(
             max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq, task="sop"
         )
@@ -125,8 +125,7 @@ def run_demo(out_dir, config=DemoConfig(), print_fn=print):
     Returns:
         dict: what metrics.json holds (held-out accuracies, baseline, timings).
     """
-    from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora, make_pretraining_dataset
-
+    _require_matplotlib()  # before minutes of training, not after
     start = time.perf_counter()
     timings = {}
     os.makedirs(out_dir, exist_ok=True)
@@ -222,10 +221,19 @@ def summary_table(metrics):
     return "\n".join(lines)
 
 
+def _require_matplotlib():
+    if importlib.util.find_spec("matplotlib") is None:
+        raise ModuleNotFoundError(
+            'The demo draws its loss curve with matplotlib, an optional dependency: pip install "albert-tf[demo]"'
+        )
+
+
 def plot_training_curves(records, path):
     """Draws training loss and accuracies against steps into a PNG at `path`."""
     if not records:
         return
+    # Imported here: matplotlib is the demo's optional extra, and `albert-tf`
+    # loads this module for its parser on every command.
     import matplotlib
 
     matplotlib.use("Agg")  # files only; no display on servers

@@ -14,6 +14,7 @@ import argparse
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, find_tokenizer
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
 from albert_tf.saving import load_pretrained
+from input_pipeline import corpora
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
 
@@ -84,8 +85,6 @@ def run(args):
 
 def _calibration_texts(path, limit):
     if path is None:
-        from input_pipeline import corpora
-
         return [text for text, _ in corpora.imdb_reviews("pretrain")[:limit]]
     with open(path, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:limit]

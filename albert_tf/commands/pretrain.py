@@ -1,11 +1,13 @@
 """`albert-tf pretrain`: pretrain ALBERT (MLM + SOP) under any tf.distribute strategy, resumably."""
 
+import dataclasses
 import os
 import sys
 
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.training.config import OPTIMIZERS, PRECISIONS, TrainerConfig
+from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 
 # Flag -> AlbertConfig field, for shrinking a preset (tiny runs, tests).
 _MODEL_OVERRIDES = {
@@ -110,10 +112,6 @@ def run(args):
 
 def _load_data(args):
     """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files)."""
-    import dataclasses
-
-    from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
-
     tokenizer = AlbertTokenizer.load(args.tokenizer) if args.tokenizer else None
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
