@@ -103,3 +103,24 @@ def configure_logical_cpus(num_devices):
             "Call configure_logical_cpus() before any other TensorFlow op, "
             "e.g. in a fresh process."
         ) from error
+
+
+def skip_optimizer_all_reduce(optimizer):
+    """Stops Keras from all-reducing gradients that the caller already all-reduced.
+
+    Patches a private Keras attribute, so it lives here with the other
+    distribution code, next to the strategies it is needed for.
+
+    Keras' TF optimizer sums gradients across replicas inside `apply()`,
+    after its own (per-replica) clipping. The trainer all-reduces first so it
+    can clip by the global norm; a second sum would multiply the gradient by
+    the number of replicas, so the optimizer's reduction becomes the identity.
+    The Trainer's tests check mirrored and multi-worker runs against one device.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if not hasattr(inner, "_all_reduce_sum_gradients"):
+        raise ValueError(
+            f"{type(inner).__name__} has no `_all_reduce_sum_gradients`: this Keras version "
+            "reduces gradients differently; the Trainer cannot control the all-reduce."
+        )
+    inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)

@@ -18,7 +18,8 @@ import os
 import time
 
 from albert_tf import AlbertConfig
-from albert_tf.training import Trainer, TrainerConfig, evaluate_pretraining, pretraining_dataset_fn
+from albert_tf.training import Trainer, TrainerConfig, evaluate_pretraining
+from input_pipeline.dataset import pretraining_dataset_fn
 
 from bench_utils import emit_table
 

@@ -99,6 +99,30 @@ def make_pretraining_dataset(
     return batches.prefetch(tf.data.AUTOTUNE)
 
 
+def pretraining_dataset_fn(source, data_config=None, seed=0):
+    """A `dataset_fn` for `albert_tf.training.Trainer` over `make_pretraining_dataset`.
+
+    Args:
+        source: a `create-data` directory or a `TokenizedCorpus`.
+        data_config: `PretrainingDataConfig` (required for a corpus).
+        seed: the data seed.
+
+    Returns:
+        `dataset_fn(global_batch_size, input_context, start_step)`. One input
+        pipeline feeds `num_replicas_in_sync / num_input_pipelines` replicas in
+        turn, so it has consumed that many of its batches per global batch.
+    """
+
+    def dataset_fn(global_batch_size, input_context, start_step):
+        replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
+        return make_pretraining_dataset(
+            source, global_batch_size, input_context, seed=seed,
+            start_step=start_step * replicas_per_pipeline, config=data_config,
+        )
+
+    return dataset_fn
+
+
 def _static_records(data_dir, config, seed, num_pipelines, pipeline_id, shuffle_buffer_size):
     """Serialized records of this pipeline's share, shuffled, repeated forever."""
     metadata = tfrecord.read_metadata(data_dir)

@@ -27,10 +27,10 @@ from albert_tf.training import (
     TrainerConfig,
     evaluate_pretraining,
     most_frequent_masked_id,
-    pretraining_dataset_fn,
     read_log,
 )
 from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
+from input_pipeline.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss_curve.png"

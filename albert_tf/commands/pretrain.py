@@ -8,6 +8,7 @@ from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.training.config import OPTIMIZERS, PRECISIONS, TrainerConfig
 from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
+from input_pipeline.dataset import pretraining_dataset_fn
 
 # Flag -> AlbertConfig field, for shrinking a preset (tiny runs, tests).
 _MODEL_OVERRIDES = {
@@ -76,7 +77,7 @@ def run(args):
 
         configure_logical_cpus(args.logical_cpus)
     from albert_tf.distribute import get_strategy
-    from albert_tf.training import Trainer, TrainingDiverged, pretraining_dataset_fn
+    from albert_tf.training import Trainer, TrainingDiverged
 
     trainer_config = TrainerConfig(
         global_batch_size=args.batch_size,

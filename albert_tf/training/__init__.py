@@ -8,6 +8,5 @@ from albert_tf.training.trainer import (
     TrainingDiverged,
     build_optimizer,
     build_pretrainer,
-    pretraining_dataset_fn,
     pretraining_sums,
 )

@@ -42,13 +42,13 @@ import tensorflow as tf
 
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
+from albert_tf.distribute import skip_optimizer_all_reduce
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.optimizers import AdamW, Lamb
 from albert_tf.saving import save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
-from input_pipeline import make_pretraining_dataset
 from input_pipeline import features
 
 CONFIG_FILE = "config.json"
@@ -114,7 +114,7 @@ class Trainer:
             `input_context.get_per_replica_batch_size(global_batch_size)`
             examples, skipping the first `start_step` global batches.
             `global_batch_size` is the micro-batch size summed over replicas.
-            See `pretraining_dataset_fn`.
+            See `input_pipeline.dataset.pretraining_dataset_fn`.
         strategy: a `tf.distribute.Strategy`; None uses the current one.
         tokenizer: optional `AlbertTokenizer`, saved in RUN_DIR/tokenizer.
         run_info: optional JSON-serializable dict written into
@@ -152,7 +152,7 @@ class Trainer:
             self.model = build_pretrainer(model_config, config.mixed_precision)
             self.optimizer = build_optimizer(config)
             self.optimizer.build(self.model.trainable_variables)
-            _leave_all_reduce_to_trainer(self.optimizer)
+            skip_optimizer_all_reduce(self.optimizer)
             self._step = tf.Variable(
                 0, dtype=tf.int64, trainable=False, name="step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
@@ -403,29 +403,6 @@ def pretraining_sums(labels, outputs):
     }
 
 
-def pretraining_dataset_fn(source, data_config=None, seed=0):
-    """A `Trainer` dataset_fn over `input_pipeline.make_pretraining_dataset`.
-
-    Args:
-        source: a `create-data` directory or a `TokenizedCorpus`.
-        data_config: `PretrainingDataConfig` (required for a corpus).
-        seed: the data seed.
-
-    Returns:
-        `dataset_fn(global_batch_size, input_context, start_step)`. One input
-        pipeline feeds `num_replicas_in_sync / num_input_pipelines` replicas in
-        turn, so it has consumed that many of its batches per global batch.
-    """
-    def dataset_fn(global_batch_size, input_context, start_step):
-        replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-        return make_pretraining_dataset(
-            source, global_batch_size, input_context, seed=seed,
-            start_step=start_step * replicas_per_pipeline, config=data_config,
-        )
-
-    return dataset_fn
-
-
 def _is_chief(strategy):
     """True unless this process is a non-chief worker of a multi-worker cluster."""
     resolver = getattr(strategy, "cluster_resolver", None)
@@ -435,21 +412,3 @@ def _is_chief(strategy):
     if "chief" in jobs:
         return resolver.task_type == "chief"
     return resolver.task_type != "worker" or resolver.task_id == 0
-
-
-def _leave_all_reduce_to_trainer(optimizer):
-    """Stops Keras from all-reducing gradients that `Trainer` already all-reduced.
-
-    Keras' TF optimizer sums gradients across replicas inside `apply()`,
-    after its own (per-replica) clipping. The trainer all-reduces first so it
-    can clip by the global norm; a second sum would multiply the gradient by
-    the number of replicas, so the optimizer's reduction becomes the identity.
-    The Trainer's tests check mirrored and multi-worker runs against one device.
-    """
-    inner = getattr(optimizer, "inner_optimizer", optimizer)
-    if not hasattr(inner, "_all_reduce_sum_gradients"):
-        raise ValueError(
-            f"{type(inner).__name__} has no `_all_reduce_sum_gradients`: this Keras version "
-            "reduces gradients differently; the Trainer cannot control the all-reduce."
-        )
-    inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
