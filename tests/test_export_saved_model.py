@@ -92,6 +92,16 @@ def test_bad_inputs_give_clear_errors():
         text(text=tf.constant([["a", "b"]]))
 
 
+def test_a_model_without_an_export_kind_is_refused(tmp_path):
+    backbone = AlbertBackbone(config())
+
+    class Unregistered(AlbertPretrainer):
+        export_kind = None  # a new task model that forgot to declare its kind
+
+    with pytest.raises(ValueError, match="Unregistered.export_kind must be one of"):
+        export_saved_model(Unregistered(backbone), str(tmp_path))
+
+
 def test_question_answering_text_signature_returns_a_span_in_the_context(tmp_path):
     model = AlbertQuestionAnswerer(AlbertBackbone(config()))
     loaded = tf.saved_model.load(export_saved_model(model, str(tmp_path), tokenizer=tokenizer(), max_length=32))

@@ -1,9 +1,8 @@
 """The serving functions an export holds, for any model built on `AlbertBackbone`.
 
 A model is described generically (`describe_model`): its named int32 inputs
-(the backbone inputs, plus e.g. `mask_positions`) and its dict of outputs. The
-output names and input ranks say what kind of model it is, and that picks the
-post-processing:
+(the backbone inputs, plus e.g. `mask_positions`) and its dict of outputs. Its
+class declares its kind (`export_kind`), and that picks the post-processing:
 
 | kind               | model outputs                 | added to every signature | added to text signatures            |
 |--------------------|-------------------------------|--------------------------|-------------------------------------|
@@ -39,6 +38,7 @@ BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
     "backbone", "pretrainer", "classifier", "multiple_choice"
 )
 TAGGER, REGRESSOR, QUESTION_ANSWERING = "tagger", "regressor", "question_answering"
+KINDS = (BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE, TAGGER, REGRESSOR, QUESTION_ANSWERING)
 TOKEN_LEVEL_KINDS = (BACKBONE, PRETRAINER, TAGGER, QUESTION_ANSWERING)
 
 ID_SIGNATURE = "serving_default"
@@ -114,7 +114,7 @@ def describe_model(model, label_names=None):
         except NotImplementedError:
             label_names = None
     return ModelInterface(
-        kind=_kind(inputs, outputs),
+        kind=_kind(model),
         config=config,
         inputs=inputs,
         outputs=outputs,
@@ -122,19 +122,14 @@ def describe_model(model, label_names=None):
     )
 
 
-def _kind(inputs, outputs):
-    names = set(outputs)
-    if {"start_logits", "end_logits"} <= names:
-        return QUESTION_ANSWERING
-    if {"mlm_logits", "sop_logits"} <= names:
-        return PRETRAINER
-    if "logits" in names:
-        if len(inputs[features.TOKEN_IDS]) == 3:
-            return MULTIPLE_CHOICE
-        return TAGGER if len(outputs["logits"]) == 3 else CLASSIFIER
-    if "predictions" in names:
-        return REGRESSOR
-    return BACKBONE
+def _kind(model):
+    kind = getattr(type(model), "export_kind", None)
+    if kind not in KINDS:
+        raise ValueError(
+            f"`model` must declare its export kind: {type(model).__name__}.export_kind must be one of "
+            f"{KINDS}. Received: export_kind={kind!r}"
+        )
+    return kind
 
 
 def id_input_specs(interface, batch_size=None, seq_length=None):

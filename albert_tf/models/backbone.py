@@ -47,6 +47,9 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
         pooled_output: (batch, H).
     """
 
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "backbone"
+
     def __init__(self, config, dtype=None, **kwargs):
         if isinstance(config, dict):
             config = AlbertConfig.from_dict(config)

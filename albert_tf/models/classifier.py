@@ -30,6 +30,9 @@ class AlbertClassifier(AlbertTask):
     Labels for `fit`: int class ids (batch,).
     """
 
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "classifier"
+
     def __init__(self, backbone, num_classes, label_names=None, dropout=None, **kwargs):
         check_backbone(backbone)
         check_positive("num_classes", num_classes)
@@ -78,6 +81,9 @@ class AlbertRegressor(AlbertTask):
         no trailing axis.
     Labels for `fit`: float scores (batch,).
     """
+
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "regressor"
 
     def __init__(self, backbone, label_names=None, dropout=None, **kwargs):
         check_backbone(backbone)

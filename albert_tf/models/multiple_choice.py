@@ -53,6 +53,9 @@ class AlbertMultipleChoice(AlbertTask):
     Labels for `fit`: int index of the right choice (batch,).
     """
 
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "multiple_choice"
+
     def __init__(self, backbone, label_names=None, dropout=None, **kwargs):
         check_backbone(backbone)
         check_no_label_names("AlbertMultipleChoice", label_names, "choices have no labels")

@@ -53,6 +53,9 @@ class AlbertPretrainer(AlbertTask):
         sop_logits: float32 (batch, 2).
     """
 
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "pretrainer"
+
     def __init__(self, backbone, label_names=None, **kwargs):
         check_backbone(backbone)
         check_no_label_names("AlbertPretrainer", label_names, "it predicts tokens and order")

@@ -33,6 +33,9 @@ class AlbertQuestionAnswerer(AlbertTask):
     Labels for `fit`: dict with `start_positions`, `end_positions` int32 (batch,).
     """
 
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "question_answering"
+
     def __init__(self, backbone, label_names=None, **kwargs):
         check_backbone(backbone)
         check_no_label_names("AlbertQuestionAnswerer", label_names, "spans have no labels")

@@ -29,6 +29,9 @@ class AlbertTagger(AlbertTask):
     Labels for `fit`: int tag ids (batch, seq), `IGNORE_LABEL` where no tag.
     """
 
+    # Picks the serving signatures' post-processing (export/signatures.py).
+    export_kind = "tagger"
+
     def __init__(self, backbone, num_labels, label_names=None, dropout=None, **kwargs):
         check_backbone(backbone)
         check_positive("num_labels", num_labels)

@@ -109,7 +109,12 @@ def _share_of_replicas(loss):
 
 
 class AlbertTask(PretrainedMixin, keras.Model):
-    """Base of the task models: loss, metrics, config and the backbone handle."""
+    """Base of the task models: loss, metrics, config and the backbone handle.
+
+    Every subclass sets the class attribute `export_kind` (one of
+    `albert_tf.export.signatures.KINDS`): it says which post-processing the
+    exported signatures add. A model without one cannot be exported.
+    """
 
     def _init_task(self, backbone, label_names, task_metrics, **task_config):
         self.backbone = backbone
