@@ -12,6 +12,9 @@ import keras
 import tensorflow as tf
 from keras import ops
 
+from albert_tf.schedules import WarmupLinearDecay
+
+OPTIMIZER_NAMES = ("lamb", "adamw")
 # The exclusions ALBERT's `optimization.py` passes to both of its optimizers.
 DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY = ("LayerNorm", "layer_norm", "bias")
 
@@ -333,3 +336,35 @@ def _refuse_exclusion_call(optimizer, var_list, var_names):
         "`exclude_from_weight_decay`. Received a call with: "
         f"var_list={var_list!r}, var_names={var_names!r}"
     )
+
+
+def build_optimizer(name, *, learning_rate, warmup_steps, total_steps, weight_decay, clip_norm=0.0,
+                    loss_scale=False):
+    """LAMB or AdamW on the warmup-then-linear-decay schedule, as ALBERT trains.
+
+    Args:
+        name: one of `OPTIMIZER_NAMES`: "lamb" (pretraining) or "adamw" (fine-tuning).
+        learning_rate: peak learning rate, reached after `warmup_steps`.
+        warmup_steps: steps of linear warmup from 0.
+        total_steps: the step at which the rate has decayed linearly to 0.
+        weight_decay: decoupled weight decay (LayerNorm and biases excluded).
+        clip_norm: clip the gradient to this global norm inside `apply()`;
+            0 leaves it to the caller. Under a distribution strategy Keras
+            clips each replica's gradient before its all-reduce, which only
+            equals clipping the global gradient on a single replica.
+        loss_scale: wrap in `keras.optimizers.LossScaleOptimizer` (dynamic
+            loss scaling), which float16 training needs.
+
+    Returns:
+        A Keras optimizer.
+    """
+    if name not in OPTIMIZER_NAMES:
+        raise ValueError(f"`name` must be one of {OPTIMIZER_NAMES}. Received: name={name!r}")
+    schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
+    kwargs = {"global_clipnorm": clip_norm} if clip_norm else {}
+    if name == "lamb":
+        optimizer = Lamb(learning_rate=schedule, weight_decay_rate=weight_decay, **kwargs)
+    else:
+        optimizer = AdamW(learning_rate=schedule, weight_decay=weight_decay, **kwargs)
+    # float16 gradients underflow without it; bfloat16 has float32's range.
+    return keras.optimizers.LossScaleOptimizer(optimizer) if loss_scale else optimizer

@@ -14,9 +14,10 @@ run of blank lines is one separator.
 """
 
 import csv
-import json
 import os
 import re
+
+from input_pipeline.jsonl import read_jsonl
 
 FORMATS = ("auto", "sentences", "text", "csv", "jsonl")
 
@@ -178,13 +179,7 @@ def _read_csv(path, column):
 
 
 def _read_jsonl(path, column):
-    for line_number, line in enumerate(_decoded_lines(path), start=1):
-        if not line.strip():
-            continue
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}:{line_number}: invalid JSON ({e.msg}).") from None
+    for line_number, record in read_jsonl(_decoded_lines(path), path, require_object=False):
         if not isinstance(record, dict) or column not in record:
             raise ValueError(f"{path}:{line_number}: no field {column!r} in the record.")
         yield split_paragraphs_into_sentences(str(record[column] or ""))

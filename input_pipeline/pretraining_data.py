@@ -19,6 +19,7 @@ import os
 import numpy as np
 
 from input_pipeline import features
+from input_pipeline.packing import pack
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_IDS, SEP_ID
 
 TASKS = ("sop", "nsp", "single")
@@ -347,8 +348,7 @@ def lay_out(corpus, instance):
     """
     a = corpus.token_ids[instance.a_start : instance.a_end]
     b = corpus.token_ids[instance.b_start : instance.b_end]
-    sep = [SEP_ID]
-    tokens = np.concatenate([[CLS_ID], a, sep, b, sep] if len(b) else [[CLS_ID], a, sep]).astype(np.int32)
+    tokens = pack(a, b if len(b) else None)[features.TOKEN_IDS]
     is_word_start = corpus.word_starts[tokens]
     # A segment's first piece starts a word even if truncation cut into a word.
     is_word_start[1] = True

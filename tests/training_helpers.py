@@ -75,7 +75,7 @@ def fit_weights(strategy, steps):
     """
     import keras
 
-    from albert_tf.training import build_optimizer, build_pretrainer
+    from albert_tf.training import build_pretrainer, trainer_optimizer
 
     examples = synthetic_examples()
     examples[features.MASK_WEIGHTS] = np.ones_like(examples[features.MASK_WEIGHTS])
@@ -86,7 +86,7 @@ def fit_weights(strategy, steps):
         model = build_pretrainer(TINY_MODEL)
         if not steps:
             return weights_of(model)
-        model.compile(optimizer=build_optimizer(tiny_trainer_config(num_steps=steps, clip_norm=0.0)))
+        model.compile(optimizer=trainer_optimizer(tiny_trainer_config(num_steps=steps, clip_norm=0.0)))
     history = model.fit(dataset, epochs=1, verbose=0)
     assert np.isfinite(history.history["loss"]).all()
     return weights_of(model)

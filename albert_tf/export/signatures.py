@@ -33,6 +33,7 @@ import tensorflow as tf
 from albert_tf.config import AlbertConfig
 from albert_tf.export import text as text_lib
 from input_pipeline import features
+from input_pipeline.tokenizer import SEP_ID
 
 BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
     "backbone", "pretrainer", "classifier", "multiple_choice"
@@ -322,7 +323,7 @@ class _TextOutputs:
         in_context = (
             (inputs[features.SEGMENT_IDS] == 1)
             & (inputs[features.PADDING_MASK] == 1)
-            & (token_ids != text_lib.SEP_ID)
+            & (token_ids != SEP_ID)
         )
         positions = tf.range(seq)
         span_length = positions[None, :] - positions[:, None]  # (seq, seq): end - start

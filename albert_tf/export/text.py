@@ -1,16 +1,13 @@
 """Raw text -> model inputs, in Python and in the TensorFlow graph, with the same result.
 
-Both paths pack one text as `[CLS] A [SEP]` and a pair as `[CLS] A [SEP] B [SEP]`
-(segment ids 0 up to and including the first [SEP], then 1), truncate to the
-exported `max_length`, and pad to the longest sequence of the batch (or to
-`pad_to`). The Python path (`pack_texts`) is the reference for the in-graph one
-(`tf_pack_texts`, used by the `serve_text` signatures) and the recipe for
-on-device tokenization next to a TFLite model.
+Both paths lay texts out and truncate them with `input_pipeline.packing` (one
+text `[CLS] A [SEP]`, a pair `[CLS] A [SEP] B [SEP]`, BERT's `truncate_seq_pair`
+as fine-tuning uses it) to the exported `max_length`, and pad to the longest
+sequence of the batch (or to `pad_to`). The Python path (`pack_texts`) is the
+reference for the in-graph one (`tf_pack_texts`, used by the `serve_text`
+signatures) and the recipe for on-device tokenization next to a TFLite model.
 
-Truncation is BERT's `truncate_seq_pair`, as fine-tuning uses it
-(`input_pipeline.finetuning.encoding.truncate_pair`): drop tokens from the end
-of the longer segment, one at a time (from B on a tie), until the pair fits;
-with `max_first_length` (SQuAD) A is cut to it and B fills the rest. A text
+With `max_first_length` (SQuAD) A is cut to it and B fills the rest. A text
 never makes the packed sequence longer than `max_length`: it is cut, not
 rejected. Empty texts (empty after whitespace collapse) are an error.
 
@@ -23,9 +20,10 @@ import os
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_text as tf_text
 
-from input_pipeline.tokenizer import CLS_ID, MODEL_FILE, PAD_ID, SEP_ID, AlbertTokenizer
+from input_pipeline import features
+from input_pipeline.packing import pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
+from input_pipeline.tokenizer import MODEL_FILE, PAD_ID, AlbertTokenizer
 
 TOKENIZER_SUBDIR = "tokenizer"
 
@@ -49,26 +47,6 @@ def find_tokenizer(model_dir=None, tokenizer_dir=None):
         if os.path.isfile(os.path.join(candidate, MODEL_FILE)):
             return AlbertTokenizer.load(candidate)
     return None
-
-
-def truncated_lengths(len_a, len_b, budget):
-    """Lengths of A and B after `truncate_seq_pair` to `budget` tokens (Python ints).
-
-    Closed form of the loop "pop from the longer, from B on a tie": the shorter
-    segment keeps its length when the longer still gets at least as much;
-    otherwise A gets ceil(budget / 2) and B the rest.
-    """
-    if len_a + len_b <= budget:
-        return len_a, len_b
-    new_a = min(len_a, max(budget - len_b, (budget + 1) // 2))
-    return new_a, budget - new_a
-
-
-def _tf_truncated_lengths(len_a, len_b, budget):
-    """`truncated_lengths` on int64 tensors (batch,)."""
-    fits = len_a + len_b <= budget
-    cut_a = tf.minimum(len_a, tf.maximum(budget - len_b, (budget + 1) // 2))
-    return tf.where(fits, len_a, cut_a), tf.where(fits, len_b, budget - cut_a)
 
 
 def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, max_first_length=None):
@@ -101,18 +79,13 @@ def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, m
         if not a or (b is not None and not b):
             raise ValueError(f"Text {i} is empty (after whitespace collapse); it has no tokens.")
         if b is None:
-            ids = [CLS_ID] + a[: max_length - 2] + [SEP_ID]
-            segments = [0] * len(ids)
+            packed = pack(truncate_pair(a, None, max_length - 2)[0])
+        elif max_first_length is None:
+            packed = pack(*truncate_pair(a, b, max_length - 3))
         else:
-            if max_first_length is None:
-                new_a, new_b = truncated_lengths(len(a), len(b), max_length - 3)
-            else:
-                new_a = min(len(a), max_first_length, max_length - 4)
-                new_b = min(len(b), max_length - 3 - new_a)
-            first = [CLS_ID] + a[:new_a] + [SEP_ID]
-            second = b[:new_b] + [SEP_ID]
-            ids, segments = first + second, [0] * len(first) + [1] * len(second)
-        rows.append((ids, segments))
+            new_a = min(len(a), max_first_length, max_length - 4)
+            packed = pack(a[:new_a], b[: max_length - 3 - new_a])
+        rows.append((packed[features.TOKEN_IDS], packed[features.SEGMENT_IDS]))
     length = pad_to if pad_to is not None else max((len(ids) for ids, _ in rows), default=0)
     out = {
         "token_ids": np.full((len(rows), length), PAD_ID, "int32"),
@@ -144,27 +117,16 @@ def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_l
     _check_max_length(max_length, text_pairs is not None)
     segments = [_tf_encode_nonempty(tokenizer, texts, "text")]
     if text_pairs is None:
-        segments[0] = _tf_take(segments[0], tf.minimum(segments[0].row_lengths(), max_length - 2))
+        segments = tf_truncate(segments, max_length - 2)
     else:
         segments.append(_tf_encode_nonempty(tokenizer, text_pairs, "text_pair"))
-        len_a, len_b = segments[0].row_lengths(), segments[1].row_lengths()
         if max_first_length is None:
-            new_a, new_b = _tf_truncated_lengths(len_a, len_b, max_length - 3)
+            segments = tf_truncate(segments, max_length - 3)
         else:
-            new_a = tf.minimum(len_a, min(max_first_length, max_length - 4))
-            new_b = tf.minimum(len_b, max_length - 3 - new_a)
-        segments = [_tf_take(segments[0], new_a), _tf_take(segments[1], new_b)]
-    ids, segment_ids = tf_text.combine_segments(
-        segments, start_of_sequence_id=CLS_ID, end_of_segment_id=SEP_ID
-    )
-    token_ids = tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)  # (batch, seq)
-    return {
-        "token_ids": token_ids,
-        "segment_ids": tf.cast(segment_ids.to_tensor(default_value=0), tf.int32),
-        "padding_mask": tf.sequence_mask(
-            ids.row_lengths(), maxlen=tf.shape(token_ids)[1], dtype=tf.int32
-        ),
-    }
+            new_a = tf.minimum(segments[0].row_lengths(), min(max_first_length, max_length - 4))
+            new_b = tf.minimum(segments[1].row_lengths(), max_length - 3 - new_a)
+            segments = [_tf_take(segments[0], new_a), _tf_take(segments[1], new_b)]
+    return tf_pack(segments)
 
 
 def assert_rank(tensor, rank, name):

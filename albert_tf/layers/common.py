@@ -3,6 +3,16 @@
 import keras
 from keras import ops
 
+# What padding positions add to attention scores and span logits: -10000, as
+# the original, rather than -inf, so a row with every key masked still gets a
+# finite (uniform) softmax instead of NaN.
+PADDING_BIAS = -10000.0
+
+
+def padding_bias(padding_mask, dtype="float32"):
+    """(batch, seq) 1/0 mask -> (batch, seq) additive bias: 0, or PADDING_BIAS where 0."""
+    return (1.0 - ops.cast(padding_mask, dtype)) * PADDING_BIAS
+
 
 def get_activation(name):
     """The activation function named as in `AlbertConfig.hidden_act`."""

@@ -36,6 +36,7 @@ class AlbertEmbedding(keras.layers.Layer):
         embedding_size,
         max_position_embeddings,
         type_vocab_size,
+        *,
         initializer_range=0.02,
         layer_norm_eps=1e-12,
         dropout=0.0,
@@ -62,8 +63,8 @@ class AlbertEmbedding(keras.layers.Layer):
             type_vocab_size, embedding_size, embeddings_initializer=init,
             dtype=self.dtype_policy, name="token_type_embeddings",
         )
-        self.layer_norm = layer_norm(layer_norm_eps, "layer_norm", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.layer_norm = layer_norm(epsilon=layer_norm_eps, name="layer_norm", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(rate=dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape=None):
         self.word_embeddings.build()

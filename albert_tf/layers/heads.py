@@ -29,7 +29,7 @@ class MaskedLMHead(keras.layers.Layer):
     """
 
     def __init__(
-        self, word_embeddings, activation="gelu_new", initializer_range=0.02,
+        self, word_embeddings, *, activation="gelu_new", initializer_range=0.02,
         layer_norm_eps=1e-12, **kwargs,
     ):
         super().__init__(**kwargs)
@@ -39,10 +39,10 @@ class MaskedLMHead(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         vocab_size, embedding_size = word_embeddings.input_dim, word_embeddings.output_dim
         self.transform = dense(
-            embedding_size, initializer_range, "transform", get_activation(activation),
-            dtype=self.dtype_policy,
+            units=embedding_size, stddev=initializer_range, name="transform",
+            activation=get_activation(activation), dtype=self.dtype_policy,
         )
-        self.layer_norm = layer_norm(layer_norm_eps, "layer_norm", dtype=self.dtype_policy)
+        self.layer_norm = layer_norm(epsilon=layer_norm_eps, name="layer_norm", dtype=self.dtype_policy)
         self.output_bias = self.add_weight(
             shape=(vocab_size,), initializer="zeros", name="output_bias"
         )
@@ -89,7 +89,7 @@ class SentenceOrderHead(keras.layers.Layer):
         Float32 logits (batch, 2).
     """
 
-    def __init__(self, initializer_range=0.02, **kwargs):
+    def __init__(self, *, initializer_range=0.02, **kwargs):
         super().__init__(**kwargs)
         self.initializer_range = initializer_range
         self.dense = keras.layers.Dense(

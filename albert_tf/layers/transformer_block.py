@@ -28,6 +28,7 @@ class FeedForward(keras.layers.Layer):
         self,
         hidden_size,
         intermediate_size,
+        *,
         activation="gelu_new",
         initializer_range=0.02,
         layer_norm_eps=1e-12,
@@ -42,12 +43,14 @@ class FeedForward(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.dropout_rate = dropout
         self.intermediate = dense(
-            intermediate_size, initializer_range, "intermediate", get_activation(activation),
-            dtype=self.dtype_policy,
+            units=intermediate_size, stddev=initializer_range, name="intermediate",
+            activation=get_activation(activation), dtype=self.dtype_policy,
         )
-        self.output_dense = dense(hidden_size, initializer_range, "output_dense", dtype=self.dtype_policy)
-        self.layer_norm = layer_norm(layer_norm_eps, "layer_norm", dtype=self.dtype_policy)
-        self.dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+        self.output_dense = dense(
+            units=hidden_size, stddev=initializer_range, name="output_dense", dtype=self.dtype_policy
+        )
+        self.layer_norm = layer_norm(epsilon=layer_norm_eps, name="layer_norm", dtype=self.dtype_policy)
+        self.dropout = keras.layers.Dropout(rate=dropout, dtype=self.dtype_policy)
 
     def build(self, input_shape):
         self.intermediate.build(input_shape)
@@ -93,7 +96,7 @@ class TransformerBlock(keras.layers.Layer):
         Float tensor (batch, seq, H).
     """
 
-    def __init__(self, attention, feed_forward, **kwargs):
+    def __init__(self, *, attention, feed_forward, **kwargs):
         super().__init__(**kwargs)
         self.attention = attention
         self.feed_forward = feed_forward

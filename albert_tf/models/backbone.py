@@ -5,19 +5,14 @@ from keras import ops
 
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
-from albert_tf.layers.common import dense
+from albert_tf.layers.common import dense, padding_bias
 from albert_tf.saving import PretrainedMixin
 from input_pipeline import features
 
 
 def attention_bias_from_padding_mask(padding_mask, dtype="float32"):
-    """(batch, seq) 1/0 mask -> (batch, 1, 1, seq) additive bias: 0 or -10000.
-
-    -10000, as the original, rather than -inf: a row with every key masked
-    then still gets a finite (uniform) softmax instead of NaN.
-    """
-    bias = (1.0 - ops.cast(padding_mask, dtype)) * -10000.0
-    return ops.expand_dims(ops.expand_dims(bias, 1), 1)
+    """(batch, seq) 1/0 mask -> (batch, 1, 1, seq) additive bias: 0 or `PADDING_BIAS`."""
+    return ops.expand_dims(ops.expand_dims(padding_bias(padding_mask, dtype), 1), 1)
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -61,15 +56,21 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
 
         # === Layers ===
         embedding = AlbertEmbedding(
-            c.vocab_size, c.embedding_size, c.max_position_embeddings, c.type_vocab_size,
-            c.initializer_range, c.layer_norm_eps, c.hidden_dropout,
-            dtype=dtype, name="embeddings",
+            vocab_size=c.vocab_size,
+            embedding_size=c.embedding_size,
+            max_position_embeddings=c.max_position_embeddings,
+            type_vocab_size=c.type_vocab_size,
+            initializer_range=c.initializer_range,
+            layer_norm_eps=c.layer_norm_eps,
+            dropout=c.hidden_dropout,
+            dtype=dtype,
+            name="embeddings",
         )
         projection = dense(
-            c.hidden_size, c.initializer_range, "embedding_hidden_mapping_in", dtype=dtype
+            units=c.hidden_size, stddev=c.initializer_range, name="embedding_hidden_mapping_in", dtype=dtype
         )
         blocks = _build_blocks(c, dtype)
-        pooler = dense(c.hidden_size, c.initializer_range, "pooler", "tanh", dtype=dtype)
+        pooler = dense(units=c.hidden_size, stddev=c.initializer_range, name="pooler", activation="tanh", dtype=dtype)
 
         # === Functional graph ===
         inputs = {
@@ -130,22 +131,34 @@ def _build_blocks(c, dtype):
 
     def attention(name):
         return SelfAttention(
-            c.hidden_size, c.num_attention_heads, c.initializer_range, c.layer_norm_eps,
-            c.hidden_dropout, c.attention_dropout, dtype=dtype, name=name,
+            hidden_size=c.hidden_size,
+            num_heads=c.num_attention_heads,
+            initializer_range=c.initializer_range,
+            layer_norm_eps=c.layer_norm_eps,
+            dropout=c.hidden_dropout,
+            attention_dropout=c.attention_dropout,
+            dtype=dtype,
+            name=name,
         )
 
     def feed_forward(name):
         return FeedForward(
-            c.hidden_size, c.intermediate_size, c.hidden_act, c.initializer_range,
-            c.layer_norm_eps, c.hidden_dropout, dtype=dtype, name=name,
+            hidden_size=c.hidden_size,
+            intermediate_size=c.intermediate_size,
+            activation=c.hidden_act,
+            initializer_range=c.initializer_range,
+            layer_norm_eps=c.layer_norm_eps,
+            dropout=c.hidden_dropout,
+            dtype=dtype,
+            name=name,
         )
 
     if c.sharing == "all":
         return [
             [
                 TransformerBlock(
-                    attention(f"group_{g}_inner_{i}_attention"),
-                    feed_forward(f"group_{g}_inner_{i}_ffn"),
+                    attention=attention(f"group_{g}_inner_{i}_attention"),
+                    feed_forward=feed_forward(f"group_{g}_inner_{i}_ffn"),
                     dtype=dtype, name=f"group_{g}_inner_{i}",
                 )
                 for i in range(c.inner_group_num)
@@ -157,8 +170,8 @@ def _build_blocks(c, dtype):
     return [
         [
             TransformerBlock(
-                shared_attention or attention(f"layer_{l}_attention"),
-                shared_ffn or feed_forward(f"layer_{l}_ffn"),
+                attention=shared_attention or attention(f"layer_{l}_attention"),
+                feed_forward=shared_ffn or feed_forward(f"layer_{l}_ffn"),
                 dtype=dtype, name=f"layer_{l}",
             )
         ]

@@ -8,8 +8,16 @@ from albert_tf.models.task import AlbertTask, check_backbone, check_no_label_nam
 from input_pipeline import features
 
 
-def pretraining_losses(labels, outputs):
-    """The two pretraining losses, as the original `run_pretraining.py` computes them.
+# The original's MLM denominator: sum(w) + 1e-5, so a batch without masks gives 0, not NaN.
+MLM_EPSILON = 1e-5
+SUM_NAMES = ("mlm_ce", "mlm_correct", "mlm_weight", "sop_ce", "sop_correct", "sop_examples")
+
+
+def pretraining_sums(labels, outputs):
+    """Sums over a batch from which the pretraining losses and accuracies follow.
+
+    Sums, not means, so a caller can add them over micro-batches and replicas
+    and normalise once by the global totals (see `losses_from_sums`).
 
     Args:
         labels: dict with mask_ids (batch, P), mask_weights (batch, P) and
@@ -17,18 +25,55 @@ def pretraining_losses(labels, outputs):
         outputs: dict with mlm_logits (batch, P, V) and sop_logits (batch, 2).
 
     Returns:
-        (mlm_loss, sop_loss), float32 scalars. The MLM loss is the mean
-        cross-entropy over real masked positions: sum(w * ce) / (sum(w) + 1e-5).
+        dict of float32 scalars named `SUM_NAMES`: mlm_ce = sum(w * ce),
+        mlm_correct = sum(w * [argmax == id]), mlm_weight = sum(w),
+        sop_ce = sum(ce), sop_correct, sop_examples = batch.
     """
     weights = ops.cast(labels[features.MASK_WEIGHTS], "float32")
-    mlm_ce = keras.losses.sparse_categorical_crossentropy(
-        labels[features.MASK_IDS], outputs["mlm_logits"], from_logits=True
-    )  # (batch, P)
-    mlm_loss = ops.sum(mlm_ce * weights) / (ops.sum(weights) + 1e-5)
-    sop_ce = keras.losses.sparse_categorical_crossentropy(
-        labels[features.SENTENCE_ORDER_LABEL], outputs["sop_logits"], from_logits=True
-    )  # (batch,)
-    return mlm_loss, ops.mean(sop_ce)
+    mask_ids = ops.cast(labels[features.MASK_IDS], "int32")
+    order = ops.cast(labels[features.SENTENCE_ORDER_LABEL], "int32")
+    # float32 cross-entropy even under mixed precision: a bfloat16 log-softmax
+    # over the vocabulary loses the small differences the loss is made of.
+    mlm_logits = ops.cast(outputs["mlm_logits"], "float32")
+    sop_logits = ops.cast(outputs["sop_logits"], "float32")
+    mlm_ce = keras.losses.sparse_categorical_crossentropy(mask_ids, mlm_logits, from_logits=True)  # (batch, P)
+    sop_ce = keras.losses.sparse_categorical_crossentropy(order, sop_logits, from_logits=True)  # (batch,)
+    mlm_hit = ops.cast(ops.equal(ops.cast(ops.argmax(mlm_logits, -1), "int32"), mask_ids), "float32")
+    sop_hit = ops.cast(ops.equal(ops.cast(ops.argmax(sop_logits, -1), "int32"), order), "float32")
+    return {
+        "mlm_ce": ops.sum(weights * mlm_ce),
+        "mlm_correct": ops.sum(weights * mlm_hit),
+        "mlm_weight": ops.sum(weights),
+        "sop_ce": ops.sum(sop_ce),
+        "sop_correct": ops.sum(sop_hit),
+        "sop_examples": ops.cast(ops.shape(order)[0], "float32"),
+    }
+
+
+def losses_from_sums(sums, total_weight, total_examples):
+    """(mlm_loss, sop_loss) of `sums`' share of a mean over `total_*`.
+
+    With the batch's own totals this is the batch mean; with the totals of a
+    whole step (all micro-batches, all replicas) it is this batch's share of
+    the step's mean, so the shares' gradients add up to the mean's.
+
+    Args:
+        sums: `pretraining_sums` of a batch (or their sum over batches).
+        total_weight: float32 scalar, sum of the mask weights of the mean.
+        total_examples: float32 scalar, number of examples of the mean.
+
+    Returns:
+        (mlm_loss, sop_loss), float32 scalars: sum(w * ce) / (total_weight +
+        MLM_EPSILON) and sum(sop_ce) / total_examples, as the original
+        `run_pretraining.py`.
+    """
+    return sums["mlm_ce"] / (total_weight + MLM_EPSILON), sums["sop_ce"] / total_examples
+
+
+def pretraining_losses(labels, outputs):
+    """(mlm_loss, sop_loss), float32 scalars: the batch means (see `losses_from_sums`)."""
+    sums = pretraining_sums(labels, outputs)
+    return losses_from_sums(sums, sums["mlm_weight"], sums["sop_examples"])
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -63,12 +108,14 @@ class AlbertPretrainer(AlbertTask):
 
         # === Layers ===
         mlm_head = MaskedLMHead(
-            backbone.word_embeddings, c.hidden_act, c.initializer_range, c.layer_norm_eps,
-            dtype=backbone.dtype_policy, name="mlm_head",
+            word_embeddings=backbone.word_embeddings,
+            activation=c.hidden_act,
+            initializer_range=c.initializer_range,
+            layer_norm_eps=c.layer_norm_eps,
+            dtype=backbone.dtype_policy,
+            name="mlm_head",
         )
-        sop_head = SentenceOrderHead(
-            c.initializer_range, dtype=backbone.dtype_policy, name="sop_head"
-        )
+        sop_head = SentenceOrderHead(initializer_range=c.initializer_range, dtype=backbone.dtype_policy, name="sop_head")
 
         # === Functional graph ===
         inputs = {

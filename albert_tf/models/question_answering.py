@@ -3,6 +3,7 @@
 import keras
 from keras import ops
 
+from albert_tf.layers.common import padding_bias
 from albert_tf.models.task import (
     AlbertTask, backbone_inputs, check_backbone, check_no_label_names, output_dense,
 )
@@ -46,11 +47,11 @@ class AlbertQuestionAnswerer(AlbertTask):
         sequence = backbone(inputs)["sequence_output"]  # (batch, seq, H)
         logits = head(sequence)  # (batch, seq, 2)
         start_logits, end_logits = ops.split(logits, 2, axis=-1)  # 2 x (batch, seq, 1)
-        # -10000 rather than -inf, as the attention bias: finite everywhere.
-        padding_bias = (1.0 - ops.cast(inputs[features.PADDING_MASK], "float32")) * -10000.0
+        # The attention's padding bias: finite everywhere, and padding never wins.
+        bias = padding_bias(inputs[features.PADDING_MASK])  # (batch, seq)
         outputs = {
-            "start_logits": ops.squeeze(start_logits, axis=-1) + padding_bias,  # (batch, seq)
-            "end_logits": ops.squeeze(end_logits, axis=-1) + padding_bias,  # (batch, seq)
+            "start_logits": ops.squeeze(start_logits, axis=-1) + bias,  # (batch, seq)
+            "end_logits": ops.squeeze(end_logits, axis=-1) + bias,  # (batch, seq)
         }
         super().__init__(inputs=inputs, outputs=outputs, **kwargs)
 

@@ -16,9 +16,8 @@ import warnings
 import keras
 
 from albert_tf.models import AlbertBackbone
-from albert_tf.optimizers import AdamW
+from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import load_pretrained
-from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.registry import get_task
 from input_pipeline.finetuning import make_dataset
@@ -27,13 +26,6 @@ from input_pipeline.tokenizer import AlbertTokenizer
 RUN_FILE = "finetune.json"
 BEST_DIR = "best"
 TOKENIZER_DIR = "tokenizer"
-
-
-def build_optimizer(config, total_steps):
-    """AdamW (LayerNorm/bias not decayed), warmup then linear decay, grads clipped to norm 1."""
-    warmup = int(round(config.warmup_fraction * total_steps))
-    schedule = WarmupLinearDecay(config.learning_rate, warmup, total_steps)
-    return AdamW(learning_rate=schedule, weight_decay=config.weight_decay, global_clipnorm=1.0)
 
 
 def check_lengths(config, backbone, tokenizer):
@@ -77,9 +69,14 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     model = task.build_model(backbone, label_names, config)
     steps_per_epoch = math.ceil(len(train.inputs) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
+    # AdamW (LayerNorm/bias not decayed), warmup then linear decay, gradients clipped to norm 1.
+    optimizer = build_optimizer(
+        "adamw", learning_rate=config.learning_rate, warmup_steps=int(round(config.warmup_fraction * total_steps)),
+        total_steps=total_steps, weight_decay=config.weight_decay, clip_norm=1.0,
+    )
     # Per-batch padding gives a new sequence length nearly every batch; XLA
     # would compile once per length, so the graph runs without it.
-    model.compile(optimizer=build_optimizer(config, total_steps), jit_compile=False)
+    model.compile(optimizer=optimizer, jit_compile=False)
     dataset = make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True,
                            seed=config.seed, bucket=config.bucket, label_pad=task.label_pad)
 

@@ -6,7 +6,6 @@ from albert_tf.training.progress import read_log
 from albert_tf.training.trainer import (
     Trainer,
     TrainingDiverged,
-    build_optimizer,
     build_pretrainer,
-    pretraining_sums,
+    trainer_optimizer,
 )

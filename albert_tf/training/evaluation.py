@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.training.trainer import pretraining_sums
+from albert_tf.models.pretrainer import pretraining_sums
 from input_pipeline import features
 
 
@@ -27,9 +27,7 @@ def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):
     def batch_sums(inputs, labels):
         sums = pretraining_sums(labels, model(inputs, training=False))
         weights = tf.cast(labels[features.MASK_WEIGHTS], tf.float32)
-        sums["weight"] = tf.reduce_sum(weights)
         order = labels[features.SENTENCE_ORDER_LABEL]
-        sums["examples"] = tf.cast(tf.shape(order)[0], tf.float32)
         sums["label_ones"] = tf.reduce_sum(tf.cast(order, tf.float32))
         baseline = -1 if baseline_token_id is None else baseline_token_id
         hit = tf.cast(tf.equal(labels[features.MASK_IDS], baseline), tf.float32)
@@ -43,19 +41,19 @@ def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):
     if not totals:
         raise ValueError("The evaluation dataset is empty.")
     result = {
-        "mlm_accuracy": totals["mlm_correct"] / totals["weight"],
-        "mlm_loss": totals["mlm_ce"] / totals["weight"],
-        "sop_accuracy": totals["sop_correct"] / totals["examples"],
-        "sop_loss": totals["sop_ce"] / totals["examples"],
+        "mlm_accuracy": totals["mlm_correct"] / totals["mlm_weight"],
+        "mlm_loss": totals["mlm_ce"] / totals["mlm_weight"],
+        "sop_accuracy": totals["sop_correct"] / totals["sop_examples"],
+        "sop_loss": totals["sop_ce"] / totals["sop_examples"],
         # Always predicting the more frequent label: SOP's real chance level
         # (one-sentence chunks take a random-document B, so label 1 > 50%).
-        "sop_majority_accuracy": max(totals["label_ones"], totals["examples"] - totals["label_ones"])
-        / totals["examples"],
-        "num_masked": int(totals["weight"]),
-        "num_examples": int(totals["examples"]),
+        "sop_majority_accuracy": max(totals["label_ones"], totals["sop_examples"] - totals["label_ones"])
+        / totals["sop_examples"],
+        "num_masked": int(totals["mlm_weight"]),
+        "num_examples": int(totals["sop_examples"]),
     }
     if baseline_token_id is not None:
-        result["unigram_mlm_accuracy"] = totals["baseline_correct"] / totals["weight"]
+        result["unigram_mlm_accuracy"] = totals["baseline_correct"] / totals["mlm_weight"]
     return result
 
 

@@ -44,7 +44,8 @@ from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import skip_optimizer_all_reduce
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
-from albert_tf.optimizers import AdamW, Lamb
+from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
+from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training.config import TrainerConfig
@@ -56,38 +57,29 @@ TRAINING_CONFIG_FILE = "training_config.json"
 CHECKPOINT_DIR = "checkpoints"
 TOKENIZER_DIR = "tokenizer"
 FINAL_DIR = "final"
-# The original's MLM denominator: sum(w) + 1e-5, so a batch without masks gives 0, not NaN.
-_MLM_EPSILON = 1e-5
 
 
 class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN or infinite; the run stopped."""
 
 
-def build_optimizer(config, clip_in_optimizer=False):
-    """The optimizer of `config`: LAMB or AdamW on the warmup-linear-decay schedule.
+def trainer_optimizer(config, clip_in_optimizer=False):
+    """`albert_tf.optimizers.build_optimizer` with the settings of a `TrainerConfig`.
 
     Args:
         config: a `TrainerConfig`.
-        clip_in_optimizer: also set Keras' `global_clipnorm` (for `model.fit`).
-            `Trainer` clips the all-reduced gradient itself and leaves it off;
-            Keras clips before its all-reduce, i.e. each replica's gradient,
-            which only equals the recipe on a single replica.
+        clip_in_optimizer: let Keras clip (for `model.fit`). `Trainer` clips
+            the all-reduced gradient itself and leaves it off.
 
     Returns:
-        A Keras optimizer; wrapped in `keras.optimizers.LossScaleOptimizer`
-        (dynamic loss scaling) under "mixed_float16".
+        A Keras optimizer, loss-scaled under "mixed_float16".
     """
-    schedule = WarmupLinearDecay(config.learning_rate, config.warmup_steps, config.num_steps)
-    kwargs = {"global_clipnorm": config.clip_norm} if clip_in_optimizer and config.clip_norm else {}
-    if config.optimizer == "lamb":
-        optimizer = Lamb(learning_rate=schedule, weight_decay_rate=config.weight_decay, **kwargs)
-    else:
-        optimizer = AdamW(learning_rate=schedule, weight_decay=config.weight_decay, **kwargs)
-    if config.mixed_precision == "mixed_float16":
-        # float16 gradients underflow without it; bfloat16 has float32's range.
-        optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
-    return optimizer
+    return build_optimizer(
+        config.optimizer, learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
+        total_steps=config.num_steps, weight_decay=config.weight_decay,
+        clip_norm=config.clip_norm if clip_in_optimizer else 0.0,
+        loss_scale=config.mixed_precision == "mixed_float16",
+    )
 
 
 def build_pretrainer(model_config, mixed_precision="float32"):
@@ -150,7 +142,7 @@ class Trainer:
         with self.strategy.scope():
             keras.utils.set_random_seed(config.seed)
             self.model = build_pretrainer(model_config, config.mixed_precision)
-            self.optimizer = build_optimizer(config)
+            self.optimizer = trainer_optimizer(config)
             self.optimizer.build(self.model.trainable_variables)
             skip_optimizer_all_reduce(self.optimizer)
             self._step = tf.Variable(
@@ -272,12 +264,12 @@ class Trainer:
             # Stacked (k, per-replica batch, ...) so that a graph loop, not k
             # unrolled copies of the model, walks the micro-batches.
             stacked = tf.nest.map_structure(lambda *parts: tf.stack(parts), *micro_batches)
-            sums = dict.fromkeys(_SUM_NAMES, tf.constant(0.0))
+            sums = dict.fromkeys(SUM_NAMES, tf.constant(0.0))
             for index in tf.range(self.config.accumulation_steps):
                 inputs, labels = tf.nest.map_structure(lambda t: tf.gather(t, index), stacked)
                 micro_gradients, micro_sums = self._forward_backward(inputs, labels, total_weight, total_examples)
                 self._accumulator.accumulate(micro_gradients)
-                sums = {name: sums[name] + micro_sums[name] for name in _SUM_NAMES}
+                sums = {name: sums[name] + micro_sums[name] for name in SUM_NAMES}
             # Each micro-batch loss is already a share of the step's global
             # mean, so the plain sum (num_micro_batches=1) is the gradient.
             gradients = self._accumulator.gradients(1)
@@ -296,8 +288,7 @@ class Trainer:
             norm = tf.linalg.global_norm(gradients)
         self.optimizer.apply(gradients, variables)
 
-        mlm_loss = sums["mlm_ce"] / (total_weight + _MLM_EPSILON)
-        sop_loss = sums["sop_ce"] / total_examples
+        mlm_loss, sop_loss = losses_from_sums(sums, total_weight, total_examples)
         return {
             "loss": mlm_loss + sop_loss,
             "mlm_loss": mlm_loss,
@@ -320,7 +311,8 @@ class Trainer:
         with tf.GradientTape() as tape:
             outputs = self.model(inputs, training=True)
             sums = pretraining_sums(labels, outputs)
-            loss = sums["mlm_ce"] / (total_weight + _MLM_EPSILON) + sums["sop_ce"] / total_examples
+            mlm_loss, sop_loss = losses_from_sums(sums, total_weight, total_examples)
+            loss = mlm_loss + sop_loss
             scaled_loss = self.optimizer.scale_loss(loss)
         return tape.gradient(scaled_loss, self.model.trainable_variables), sums
 
@@ -368,39 +360,6 @@ class Trainer:
             f.write("\n")
         if tokenizer is not None:
             tokenizer.save(os.path.join(self.run_dir, TOKENIZER_DIR))
-
-
-_SUM_NAMES = ("mlm_ce", "mlm_correct", "sop_ce", "sop_correct")
-
-
-def pretraining_sums(labels, outputs):
-    """Sums over a batch from which the pretraining losses and accuracies follow.
-
-    Args:
-        labels: dict with mask_ids (batch, P), mask_weights (batch, P) and
-            sentence_order_label (batch,).
-        outputs: dict with mlm_logits (batch, P, V) and sop_logits (batch, 2), float32.
-
-    Returns:
-        dict of float32 scalars: mlm_ce = sum(w * ce), mlm_correct =
-        sum(w * [argmax == id]), sop_ce = sum(ce), sop_correct.
-    """
-    weights = tf.cast(labels[features.MASK_WEIGHTS], tf.float32)
-    mask_ids = tf.cast(labels[features.MASK_IDS], tf.int32)
-    order = tf.cast(labels[features.SENTENCE_ORDER_LABEL], tf.int32)
-    mlm_logits = tf.cast(outputs["mlm_logits"], tf.float32)
-    sop_logits = tf.cast(outputs["sop_logits"], tf.float32)
-    # The same cross-entropy op as `pretraining_losses`, so the numbers agree.
-    mlm_ce = keras.losses.sparse_categorical_crossentropy(mask_ids, mlm_logits, from_logits=True)
-    sop_ce = keras.losses.sparse_categorical_crossentropy(order, sop_logits, from_logits=True)
-    mlm_hit = tf.cast(tf.equal(tf.argmax(mlm_logits, -1, output_type=tf.int32), mask_ids), tf.float32)
-    sop_hit = tf.cast(tf.equal(tf.argmax(sop_logits, -1, output_type=tf.int32), order), tf.float32)
-    return {
-        "mlm_ce": tf.reduce_sum(weights * mlm_ce),
-        "mlm_correct": tf.reduce_sum(weights * mlm_hit),
-        "sop_ce": tf.reduce_sum(sop_ce),
-        "sop_correct": tf.reduce_sum(sop_hit),
-    }
 
 
 def _is_chief(strategy):

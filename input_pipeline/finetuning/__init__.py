@@ -1,7 +1,7 @@
 """Fine-tuning data: readers for GLUE, CSV/JSONL, SQuAD, RACE and tagging, and per-batch padding."""
 
 from input_pipeline.finetuning.batching import make_dataset
-from input_pipeline.finetuning.encoding import TextEncoder, pack, truncate_pair
+from input_pipeline.finetuning.encoding import TextEncoder
 from input_pipeline.finetuning.examples import LabelMap, ReadResult, Skipped, TextExample
 from input_pipeline.finetuning.glue import GLUE_TASKS, GlueTask, read_glue
 from input_pipeline.finetuning.race import ChoiceEncoder, ChoiceExample, read_race

@@ -1,38 +1,6 @@
-"""Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])`."""
+"""Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])` (see `input_pipeline.packing`)."""
 
-import numpy as np
-
-from input_pipeline import features
-from input_pipeline.tokenizer import CLS_ID, SEP_ID
-
-
-def pack(ids_a, ids_b=None):
-    """Lays out one example. Returns: dict of int32 arrays (seq,)."""
-    token_ids = [CLS_ID] + list(ids_a) + [SEP_ID]
-    segment_ids = [0] * len(token_ids)
-    if ids_b is not None:
-        token_ids += list(ids_b) + [SEP_ID]
-        segment_ids += [1] * (len(ids_b) + 1)
-    return {
-        features.TOKEN_IDS: np.asarray(token_ids, "int32"),
-        features.SEGMENT_IDS: np.asarray(segment_ids, "int32"),
-        features.PADDING_MASK: np.ones(len(token_ids), "int32"),
-    }
-
-
-def truncate_pair(ids_a, ids_b, max_pieces):
-    """Drops pieces from the end of the longer text until both fit in `max_pieces`.
-
-    The original `_truncate_seq_pair`: one piece at a time from the longer
-    text, so a short text keeps all of its pieces.
-    """
-    ids_a, ids_b = list(ids_a), list(ids_b or [])
-    while len(ids_a) + len(ids_b) > max_pieces:
-        if len(ids_a) > len(ids_b):
-            ids_a.pop()
-        else:
-            ids_b.pop()
-    return ids_a, ids_b
+from input_pipeline.packing import pack, truncate_pair
 
 
 class TextEncoder:

@@ -13,8 +13,9 @@ import os
 import numpy as np
 
 from input_pipeline import features
-from input_pipeline.finetuning.encoding import pack, truncate_pair
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
+from input_pipeline.jsonl import read_jsonl
+from input_pipeline.packing import pack, truncate_pair
 
 
 @dataclasses.dataclass(frozen=True)
@@ -37,9 +38,8 @@ def _documents(path):
         return
     with open(path, encoding="utf-8") as f:
         if path.endswith(".jsonl"):
-            for number, line in enumerate(f, 1):
-                if line.strip():
-                    yield f"{path}:{number}", _load(line, f"{path}:{number}")
+            for number, obj in read_jsonl(f, path, require_object=False):
+                yield f"{path}:{number}", obj
             return
         data = _load(f.read(), path)
     for i, obj in enumerate(data if isinstance(data, list) else [data]):

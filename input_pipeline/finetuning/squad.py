@@ -16,12 +16,11 @@ import dataclasses
 import json
 import re
 
-import numpy as np
 import sentencepiece as spm
 
-from input_pipeline import features
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
-from input_pipeline.tokenizer import CLS_ID, SEP_ID, UNK_ID
+from input_pipeline.packing import pack
+from input_pipeline.tokenizer import UNK_ID
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,8 +236,7 @@ class SquadFeaturizer:
         offset = len(query) + 2  # where the context starts: after [CLS] question [SEP]
         features_ = []
         for window_index, (start, length) in enumerate(windows):
-            token_ids = [CLS_ID] + query + [SEP_ID] + context_ids[start : start + length] + [SEP_ID]
-            segment_ids = [0] * offset + [1] * (length + 1)
+            packed = pack(query, context_ids[start : start + length])
             char_spans, max_context = {}, {}
             for i in range(length):
                 char_spans[offset + i] = spans[start + i]
@@ -247,13 +245,7 @@ class SquadFeaturizer:
             if answer and start <= answer[0] and answer[1] < start + length:
                 start_position, end_position = answer[0] - start + offset, answer[1] - start + offset
             features_.append(SquadFeature(
-                example_index,
-                {
-                    features.TOKEN_IDS: np.asarray(token_ids, "int32"),
-                    features.SEGMENT_IDS: np.asarray(segment_ids, "int32"),
-                    features.PADDING_MASK: np.ones(len(token_ids), "int32"),
-                },
-                char_spans, max_context, start_position, end_position,
+                example_index, packed, char_spans, max_context, start_position, end_position,
             ))
         return features_
 

@@ -1,12 +1,12 @@
 """Generic labelled text in CSV (with a header row) or JSONL, with named columns."""
 
 import csv
-import json
 import os
 
 from input_pipeline.finetuning.examples import (
     ErrorPolicy, LabelMap, ReadResult, TextExample, check_columns,
 )
+from input_pipeline.jsonl import read_jsonl
 
 TABLE_FORMATS = ("csv", "tsv", "jsonl")
 
@@ -29,16 +29,7 @@ def iter_rows(path):
     fmt = table_format(path)
     with open(path, encoding="utf-8", newline="") as f:
         if fmt == "jsonl":
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{number}: not valid JSON: {e}") from e
-                if not isinstance(row, dict):
-                    raise ValueError(f"{path}:{number}: expected a JSON object, found {type(row).__name__}")
-                yield number, row
+            yield from read_jsonl(f, path)
             return
         reader = csv.DictReader(f, delimiter="\t" if fmt == "tsv" else ",")
         for row in reader:

@@ -6,13 +6,13 @@ and last whitespace-separated fields) and a blank line between sentences.
 """
 
 import dataclasses
-import json
 
 import numpy as np
 
 from input_pipeline.features import IGNORE_LABEL
-from input_pipeline.finetuning.encoding import pack
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
+from input_pipeline.jsonl import read_jsonl
+from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
 
 
@@ -46,15 +46,7 @@ def read_tagging(path, labelled=True, tokens_field="tokens", tags_field="tags", 
     examples = []
     if path.endswith(".jsonl") or path.endswith(".json"):
         with open(path, encoding="utf-8") as f:
-            rows = []
-            for number, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise ValueError(f"{path}:{number}: not valid JSON: {e}") from e
-                rows.append((number, row.get(tokens_field), row.get(tags_field)))
+            rows = [(number, row.get(tokens_field), row.get(tags_field)) for number, row in read_jsonl(f, path)]
     else:
         rows = list(_conll_sentences(path))
     for number, words, tags in rows:

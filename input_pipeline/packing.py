@@ -1,0 +1,113 @@
+"""`[CLS] A [SEP] (B [SEP])`: the layout of every model input, in Python and in TensorFlow.
+
+One text is packed as `[CLS] A [SEP]`, a pair as `[CLS] A [SEP] B [SEP]`, with
+segment ids 0 up to and including the first [SEP], then 1. A pair longer than
+its budget is truncated as BERT's `truncate_seq_pair`: pieces are dropped from
+the end of the longer text, one at a time (from B on a tie), so a short text
+keeps all of its pieces.
+
+The Python functions (`pack`, `truncate_pair`) are the reference; `tf_pack` and
+`tf_truncate` are their in-graph twins (the exported `serve_text` signatures),
+and a test checks that both agree. TensorFlow is imported inside the twins
+only: data-writer workers lay out examples in Python and start without it.
+"""
+
+import numpy as np
+
+from input_pipeline import features
+from input_pipeline.tokenizer import CLS_ID, PAD_ID, SEP_ID
+
+
+def pack(ids_a, ids_b=None):
+    """Lays out one example: `[CLS] A [SEP]`, or `[CLS] A [SEP] B [SEP]` when `ids_b` is given.
+
+    Args:
+        ids_a: int sequence (len_a,).
+        ids_b: optional int sequence (len_b,).
+
+    Returns:
+        dict of int32 arrays (seq,): token_ids, segment_ids, padding_mask
+        (all ones: padding is the batcher's job).
+    """
+    parts = [[CLS_ID], ids_a, [SEP_ID]] if ids_b is None else [[CLS_ID], ids_a, [SEP_ID], ids_b, [SEP_ID]]
+    token_ids = np.concatenate(parts).astype("int32")
+    segment_ids = np.zeros(len(token_ids), "int32")
+    segment_ids[len(ids_a) + 2 :] = 1  # B and its [SEP]; empty for one text
+    return {
+        features.TOKEN_IDS: token_ids,
+        features.SEGMENT_IDS: segment_ids,
+        features.PADDING_MASK: np.ones(len(token_ids), "int32"),
+    }
+
+
+def truncate_pair(ids_a, ids_b, max_pieces):
+    """Drops pieces from the end of the longer text until both fit in `max_pieces`.
+
+    The original `_truncate_seq_pair`: one piece at a time from the longer
+    text (from B on a tie), so a short text keeps all of its pieces.
+
+    Args:
+        ids_a: int sequence; ids_b: int sequence or None (one text).
+        max_pieces: pieces the two texts may hold together (specials excluded).
+
+    Returns:
+        (ids_a, ids_b) as lists.
+    """
+    ids_a, ids_b = list(ids_a), list(ids_b or [])
+    while len(ids_a) + len(ids_b) > max_pieces:
+        if len(ids_a) > len(ids_b):
+            ids_a.pop()
+        else:
+            ids_b.pop()
+    return ids_a, ids_b
+
+
+def truncated_lengths(len_a, len_b, budget):
+    """Lengths of A and B after `truncate_pair` to `budget` pieces (Python ints).
+
+    Closed form of its loop: the shorter text keeps its length when the longer
+    still gets at least as much; otherwise A gets ceil(budget / 2), B the rest.
+    """
+    if len_a + len_b <= budget:
+        return len_a, len_b
+    new_a = min(len_a, max(budget - len_b, (budget + 1) // 2))
+    return new_a, budget - new_a
+
+
+def tf_truncate(segments, budget):
+    """In-graph `truncate_pair`: one or two ragged texts cut to `budget` pieces together.
+
+    Args:
+        segments: list of 1 or 2 int ragged tensors (batch, None).
+        budget: Python int, pieces per row over all segments (specials excluded).
+
+    Returns:
+        The list of truncated ragged tensors.
+    """
+    import tensorflow_text as tf_text
+
+    # Round robin from A (one piece to A, one to B, ...) keeps exactly the
+    # pieces that popping from the longer text (B on a tie) keeps.
+    return tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
+
+
+def tf_pack(segments):
+    """In-graph `pack` of a batch, padded to its longest row.
+
+    Args:
+        segments: list of 1 or 2 int ragged tensors (batch, None): A and optionally B.
+
+    Returns:
+        dict of int32 tensors (batch, seq): token_ids (padded with PAD_ID),
+        segment_ids, padding_mask.
+    """
+    import tensorflow as tf
+    import tensorflow_text as tf_text
+
+    ids, segment_ids = tf_text.combine_segments(segments, start_of_sequence_id=CLS_ID, end_of_segment_id=SEP_ID)
+    token_ids = tf.cast(ids.to_tensor(default_value=PAD_ID), tf.int32)  # (batch, seq)
+    return {
+        features.TOKEN_IDS: token_ids,
+        features.SEGMENT_IDS: tf.cast(segment_ids.to_tensor(default_value=0), tf.int32),
+        features.PADDING_MASK: tf.sequence_mask(ids.row_lengths(), maxlen=tf.shape(token_ids)[1], dtype=tf.int32),
+    }

@@ -1,0 +1,68 @@
+"""`input_pipeline.packing`: the Python packer and its TensorFlow twin agree."""
+
+import numpy as np
+import tensorflow as tf
+
+from input_pipeline import features
+from input_pipeline.packing import pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
+from input_pipeline.tokenizer import CLS_ID, PAD_ID, SEP_ID
+
+
+def _python_batch(rows, budget):
+    """Python reference of a batch: truncate, pack, pad to the longest row."""
+    packed = [pack(*truncate_pair(a, b, budget)) if b is not None else pack(truncate_pair(a, None, budget)[0])
+              for a, b in rows]
+    width = max(len(p[features.TOKEN_IDS]) for p in packed)
+    return {
+        name: np.stack([np.pad(p[name], (0, width - len(p[name])), constant_values=PAD_ID if name == features.TOKEN_IDS else 0)
+                        for p in packed])
+        for name in features.BACKBONE_INPUTS
+    }
+
+
+def _tf_batch(rows, budget):
+    segments = [tf.ragged.constant([a for a, _ in rows], dtype=tf.int32, row_splits_dtype=tf.int64)]
+    if rows[0][1] is not None:
+        segments.append(tf.ragged.constant([b for _, b in rows], dtype=tf.int32, row_splits_dtype=tf.int64))
+    return {name: t.numpy() for name, t in tf_pack(tf_truncate(segments, budget)).items()}
+
+
+def _texts(length, first_id):
+    return list(range(first_id, first_id + length))  # distinct ids show which pieces survive
+
+
+def test_pairs_agree_on_thousands_of_lengths():
+    checked = 0
+    for max_length in range(5, 26):
+        budget = max_length - 3
+        rows = [(_texts(la, 100), _texts(lb, 500)) for la in range(1, 30) for lb in range(1, 30)]
+        expected, got = _python_batch(rows, budget), _tf_batch(rows, budget)
+        for name in features.BACKBONE_INPUTS:
+            np.testing.assert_array_equal(got[name], expected[name], err_msg=f"{name}, max_length={max_length}")
+        checked += len(rows)
+    assert checked > 10_000
+
+
+def test_single_texts_agree():
+    for max_length in range(3, 20):
+        rows = [(_texts(la, 100), None) for la in range(1, 30)]
+        expected, got = _python_batch(rows, max_length - 2), _tf_batch(rows, max_length - 2)
+        for name in features.BACKBONE_INPUTS:
+            np.testing.assert_array_equal(got[name], expected[name])
+
+
+def test_layout_and_segment_ids():
+    packed = pack([7, 8], [9])
+    assert packed[features.TOKEN_IDS].tolist() == [CLS_ID, 7, 8, SEP_ID, 9, SEP_ID]
+    assert packed[features.SEGMENT_IDS].tolist() == [0, 0, 0, 0, 1, 1]
+    assert pack([7])[features.SEGMENT_IDS].tolist() == [0, 0, 0]
+
+
+def test_truncation_keeps_the_short_text_and_cuts_b_on_a_tie():
+    assert truncate_pair([1, 2, 3, 4, 5], [6], 4) == ([1, 2, 3], [6])
+    assert truncate_pair([1, 2, 3], [4, 5, 6], 5) == ([1, 2, 3], [4, 5])
+    for budget in range(0, 12):
+        for la in range(0, 14):
+            for lb in range(0, 14):
+                a, b = truncate_pair(range(la), range(lb), budget)
+                assert truncated_lengths(la, lb, budget) == (len(a), len(b))
