@@ -93,3 +93,67 @@ def assert_pretrained_round_trip(model, inputs, tmp_path):
     assert type(loaded) is type(model)
     assert_same_outputs(model, loaded, inputs)
     return loaded
+
+
+def run_layer_test(cls, init_kwargs, inputs, expected_output_shape, shared_kwargs=None,
+                   mixed_output_dtype="bfloat16", mixed_init_kwargs=None):
+    """The checks every layer gets (after keras-hub's `run_layer_test`).
+
+    1. `get_config()` holds every constructor argument, and `from_config`
+       rebuilds a layer whose config is the same (the round trip is idempotent)
+       and which, given the same weights, computes the same outputs.
+    2. The output has `expected_output_shape`, as `compute_output_shape` says.
+    3. Under "mixed_bfloat16" the variables stay float32 and the output is
+       `mixed_output_dtype` (heads return float32 logits).
+    4. One training step changes every trainable weight.
+
+    Args:
+        cls: the layer class.
+        init_kwargs: constructor arguments (keyword only).
+        inputs: tuple of arrays, the layer's positional call arguments.
+        expected_output_shape: tuple.
+        shared_kwargs: constructor arguments that are layers shared with a
+            model (e.g. the tied word embeddings), absent from the config by
+            design and passed again to `from_config`.
+        mixed_output_dtype: the output dtype under "mixed_bfloat16".
+        mixed_init_kwargs: arguments that replace `init_kwargs` under
+            "mixed_bfloat16" (sublayers built with that policy too).
+    """
+    import keras
+    import tensorflow as tf
+
+    shared_kwargs = shared_kwargs or {}
+    layer = cls(**init_kwargs, **shared_kwargs)
+    outputs = layer(*inputs)
+    assert tuple(outputs.shape) == tuple(expected_output_shape), (outputs.shape, expected_output_shape)
+    shapes = [tuple(np.shape(x)) for x in inputs]
+    assert tuple(layer.compute_output_shape(*shapes)) == tuple(expected_output_shape)
+
+    config = layer.get_config()
+    missing = [name for name in init_kwargs if name not in config]
+    assert not missing, f"get_config() lacks constructor arguments {missing}"
+    for name, value in init_kwargs.items():
+        if not isinstance(value, keras.layers.Layer):
+            assert config[name] == value, (name, config[name], value)
+    rebuilt = cls.from_config({**config, **shared_kwargs})
+    assert rebuilt.get_config() == config
+    rebuilt(*inputs)
+    rebuilt.set_weights(layer.get_weights())
+    np.testing.assert_allclose(np.asarray(rebuilt(*inputs)), np.asarray(outputs), atol=1e-6)
+
+    mixed = cls(**{**init_kwargs, **(mixed_init_kwargs or {}), "dtype": "mixed_bfloat16"}, **shared_kwargs)
+    mixed_outputs = mixed(*inputs)
+    assert keras.backend.standardize_dtype(mixed_outputs.dtype) == mixed_output_dtype, mixed_outputs.dtype
+    own_variables = [v for v in mixed.weights if not any(v is w for s in shared_kwargs.values() for w in s.weights)]
+    assert own_variables and all(v.dtype == "float32" for v in own_variables), [v.dtype for v in own_variables]
+
+    before = [np.array(v.numpy()) for v in layer.trainable_variables]
+    optimizer = keras.optimizers.SGD(learning_rate=0.1)
+    # A random linear loss: the mean square of a LayerNorm output is constant,
+    # so it would give the weights before the norm no gradient.
+    direction = np.random.default_rng(0).normal(size=expected_output_shape).astype("float32")
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(tf.cast(layer(*inputs, training=True), tf.float32) * direction)
+    optimizer.apply(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables)
+    unchanged = [v.path for v, old in zip(layer.trainable_variables, before) if np.array_equal(v.numpy(), old)]
+    assert layer.trainable_variables and not unchanged, f"a training step left {unchanged} unchanged"

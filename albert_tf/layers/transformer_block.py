@@ -62,6 +62,9 @@ class FeedForward(keras.layers.Layer):
         y = self.dropout(self.output_dense(self.intermediate(x)), training=training)
         return self.layer_norm(x + y)
 
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
     def get_config(self):
         config = super().get_config()
         config.update(
