@@ -6,6 +6,7 @@ Layout of a directory written by `save_pretrained`:
     model.weights.h5     the weights
 """
 
+import importlib
 import json
 import os
 
@@ -55,6 +56,10 @@ def load_pretrained(directory):
     config = AlbertConfig.load(os.path.join(directory, CONFIG_FILE))
     with open(os.path.join(directory, MODEL_FILE)) as f:
         model_config = json.load(f)
+    # Keras finds the model classes by the names they register when their
+    # modules load; `albert_tf` loads them lazily, and albert_tf.models imports
+    # this module (PretrainedMixin), so they are loaded here, on first use.
+    importlib.import_module("albert_tf.models")
     model = keras.saving.deserialize_keras_object(model_config)
     backbone = getattr(model, "backbone", model)
     if backbone.config != config:
