@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import cli
+from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.corpus import split_paragraphs_into_sentences, split_sentences
 from input_pipeline.pretraining_data import PretrainingDataConfig, mask_tokens
@@ -123,9 +124,7 @@ def test_english_preset_refuses_korean_and_japanese(language, char):
 
 
 def test_english_preset_warns_below_the_threshold():
-    from input_pipeline import corpora
-
-    english = [s for d in corpora.imdb_documents("pretrain", limit=300) for s in d]
+    english = [s for d in imdb_documents()[:300] for s in d]
     with pytest.warns(UserWarning, match="language='ja'"):
         AlbertTokenizer.train(english + ["パンを食べた。"], 300, num_threads=2)
 
