@@ -41,25 +41,26 @@ _NORMALIZATIONS = (None, "NFC", "NFKC")
 class Preprocessing:
     """Text preprocessing applied before SentencePiece, in Python and in-graph.
 
-    Steps run in the order of the attributes below; the defaults are the
-    original (English, uncased) ALBERT preprocessing. `for_language` gives the
-    presets.
+    The defaults are the original (English, uncased) ALBERT preprocessing;
+    `for_language` gives the presets. Steps run in the order normalization,
+    whitespace, LaTeX quotes, accents, case.
 
     Attributes:
-        normalization: None, "NFC" or "NFKC": Unicode normalization applied
-            first. NFKC folds compatibility forms (full-width Latin, half-width
-            kana, circled digits) without removing any mark.
         collapse_whitespace: strip and turn every run of whitespace into one space.
         strip_accents: NFKD-decompose, then drop nonspacing marks (category Mn).
             The original drops characters with a nonzero combining class; Mn is
             used here because the in-graph regex `\\p{Mn}` can match it exactly.
         lower_case: lowercase (the released English models are uncased).
+        normalization: None, "NFC" or "NFKC": Unicode normalization applied
+            first. NFKC folds compatibility forms (full-width Latin, half-width
+            kana, circled digits) without removing any mark. Last among the
+            attributes so that positional construction keeps its meaning.
     """
 
-    normalization: str | None = None
     collapse_whitespace: bool = True
     strip_accents: bool = True
     lower_case: bool = True
+    normalization: str | None = None
 
     def __post_init__(self):
         if self.normalization not in _NORMALIZATIONS:
@@ -179,12 +180,13 @@ class AccentStrippingGuard:
         self.num_chars += len(text)
         if text.isascii():
             return
-        for char in text:
+        # Distinct characters first (C speed), counts only for the damaged ones.
+        for char in set(text):
             kind = self._damage_of.get(char, False)
             if kind is False:
                 kind = self._damage_of[char] = _script_damage(char)
             if kind:
-                self.damaged[char] += 1
+                self.damaged[char] += text.count(char)
 
     def check(self):
         """Raises ValueError (or warns, below `max_share`) naming the damaged characters."""

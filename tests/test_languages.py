@@ -15,7 +15,7 @@ from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.corpus import split_paragraphs_into_sentences, split_sentences
 from input_pipeline.pretraining_data import PretrainingDataConfig, mask_tokens
-from input_pipeline.preprocessing import DEFAULT_CHARACTER_COVERAGE, LANGUAGES
+from input_pipeline.preprocessing import DEFAULT_CHARACTER_COVERAGE, LANGUAGES, AccentStrippingGuard
 from input_pipeline.tokenizer import CLS_ID, SEP_ID, WORD_START
 from language_corpora import japanese_sentences, korean_documents, korean_lines
 
@@ -55,6 +55,15 @@ def test_issue_example_and_presets():
         Preprocessing.for_language("fr")
     with pytest.raises(ValueError, match="normalization='NFKD'"):
         Preprocessing(normalization="NFKD")
+
+
+def test_guard_counts_only_marks_that_carry_meaning():
+    guard = AccentStrippingGuard()
+    guard.observe("Café naïve résumé, Ångström´s “quotes” ≠ ok")  # accents en means to drop
+    assert not guard.damaged
+    guard.observe("Tiếng Việt คิดถึง हिंदी パン 한")
+    # Devanagari's spacing vowel signs (ि, ी: category Mc) survive; its anusvara (ं, Mn) does not.
+    assert set(guard.damaged) == {"ế", "ệ", "ิ", "ึ", "ं", "パ", "한"}
 
 
 @pytest.mark.parametrize("language", ["ko", "ja"])
