@@ -28,7 +28,12 @@ setup(
         "demo": ["matplotlib>=3.7"],
         # HF transformers (PyTorch) is the numerical reference in the parity
         # tests; JAX runs the backend-equivalence test; the tests run the demo.
-        "test": ["pytest>=8", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7"],
+        # konlpy and hironsancorpus ship real Korean and Japanese text (read from
+        # their files, never imported) for the language tests.
+        "test": [
+            "pytest>=8", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
+            "konlpy==0.6.0", "hironsancorpus==0.1.2",
+        ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
     },
     entry_points={"console_scripts": ["albert-tf=albert_tf.cli:main"]},

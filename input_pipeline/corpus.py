@@ -18,22 +18,48 @@ import os
 import re
 
 from input_pipeline.jsonl import read_jsonl
+from input_pipeline.preprocessing import UNSPACED_SCRIPT_CHARS
 
 FORMATS = ("auto", "sentences", "text", "csv", "jsonl")
 
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr vs etc e.g i.e no vol fig mt ft approx dept".split()
 )
-# A sentence ends at ., ! or ? (plus closing quotes/brackets) followed by space.
-_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]]*\s+")
+# A sentence ends at ., ! or ? (plus closing quotes/brackets) followed by space
+# (English, and Korean "...다. "), or at a CJK full stop 。！？｡ (plus closing
+# brackets), which needs no space after it: Japanese and Chinese put none.
+_CJK_CLOSERS = "\u300d\u300f\uff09\u3015\u3011\u3009\u300b"  # 」』）〕】〉》
+_SENTENCE_END = re.compile(
+    r"(?P<latin>[.!?]+[\"'\u201d\u2019)\]]*\s+)"
+    rf"|(?P<cjk>[\u3002\uff01\uff1f\uff61]+(?P<closers>[{_CJK_CLOSERS}\"'\u201d\u2019)\]]*)\s*)"
+)
+_HIRAGANA = re.compile("[\u3040-\u309f]")
+# A line break next to a character of an unspaced script is no word break.
+_UNSPACED_LINE_BREAK = re.compile(
+    rf"(?<=[{UNSPACED_SCRIPT_CHARS}])[^\S\n]*\n\s*|[^\S\n]*\n\s*(?=[{UNSPACED_SCRIPT_CHARS}])"
+)
+# 「『（( and 」』）): real text mixes full- and half-width parentheses ("(50）").
+_CJK_BRACKETS = ("\u300c\u300e\uff08(", "\u300d\u300f\uff09)")
+# An unclosed bracket (a typo) must not glue a whole document into one sentence.
+_MAX_BRACKETED_SENTENCE = 512
+
+
+def _open_cjk_brackets(text):
+    """Whether `text` leaves a 「『（ quotation or bracket open: its full stops end no sentence."""
+    opened = sum(text.count(c) for c in _CJK_BRACKETS[0]) > sum(text.count(c) for c in _CJK_BRACKETS[1])
+    return opened and len(text) <= _MAX_BRACKETED_SENTENCE
 
 
 def split_sentences(text):
     """Splits a paragraph into sentences with a light rule-based splitter.
 
-    A break needs sentence-final punctuation followed by whitespace and a word
+    A Latin-punctuation break needs ., ! or ? followed by whitespace and a word
     that does not start in lowercase; common abbreviations ("Mr.", "e.g.") and
-    single initials ("J. Smith") do not end a sentence.
+    single initials ("J. Smith") do not end a sentence. This also ends Korean
+    sentences ("...했다. 다음"), Hangul having no case. A CJK full stop (。！？)
+    ends a sentence with or without a space after it, except inside a quotation
+    or bracket (「...。...」) and when a hiragana particle follows the closing
+    bracket ("「行く。」と言った" goes on).
 
     Returns:
         list[str] of stripped, non-empty sentences.
@@ -41,11 +67,21 @@ def split_sentences(text):
     sentences, start = [], 0
     for match in _SENTENCE_END.finditer(text):
         end = match.end()
-        if end >= len(text) or text[end].islower():
+        if end >= len(text):
             continue
-        last_word = text[start : match.start() + 1].rsplit(None, 1)[-1].rstrip(".").lower()
-        if last_word in _ABBREVIATIONS or (len(last_word) == 1 and last_word.isalpha()):
-            continue
+        if match.group("cjk"):
+            if match.group("closers") and _HIRAGANA.match(text[end]):
+                continue
+            if _open_cjk_brackets(text[start:end]):
+                continue
+        else:
+            if text[end].islower():
+                continue
+            last_word = text[start : match.start() + 1].rsplit(None, 1)[-1].rstrip(".")
+            # Initials are single cased letters; a one-syllable Hangul word ("것.") is not one.
+            is_initial = len(last_word) == 1 and last_word.isalpha() and last_word.lower() != last_word.upper()
+            if last_word.lower() in _ABBREVIATIONS or is_initial:
+                continue
         sentences.append(text[start:end].strip())
         start = end
     sentences.append(text[start:].strip())
@@ -53,9 +89,14 @@ def split_sentences(text):
 
 
 def split_paragraphs_into_sentences(text):
-    """Splits text into paragraphs at blank lines, then each into sentences."""
+    """Splits text into paragraphs at blank lines, then each into sentences.
+
+    Lines are joined with a space, except next to a character of a script
+    written without spaces (Japanese, Chinese), where a line break is only wrapping.
+    """
     sentences = []
     for paragraph in re.split(r"\n\s*\n", text):
+        paragraph = _UNSPACED_LINE_BREAK.sub("", paragraph)
         sentences.extend(split_sentences(" ".join(paragraph.split())))
     return sentences
 

@@ -262,8 +262,9 @@ MaskedLm = collections.namedtuple("MaskedLm", "token_ids positions labels spans"
 def mask_tokens(tokens, is_word_start, config, vocab_size, rng):
     """Whole-word n-gram masking with 80/10/10 replacement, as the original.
 
-    Words are runs of pieces starting at a '▁' piece; [CLS]/[SEP] are never
-    candidates. Words are visited in random order; each draws n in 1..max_ngram
+    Words are runs of pieces starting at a word-start piece ('▁', or in
+    unspaced Japanese/Chinese every piece: `AlbertTokenizer.word_start_table`);
+    [CLS]/[SEP] are never candidates. Words are visited in random order; each draws n in 1..max_ngram
     with p(n) ∝ 1/n (limited to the words left in the sequence), shortens the
     n-gram while it would overflow the budget, and is skipped if it still does
     or overlaps an earlier span.

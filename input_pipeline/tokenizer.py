@@ -4,17 +4,25 @@ The same preprocessing runs in Python (`encode`) and in the TensorFlow graph
 (`tf_encode`), so a SavedModel that tokenizes raw strings produces exactly the
 ids the training data was made with. A tokenizer directory holds `spiece.model`
 (the SentencePiece model, embeddable in exports) and `tokenizer.json` (the
-preprocessing switches).
+language and the preprocessing steps; a file without a language is "en").
 """
 
 import dataclasses
 import io
 import json
 import os
-import unicodedata
+import re
 
 import numpy as np
 import sentencepiece as spm
+
+from input_pipeline.preprocessing import (
+    DEFAULT_CHARACTER_COVERAGE,
+    UNSPACED_SCRIPT_CHARS,
+    AccentStrippingGuard,
+    Preprocessing,
+    check_language,
+)
 
 # TensorFlow is imported inside the in-graph methods only: data-writer worker
 # processes that just encode in Python then start fast and stay small.
@@ -24,60 +32,10 @@ PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE = "<pad>", "<unk>", "[CLS
 PAD_ID, UNK_ID, CLS_ID, SEP_ID, MASK_ID = 0, 1, 2, 3, 4
 NUM_SPECIAL_IDS = 5
 WORD_START = "\u2581"  # SentencePiece's '▁': a piece starting with it begins a word.
+_UNSPACED_START = re.compile(f"[{UNSPACED_SCRIPT_CHARS}]")
 
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer.json"
-
-# Exactly the characters Python's `str.split()` treats as whitespace, written as an
-# RE2 class so that the in-graph whitespace collapse agrees with the Python one.
-_WHITESPACE_CLASS = r"[\t-\r\x{1c}-\x{1f}\x{85}\p{Z}]"
-
-
-@dataclasses.dataclass(frozen=True)
-class Preprocessing:
-    """The original ALBERT text preprocessing, applied before SentencePiece.
-
-    Attributes:
-        collapse_whitespace: strip and turn every run of whitespace into one space.
-        strip_accents: NFKD-decompose, then drop nonspacing marks (category Mn).
-            The original drops characters with a nonzero combining class; Mn is
-            used here because the in-graph regex `\\p{Mn}` can match it exactly.
-        lower_case: lowercase (the released English models are uncased).
-    """
-
-    collapse_whitespace: bool = True
-    strip_accents: bool = True
-    lower_case: bool = True
-
-    def apply(self, text):
-        """Preprocesses one Python string."""
-        if self.collapse_whitespace:
-            text = " ".join(text.split())
-        # The original also maps LaTeX-style quotes to '"'.
-        text = text.replace("``", '"').replace("''", '"')
-        # ASCII text has no accents to strip: skip the per-character pass.
-        if self.strip_accents and not text.isascii():
-            text = unicodedata.normalize("NFKD", text)
-            text = "".join(c for c in text if unicodedata.category(c) != "Mn")
-        if self.lower_case:
-            text = text.lower()
-        return text
-
-    def tf_apply(self, texts):
-        """Preprocesses a tf.string tensor of any shape, in-graph."""
-        import tensorflow as tf
-        import tensorflow_text as tf_text
-
-        if self.collapse_whitespace:
-            texts = tf.strings.strip(tf.strings.regex_replace(texts, _WHITESPACE_CLASS + "+", " "))
-        texts = tf.strings.regex_replace(texts, "``|''", '"')
-        if self.strip_accents:
-            texts = tf_text.normalize_utf8(texts, "NFKD")
-            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
-        if self.lower_case:
-            texts = tf.strings.lower(texts, encoding="utf-8")
-        return texts
-
 
 class AlbertTokenizer:
     """SentencePiece tokenizer with ALBERT's special ids and preprocessing.
@@ -85,12 +43,15 @@ class AlbertTokenizer:
     Args:
         model_proto: bytes of a trained SentencePiece model whose first five
             pieces are <pad>, <unk>, [CLS], [SEP], [MASK].
-        preprocessing: a `Preprocessing`; defaults to the uncased original.
+        preprocessing: a `Preprocessing`; defaults to the preset of `language`.
+        language: one of `LANGUAGES`, the language the tokenizer was trained for.
     """
 
-    def __init__(self, model_proto, preprocessing=None):
+    def __init__(self, model_proto, preprocessing=None, language="en"):
+        check_language(language)
         self.model_proto = bytes(model_proto)
-        self.preprocessing = preprocessing or Preprocessing()
+        self.language = language
+        self.preprocessing = preprocessing or Preprocessing.for_language(language)
         self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
         pieces = tuple(self._sp.id_to_piece(i) for i in range(NUM_SPECIAL_IDS))
         expected = (PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE)
@@ -108,8 +69,10 @@ class AlbertTokenizer:
         sentences,
         vocab_size=30000,
         *,
+        language="en",
         preprocessing=None,
-        character_coverage=0.99995,
+        character_coverage=None,
+        byte_fallback=False,
         input_sentence_size=10_000_000,
         seed=0,
         num_threads=None,
@@ -118,13 +81,24 @@ class AlbertTokenizer:
 
         Sentences are preprocessed as they stream in; SentencePiece keeps a seeded
         reservoir sample of at most `input_sentence_size` of them, so memory is
-        bounded whatever the corpus size.
+        bounded whatever the corpus size. When the preprocessing strips accents
+        (the "en" preset), a guard counts the characters whose meaning that
+        changes (kana voicing marks, Hangul syllables, Indic vowel signs): from
+        1% of the text on training is refused with a ValueError naming them and
+        the `language` to use; below that it warns.
 
         Args:
             sentences: iterable of raw (unpreprocessed) strings, one sentence each.
             vocab_size: size of the vocabulary, special pieces included.
-            preprocessing: a `Preprocessing`; defaults to the uncased original.
-            character_coverage: fraction of characters covered by the vocabulary.
+            language: one of `LANGUAGES`; picks the preprocessing preset and the
+                default `character_coverage`, and is saved with the tokenizer.
+            preprocessing: a `Preprocessing` replacing the preset of `language`.
+            character_coverage: fraction of characters covered by the vocabulary;
+                None takes `DEFAULT_CHARACTER_COVERAGE[language]`.
+            byte_fallback: encode characters outside the vocabulary as their UTF-8
+                bytes (256 extra pieces) instead of <unk>, so decoding gives the
+                text back. Python encoding only: `tf_encode` refuses such models,
+                because tensorflow-text's FastSentencepieceTokenizer emits <unk>.
             input_sentence_size: cap on the number of sentences sampled for training.
             seed: seed of SentencePiece's sampling, so training is reproducible.
             num_threads: trainer threads; None keeps SentencePiece's default.
@@ -132,46 +106,71 @@ class AlbertTokenizer:
         Returns:
             The trained `AlbertTokenizer`.
         """
+        check_language(language)
         if vocab_size <= NUM_SPECIAL_IDS:
             raise ValueError(f"`vocab_size` must be larger than {NUM_SPECIAL_IDS}. Received: vocab_size={vocab_size}")
-        preprocessing = preprocessing or Preprocessing()
-        processed = (preprocessing.apply(s) for s in sentences)
+        preprocessing = preprocessing or Preprocessing.for_language(language)
+        if character_coverage is None:
+            character_coverage = DEFAULT_CHARACTER_COVERAGE[language]
+        guard = AccentStrippingGuard() if preprocessing.strip_accents else None
+
+        def processed():
+            for sentence in sentences:
+                if guard is not None:
+                    guard.observe(sentence)
+                text = preprocessing.apply(sentence)
+                if text:
+                    yield text
+            # SentencePiece reads the whole stream before it trains, so the guard
+            # stops a doomed run before the expensive part.
+            if guard is not None:
+                guard.check()
+
         model = io.BytesIO()
-        options = _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads)
+        options = _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads, byte_fallback)
         spm.set_random_generator_seed(seed)
         try:
-            spm.SentencePieceTrainer.train(
-                sentence_iterator=(s for s in processed if s), model_writer=model, **options
-            )
+            spm.SentencePieceTrainer.train(sentence_iterator=processed(), model_writer=model, **options)
         except RuntimeError as e:
+            if guard is not None:
+                # An exception raised by the sentence iterator reaches us wrapped
+                # in SentencePiece's RuntimeError: re-raise the guard's own error.
+                guard.check()
             # SentencePiece reports unusable input (e.g. too few characters for the
             # vocabulary size) as RuntimeError: that is bad input, so a ValueError.
             raise ValueError(f"SentencePiece training failed: {e}") from e
-        return cls(model.getvalue(), preprocessing)
+        return cls(model.getvalue(), preprocessing, language)
 
     @classmethod
     def load(cls, directory):
-        """Loads a tokenizer saved by `save` (`spiece.model` + `tokenizer.json`)."""
+        """Loads a tokenizer saved by `save` (`spiece.model` + `tokenizer.json`).
+
+        Tokenizers saved before languages existed have no "language" (and no
+        "normalization" step) in `tokenizer.json`: they load as "en".
+        """
         model_path = os.path.join(directory, MODEL_FILE)
         if not os.path.isfile(model_path):
             raise ValueError(f"No tokenizer in {directory!r}: {MODEL_FILE} is missing.")
         with open(model_path, "rb") as f:
             proto = f.read()
         config_path = os.path.join(directory, CONFIG_FILE)
-        preprocessing = None
-        if os.path.isfile(config_path):
-            with open(config_path, encoding="utf-8") as f:
-                config = json.load(f)
-            preprocessing = Preprocessing(**config["preprocessing"])
-        return cls(proto, preprocessing)
+        if not os.path.isfile(config_path):
+            return cls(proto)
+        with open(config_path, encoding="utf-8") as f:
+            config = json.load(f)
+        return cls(proto, Preprocessing(**config["preprocessing"]), config.get("language", "en"))
 
     def save(self, directory):
         os.makedirs(directory, exist_ok=True)
         with open(os.path.join(directory, MODEL_FILE), "wb") as f:
             f.write(self.model_proto)
-        config = {"vocab_size": self.vocab_size, "preprocessing": dataclasses.asdict(self.preprocessing)}
+        config = {
+            "vocab_size": self.vocab_size,
+            "language": self.language,
+            "preprocessing": dataclasses.asdict(self.preprocessing),
+        }
         with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2)
+            json.dump(config, f, indent=2, ensure_ascii=False)
 
     # ---- vocabulary ---------------------------------------------------------------------
 
@@ -188,10 +187,25 @@ class AlbertTokenizer:
     def id_to_piece(self, token_id):
         return self._sp.id_to_piece(int(token_id))
 
+    @property
+    def byte_fallback(self):
+        """Whether characters outside the vocabulary are encoded as UTF-8 byte pieces."""
+        # SentencePiece puts the 256 byte pieces right after the special ones.
+        return self.vocab_size > NUM_SPECIAL_IDS and self._sp.is_byte(NUM_SPECIAL_IDS)
+
     def word_start_table(self):
-        """bool [vocab_size]: True for pieces that begin a word (start with '▁')."""
+        """bool [vocab_size]: True for pieces that begin a word, the unit of whole-word masking.
+
+        A word starts at a piece beginning with '▁' (SentencePiece's mark for a
+        preceding space). Japanese and Chinese put no spaces between words, so
+        SentencePiece marks only the start of a whole unspaced run; there every
+        piece beginning with a Han, kana or CJK-punctuation character is a word
+        of its own (a "word" is a piece), while Latin words inside such text
+        still start at '▁'.
+        """
+        pieces = [self._sp.id_to_piece(i) for i in range(self.vocab_size)]
         return np.array(
-            [self._sp.id_to_piece(i).startswith(WORD_START) for i in range(self.vocab_size)], dtype=bool
+            [p.startswith(WORD_START) or bool(_UNSPACED_START.match(p)) for p in pieces], dtype=bool
         )
 
     def check_vocab_size(self, model_vocab_size):
@@ -239,6 +253,13 @@ class AlbertTokenizer:
         return self._tf().detokenize(ids)
 
     def _tf(self):
+        if self.byte_fallback:
+            raise ValueError(
+                "This tokenizer was trained with byte_fallback=True, which tensorflow-text's "
+                "FastSentencepieceTokenizer does not implement (it would emit <unk> where Python "
+                "emits byte pieces). Train without byte fallback for in-graph tokenization and "
+                "text signatures."
+            )
         if self._tf_tokenizer is None:
             import tensorflow as tf
             import tensorflow_text as tf_text
@@ -253,7 +274,7 @@ class AlbertTokenizer:
         return self._tf_tokenizer
 
 
-def _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads):
+def _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads, byte_fallback=False):
     """SentencePiece trainer flags matching the original ALBERT vocabulary."""
     options = dict(
         model_type="unigram",
@@ -268,6 +289,7 @@ def _trainer_options(vocab_size, character_coverage, input_sentence_size, num_th
         character_coverage=character_coverage,
         input_sentence_size=input_sentence_size,
         shuffle_input_sentence=True,
+        byte_fallback=byte_fallback,
         minloglevel=2,
     )
     if num_threads is not None:

@@ -1,7 +1,10 @@
 """`albert-tf train-tokenizer`: train a SentencePiece unigram vocabulary with ALBERT's layout."""
 
+import dataclasses
+
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
+from input_pipeline.preprocessing import LANGUAGES
 
 
 def add_parser(subparsers):
@@ -14,33 +17,43 @@ def add_parser(subparsers):
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
     parser.add_argument("--vocab-size", type=int, default=30000)
     parser.add_argument("--out", required=True, metavar="DIR", help="Writes spiece.model and tokenizer.json here.")
+    parser.add_argument(
+        "--language", choices=LANGUAGES, default="en",
+        help="Preprocessing preset: en = original (NFKD, strip accents, lowercase); ko/ja/zh/multi = "
+        "NFKC, marks and case kept, character coverage 0.9995 (default: en).",
+    )
     parser.add_argument("--cased", action="store_true", help="Keep case and accents (sets both flags below).")
     parser.add_argument("--no-lower-case", action="store_true", help="Do not lowercase.")
     parser.add_argument("--keep-accents", action="store_true", help="Do not strip accents.")
     parser.add_argument("--keep-whitespace", action="store_true", help="Do not collapse whitespace.")
-    parser.add_argument("--character-coverage", type=float, default=0.99995)
+    parser.add_argument("--character-coverage", type=float, default=None, help="Default: 0.99995 for en, 0.9995 otherwise.")
+    parser.add_argument("--byte-fallback", action="store_true", help="Unknown characters become UTF-8 byte pieces (Python encoding only).")
     parser.add_argument("--input-sentence-size", type=int, default=10_000_000, help="Sentences sampled for training.")
     parser.add_argument("--seed", type=int, default=0)
     return parser
 
 
 def run(args):
-    preprocessing = Preprocessing(
-        collapse_whitespace=not args.keep_whitespace,
-        strip_accents=not (args.keep_accents or args.cased),
-        lower_case=not (args.no_lower_case or args.cased),
+    preset = Preprocessing.for_language(args.language)
+    preprocessing = dataclasses.replace(
+        preset,
+        collapse_whitespace=preset.collapse_whitespace and not args.keep_whitespace,
+        strip_accents=preset.strip_accents and not (args.keep_accents or args.cased),
+        lower_case=preset.lower_case and not (args.no_lower_case or args.cased),
     )
     corpus = Corpus(args.input, format=args.format, column=args.column)
     tokenizer = AlbertTokenizer.train(
         corpus.sentences(),
         args.vocab_size,
+        language=args.language,
         preprocessing=preprocessing,
         character_coverage=args.character_coverage,
+        byte_fallback=args.byte_fallback,
         input_sentence_size=args.input_sentence_size,
         seed=args.seed,
     )
     tokenizer.save(args.out)
     print(
-        f"Trained a {tokenizer.vocab_size}-piece tokenizer on {corpus.num_documents} documents "
+        f"Trained a {tokenizer.vocab_size}-piece {args.language} tokenizer on {corpus.num_documents} documents "
         f"({corpus.num_empty_skipped} empty skipped); saved to {args.out}"
     )
