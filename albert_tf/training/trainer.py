@@ -77,7 +77,7 @@ def build_optimizer(config, clip_in_optimizer=False):
         A Keras optimizer; wrapped in `keras.optimizers.LossScaleOptimizer`
         (dynamic loss scaling) under "mixed_float16".
     """
-    schedule = WarmupLinearDecay(config.learning_rate, config.warmup_steps, config.num_steps)
+    schedule = WarmupLinearDecay(config.learning_rate, config.num_warmup_steps, config.num_steps)
     kwargs = {"global_clipnorm": config.clip_norm} if clip_in_optimizer and config.clip_norm else {}
     if config.optimizer == "lamb":
         optimizer = Lamb(learning_rate=schedule, weight_decay_rate=config.weight_decay, **kwargs)
@@ -160,7 +160,7 @@ class Trainer:
             self._accumulator = (
                 GradientAccumulator(self.model.trainable_variables) if config.accumulation_steps > 1 else None
             )
-        self._schedule = WarmupLinearDecay(config.learning_rate, config.warmup_steps, config.num_steps)
+        self._schedule = WarmupLinearDecay(config.learning_rate, config.num_warmup_steps, config.num_steps)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self._step)
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINT_DIR)
         self._manager = tf.train.CheckpointManager(
@@ -342,7 +342,7 @@ class Trainer:
         kept = f"The last good checkpoint, {latest}, is kept" if latest else "No checkpoint was written yet"
         return (
             f"Training diverged at step {step}: {what}. {kept}. Lower the learning rate "
-            f"(now {self.config.learning_rate}) or lengthen the warmup (now {self.config.warmup_steps} steps), "
+            f"(now {self.config.learning_rate}) or lengthen the warmup (now {self.config.num_warmup_steps} steps), "
             "then rerun the same command to resume from that checkpoint."
         )
 
