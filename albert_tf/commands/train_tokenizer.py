@@ -1,26 +1,30 @@
 """`albert-tf train-tokenizer`: train a SentencePiece unigram vocabulary with ALBERT's layout."""
 
+from albert_tf.commands.flags import add_command
+from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "train-tokenizer",
+    parser = add_command(
+        subparsers, "train-tokenizer",
         help="Train a SentencePiece tokenizer (<pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4).",
     )
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
-    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (default: by extension).")
+    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
-    parser.add_argument("--vocab-size", type=int, default=30000)
+    parser.add_argument("--vocab-size", type=int, default=30000, help="Pieces, the 5 special ones included.")
     parser.add_argument("--out", required=True, metavar="DIR", help="Writes spiece.model and tokenizer.json here.")
+    add_overwrite_flag(parser)
     parser.add_argument("--cased", action="store_true", help="Keep case and accents (sets both flags below).")
     parser.add_argument("--no-lower-case", action="store_true", help="Do not lowercase.")
     parser.add_argument("--keep-accents", action="store_true", help="Do not strip accents.")
     parser.add_argument("--keep-whitespace", action="store_true", help="Do not collapse whitespace.")
-    parser.add_argument("--character-coverage", type=float, default=0.99995)
+    parser.add_argument("--character-coverage", type=float, default=0.99995,
+                        help="Share of the characters covered by single-character pieces; the rest map to <unk>.")
     parser.add_argument("--input-sentence-size", type=int, default=10_000_000, help="Sentences sampled for training.")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the sentence sampling.")
     return parser
 
 
@@ -30,16 +34,17 @@ def run(args):
         strip_accents=not (args.keep_accents or args.cased),
         lower_case=not (args.no_lower_case or args.cased),
     )
-    corpus = Corpus(args.input, format=args.format, column=args.column)
-    tokenizer = AlbertTokenizer.train(
-        corpus.sentences(),
-        args.vocab_size,
-        preprocessing=preprocessing,
-        character_coverage=args.character_coverage,
-        input_sentence_size=args.input_sentence_size,
-        seed=args.seed,
-    )
-    tokenizer.save(args.out)
+    with fresh_output_dir(args.out, args.overwrite) as staging:
+        corpus = Corpus(args.input, format=args.format, column=args.column)
+        tokenizer = AlbertTokenizer.train(
+            corpus.sentences(),
+            args.vocab_size,
+            preprocessing=preprocessing,
+            character_coverage=args.character_coverage,
+            input_sentence_size=args.input_sentence_size,
+            seed=args.seed,
+        )
+        tokenizer.save(staging)
     print(
         f"Trained a {tokenizer.vocab_size}-piece tokenizer on {corpus.num_documents} documents "
         f"({corpus.num_empty_skipped} empty skipped); saved to {args.out}"

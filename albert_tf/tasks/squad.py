@@ -80,6 +80,34 @@ def squad_predictions(examples, features, start_logits, end_logits, n_best_size=
     return predictions
 
 
+def best_null_threshold(examples, spans):
+    """The no-answer threshold that maximizes F1, as SQuAD v2.0's evaluation finds it.
+
+    Questions are answered in order of rising `null_score_diff`; the threshold
+    is the diff at which the running F1 total peaks (below every diff, all
+    questions get "").
+
+    Args:
+        examples: list of `SquadExample` with gold answers.
+        spans: dict qas_id -> `SpanPrediction` made with an infinite threshold
+            (so `text` is the best non-null span).
+
+    Returns:
+        (best F1 in percent, threshold).
+    """
+    total = sum(1.0 for e in examples if e.is_impossible)
+    best, threshold = total, float(min((spans[e.qas_id].null_score_diff for e in examples), default=0.0)) - 1.0
+    for example in sorted(examples, key=lambda e: spans[e.qas_id].null_score_diff):
+        span = spans[example.qas_id]
+        if example.is_impossible:
+            total -= 1.0 if span.text else 0.0
+        else:
+            total += max(f1_score(span.text, t) for t, _ in example.answers)
+        if total > best:
+            best, threshold = total, span.null_score_diff
+    return 100.0 * best / len(examples), float(threshold)
+
+
 def _top(logits, n):
     return [int(i) for i in np.argsort(-logits, kind="stable")[:n]]
 

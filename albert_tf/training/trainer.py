@@ -43,6 +43,7 @@ import tensorflow as tf
 from albert_tf import features
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
+from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.optimizers import AdamW, Lamb
 from albert_tf.saving import save_pretrained
@@ -53,8 +54,6 @@ from albert_tf.training.progress import ProgressLogger
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"
 CHECKPOINT_DIR = "checkpoints"
-TOKENIZER_DIR = "tokenizer"
-FINAL_DIR = "final"
 # The original's MLM denominator: sum(w) + 1e-5, so a batch without masks gives 0, not NaN.
 _MLM_EPSILON = 1e-5
 
