@@ -12,7 +12,9 @@ import argparse
 import importlib
 import json
 import os
+import re
 import sys
+import threading
 
 from albert_tf import __version__
 
@@ -49,37 +51,65 @@ def build_parser():
     return parser
 
 
-def quiet_tensorflow():
-    """Imports TensorFlow with its C++ logging off and its start-up lines dropped.
+# TensorFlow's start-up lines (absl's pre-init banner, C++ INFO/WARNING log
+# lines such as cudart_stub's "Could not find cuda drivers" and
+# cpu_feature_guard's, and the latter's second line, and the CUDA error of a
+# machine without a GPU). Other errors (E...) are kept.
+_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|[IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] "
+    r"|E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] failed call to cuInit"
+    r"|To enable the following instructions: .* rebuild TensorFlow"
+)
 
-    TF_CPP_MIN_LOG_LEVEL silences TensorFlow's own C++ log; the CUDA stub's
-    "Could not find cuda drivers" and absl's pre-init banner go straight to
-    file descriptor 2 while the shared libraries load, so stderr is pointed at
-    /dev/null for the import only. An import error is re-raised afterwards,
-    with stderr back.
+
+class QuietStderr:
+    """Drops TensorFlow's start-up lines from file descriptor 2, this process's and its children's.
+
+    The lines come from C++ while TensorFlow's libraries load (in this
+    process and in create-data's worker processes), before any Python
+    setting can reach them, so fd 2 is pointed at a pipe and a thread copies
+    every other line to the real stderr.
     """
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
-    sys.stderr.flush()
-    saved = os.dup(2)
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    try:
-        os.dup2(devnull, 2)
-        import tensorflow as tf
-        import tensorflow_text  # noqa: F401  (its libraries log on load too)
-    finally:
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(devnull)
-    tf.get_logger().setLevel("ERROR")
+
+    def __enter__(self):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        sys.stderr.flush()
+        self._real = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        self._thread = threading.Thread(target=self._copy, args=(read_fd,), daemon=True)
+        self._thread.start()
+        return self
+
+    def _copy(self, read_fd):
+        with os.fdopen(read_fd, "rb") as pipe, os.fdopen(os.dup(self._real), "wb", buffering=0) as real:
+            for line in pipe:
+                if not _NOISE.match(line.decode("utf-8", "replace")):
+                    real.write(line)
+
+    def __exit__(self, *exc_info):
+        sys.stderr.flush()
+        # Closes this process's end of the pipe: the thread ends at EOF, once
+        # no child holds it either.
+        os.dup2(self._real, 2)
+        os.close(self._real)
+        self._thread.join(timeout=5)
+        return False
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     # Only the flags before the command are albert-tf's own (finetune has a --verbose too).
     own_flags = argv[: next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))]
-    if "--verbose" not in own_flags:
-        quiet_tensorflow()
+    if "--verbose" in own_flags:
+        return _run(argv)
+    with QuietStderr():
+        return _run(argv)
+
+
+def _run(argv):
     args = build_parser().parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
     try:

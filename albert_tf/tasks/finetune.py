@@ -131,6 +131,8 @@ def load_run(directory):
 
     if os.path.basename(os.path.normpath(directory)) == BEST_DIR:
         directory = os.path.dirname(os.path.normpath(directory))
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory}: no such directory.")
     path = os.path.join(directory, RUN_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
