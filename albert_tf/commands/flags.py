@@ -49,7 +49,7 @@ def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
         flag = "--" + field.metadata.get("flag", name.replace("_", "-"))
         default = defaults.get(name, None if field.default is dataclasses.MISSING else field.default)
         kind = _value_type(field.type)
-        options = {"dest": name, "default": default, "help": field.metadata["help"]}
+        options = {"dest": name, "default": default, "help": field.metadata.get("help", "")}
         if kind is bool:
             parser.add_argument(flag, action=argparse.BooleanOptionalAction, **options)
         elif kind is tuple:

@@ -127,6 +127,8 @@ def _aligned(path, encoded, predictions, stdin_rows):
 
     entries = [(position(e.source), _identity(e), p) for e, p in zip(encoded.examples, predictions)]
     entries += [(position(s.source), {}, {"error": s.reason}) for s in encoded.skipped]
+    if stdin_rows is None and entries and all(len(p) == 1 for p, _, _ in entries):
+        entries += _blank_lines(path, first=min(entries)[0][0])
     entries.sort(key=lambda entry: entry[0])
     records = [{**identity, **result} for _, identity, result in entries]
     if stdin_rows is not None:
@@ -134,6 +136,13 @@ def _aligned(path, encoded, predictions, stdin_rows):
         written = iter(records)
         records = [{"error": row["error"]} if "error" in row else next(written) for row in stdin_rows]
     return [{"index": index, **record} for index, record in enumerate(records)]
+
+
+def _blank_lines(path, first):
+    """Error entries for the blank lines after the first row of a line-based file (readers skip them)."""
+    with open(path, encoding="utf-8") as f:
+        return [((number,), {}, {"error": "blank line"}) for number, line in enumerate(f, 1)
+                if number > first and not line.strip()]
 
 
 def _identity(example):

@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import math
 import re
 import string
 
@@ -96,7 +97,9 @@ def best_null_threshold(examples, spans):
         (best F1 in percent, threshold).
     """
     total = sum(1.0 for e in examples if e.is_impossible)
-    best, threshold = total, float(min((spans[e.qas_id].null_score_diff for e in examples), default=0.0)) - 1.0
+    # Below every finite diff: all questions get "" (an infinite diff, no span at all, always does).
+    finite = [d for d in (spans[e.qas_id].null_score_diff for e in examples) if math.isfinite(d)]
+    best, threshold = total, min(finite) - 1.0 if finite else 0.0
     for example in sorted(examples, key=lambda e: spans[e.qas_id].null_score_diff):
         span = spans[example.qas_id]
         if example.is_impossible:
