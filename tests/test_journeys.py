@@ -237,7 +237,7 @@ def test_squad_v2_stores_its_threshold_and_predicts_without_answers(tour, pretra
     # With no span among one best start and end, the diff is infinite: null, not Infinity.
     assert all(row["null_score_diff"] is None or math.isfinite(row["null_score_diff"]) for row in rows)
     always_null = run_cli("predict", "--model", "runs/squad2", "--input", "questions.json",
-                          "--null-score-diff-threshold", "-1e9", cwd=tour)
+                          "--null-score-diff-threshold=-1e9", cwd=tour)
     assert [row["answer"] for row in strict_json_lines(always_null.stdout)] == [""] * 3
 
 
