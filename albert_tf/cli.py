@@ -2,11 +2,21 @@
 
 Each subcommand lives in its own module under `albert_tf.commands` with two
 functions, `add_parser(subparsers)` and `run(args)`.
+
+Expected user errors (a missing or unreadable file, a wrong format, a bad
+flag value) print one line naming the problem and exit 2; Ctrl-C exits 130.
+TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
 """
 
 import argparse
 import importlib
+import json
+import os
+import re
 import sys
+import threading
+
+from albert_tf import __version__
 
 COMMAND_MODULES = (
     "albert_tf.commands.convert",
@@ -19,12 +29,20 @@ COMMAND_MODULES = (
     "albert_tf.commands.finetune",
     "albert_tf.commands.predict",
 )
+EXIT_USER_ERROR = 2
+# The shell's code for a process ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
 
 
 def build_parser():
+    from albert_tf.commands.flags import HelpFormatter
+
     parser = argparse.ArgumentParser(
-        prog="albert-tf", description="ALBERT in TensorFlow 2 / Keras 3."
+        prog="albert-tf", description="ALBERT in TensorFlow 2 / Keras 3.", formatter_class=HelpFormatter
     )
+    parser.add_argument("--version", action="version", version=f"albert-tf {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="Show TensorFlow's C++ and CUDA start-up messages.")
     subparsers = parser.add_subparsers(dest="command", required=True)
     for module_name in COMMAND_MODULES:
         module = importlib.import_module(module_name)
@@ -33,14 +51,91 @@ def build_parser():
     return parser
 
 
+# TensorFlow's start-up lines (absl's pre-init banner, C++ INFO/WARNING log
+# lines such as cudart_stub's "Could not find cuda drivers" and
+# cpu_feature_guard's, and the latter's second line, and the CUDA error of a
+# machine without a GPU). Other errors (E...) are kept.
+_NOISE = re.compile(
+    r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
+    r"|[IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] "
+    r"|E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] failed call to cuInit"
+    r"|To enable the following instructions: .* rebuild TensorFlow"
+)
+
+
+class QuietStderr:
+    """Drops TensorFlow's start-up lines from file descriptor 2, this process's and its children's.
+
+    The lines come from C++ while TensorFlow's libraries load (in this
+    process and in create-data's worker processes), before any Python
+    setting can reach them, so fd 2 is pointed at a pipe and a thread copies
+    every other line to the real stderr.
+    """
+
+    def __enter__(self):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        sys.stderr.flush()
+        self._real = os.dup(2)
+        read_fd, write_fd = os.pipe()
+        os.dup2(write_fd, 2)
+        os.close(write_fd)
+        self._thread = threading.Thread(target=self._copy, args=(read_fd,), daemon=True)
+        self._thread.start()
+        return self
+
+    def _copy(self, read_fd):
+        with os.fdopen(read_fd, "rb") as pipe, os.fdopen(os.dup(self._real), "wb", buffering=0) as real:
+            for line in pipe:
+                if not _NOISE.match(line.decode("utf-8", "replace")):
+                    real.write(line)
+
+    def __exit__(self, *exc_info):
+        sys.stderr.flush()
+        # Closes this process's end of the pipe: the thread ends at EOF, once
+        # no child holds it either.
+        os.dup2(self._real, 2)
+        os.close(self._real)
+        self._thread.join(timeout=5)
+        return False
+
+
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    # Only the flags before the command are albert-tf's own (finetune has a --verbose too).
+    own_flags = argv[: next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))]
+    if "--verbose" in own_flags:
+        return _run(argv)
+    with QuietStderr():
+        return _run(argv)
+
+
+def _run(argv):
     args = build_parser().parse_args(argv)
+    prefix = f"albert-tf {args.command}: error:"
     try:
         return args._run(args) or 0
+    except KeyboardInterrupt:
+        print(f"\nalbert-tf {args.command}: interrupted.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except FileNotFoundError as e:
+        print(f"{prefix} {e.filename}: no such file or directory", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except IsADirectoryError as e:
+        print(f"{prefix} {e.filename}: is a directory, expected a file", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except PermissionError as e:
+        print(f"{prefix} {e.filename}: permission denied", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except UnicodeDecodeError as e:
+        print(f"{prefix} a file is not UTF-8 text ({e.reason} at byte {e.start})", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except json.JSONDecodeError as e:
+        print(f"{prefix} invalid JSON: {e}", file=sys.stderr)
+        return EXIT_USER_ERROR
     except ValueError as e:
-        # Bad input: say what was wrong, without a traceback.
-        print(f"albert-tf {args.command}: error: {e}", file=sys.stderr)
-        return 2
+        # Bad input: say what was wrong, on one line, without a traceback.
+        print(f"{prefix} {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USER_ERROR
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ the same model here.
 
 import dataclasses
 import json
-import os
+
+from input_pipeline.config_base import JsonConfig, check_choice, check_fraction, check_positive, check_positive_int, doc
 
 SHARING_MODES = ("all", "attention", "ffn", "none")
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "tanh", "swish", "silu")
@@ -44,86 +45,43 @@ _IGNORED_KEYS = frozenset(
 
 
 @dataclasses.dataclass(frozen=True)
-class AlbertConfig:
-    """Shape and regularisation of an ALBERT model.
+class AlbertConfig(JsonConfig):
+    """Shape and regularisation of an ALBERT model; defaults are ALBERT-base v2.
 
-    Defaults are ALBERT-base v2.
-
-    Attributes:
-        vocab_size: V, rows of the word embedding table.
-        embedding_size: E, width of the factorized embeddings.
-        hidden_size: H, width of the transformer.
-        num_hidden_layers: L, how many times a block is applied.
-        num_attention_heads: attention heads; must divide `hidden_size`.
-        intermediate_size: FFN inner width.
-        num_hidden_groups: G, groups of distinct blocks; layer i uses group
-            `i * G // L`.
-        inner_group_num: distinct blocks inside each group, applied in order.
-        hidden_act: named as HF transformers names them: "gelu_new" is the
-            tanh approximation (what the original TF1 code calls "gelu"),
-            "gelu" the exact erf form; also "relu", "tanh", "swish"/"silu".
-        hidden_dropout: dropout after embeddings, attention output and FFN.
-        attention_dropout: dropout on attention probabilities.
-        classifier_dropout: dropout before fine-tuning heads.
-        max_position_embeddings: P, the longest sequence the model accepts.
-        type_vocab_size: number of segment ids.
-        initializer_range: stddev of the truncated-normal initializer.
-        layer_norm_eps: LayerNorm epsilon.
-        sharing: which parts of a block are shared across the layers of a
-            group: "all" (ALBERT), "attention", "ffn" or "none" (BERT-like,
-            one block per layer). The paper's Table 4 ablation.
+    Each field's meaning is its `help` below (also the command line's help).
     """
 
-    vocab_size: int = 30000
-    embedding_size: int = 128
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    num_hidden_groups: int = 1
-    inner_group_num: int = 1
-    hidden_act: str = "gelu_new"
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    classifier_dropout: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    sharing: str = "all"
+    vocab_size: int = doc(30000, "V, rows of the word embedding table.")
+    embedding_size: int = doc(128, "E, width of the factorized embeddings.")
+    hidden_size: int = doc(768, "H, width of the transformer.")
+    num_hidden_layers: int = doc(12, "L, how many times a block is applied.", flag="num-layers")
+    num_attention_heads: int = doc(12, "Attention heads; must divide hidden_size.", flag="num-heads")
+    intermediate_size: int = doc(3072, "FFN inner width.")
+    num_hidden_groups: int = doc(1, "G, groups of distinct blocks; layer i uses group i * G // L.")
+    inner_group_num: int = doc(1, "Distinct blocks inside each group, applied in order.")
+    # Named as HF transformers names them: "gelu_new" is the tanh approximation
+    # (what the original TF1 code calls "gelu"), "gelu" the exact erf form.
+    hidden_act: str = doc("gelu_new", "Activation: gelu_new (tanh approximation), gelu (erf), relu, tanh, swish.",
+                          choices=ACTIVATIONS)
+    hidden_dropout: float = doc(0.0, "Dropout after embeddings, attention output and FFN.")
+    attention_dropout: float = doc(0.0, "Dropout on attention probabilities.")
+    classifier_dropout: float = doc(0.1, "Dropout before fine-tuning heads.")
+    max_position_embeddings: int = doc(512, "P, the longest sequence the model accepts.")
+    type_vocab_size: int = doc(2, "Number of segment ids.")
+    initializer_range: float = doc(0.02, "Stddev of the truncated-normal initializer.")
+    layer_norm_eps: float = doc(1e-12, "LayerNorm epsilon.")
+    sharing: str = doc("all", "Parts of a block shared across a group's layers: all (ALBERT), attention, ffn "
+                       "or none (BERT-like); the paper's Table 4 ablation.", choices=SHARING_MODES)
 
     def __post_init__(self):
-        positive = (
-            "vocab_size",
-            "embedding_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "num_hidden_groups",
-            "inner_group_num",
-            "max_position_embeddings",
-            "type_vocab_size",
-        )
-        for name in positive:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(
-                    f"`{name}` must be a positive integer. Received: {name}={value!r}"
-                )
+        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                     "intermediate_size", "num_hidden_groups", "inner_group_num", "max_position_embeddings",
+                     "type_vocab_size"):
+            check_positive_int(name, getattr(self, name))
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0.0 <= value < 1.0:
-                raise ValueError(f"`{name}` must be in [0, 1). Received: {name}={value!r}")
-        if not (isinstance(self.layer_norm_eps, (int, float)) and self.layer_norm_eps > 0):
-            raise ValueError(
-                f"`layer_norm_eps` must be positive. Received: layer_norm_eps={self.layer_norm_eps!r}"
-            )
-        if not (isinstance(self.initializer_range, (int, float)) and self.initializer_range > 0):
-            raise ValueError(
-                "`initializer_range` must be positive. "
-                f"Received: initializer_range={self.initializer_range!r}"
-            )
+            check_fraction(name, getattr(self, name), high_open=True)
+        check_positive("layer_norm_eps", self.layer_norm_eps)
+        check_positive("initializer_range", self.initializer_range)
         if self.hidden_size % self.num_attention_heads:
             raise ValueError(
                 "`num_attention_heads` must divide `hidden_size`. Received: "
@@ -135,14 +93,8 @@ class AlbertConfig:
                 f"uses would hold unused weights). Received: num_hidden_groups="
                 f"{self.num_hidden_groups}, num_hidden_layers={self.num_hidden_layers}"
             )
-        if self.hidden_act not in ACTIVATIONS:
-            raise ValueError(
-                f"`hidden_act` must be one of {ACTIVATIONS}. Received: hidden_act={self.hidden_act!r}"
-            )
-        if self.sharing not in SHARING_MODES:
-            raise ValueError(
-                f"`sharing` must be one of {SHARING_MODES}. Received: sharing={self.sharing!r}"
-            )
+        check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
+        check_choice("sharing", self.sharing, SHARING_MODES)
         if self.sharing != "all" and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
             raise ValueError(
                 "Partial sharing (`sharing` other than 'all') is defined for one group of one "
@@ -162,10 +114,6 @@ class AlbertConfig:
         is used here (and by HF transformers).
         """
         return layer_index * self.num_hidden_groups // self.num_hidden_layers
-
-    def replace(self, **changes):
-        """A copy with `changes` applied (validated like any new config)."""
-        return dataclasses.replace(self, **changes)
 
     # ----------------------------------------------------------------- JSON
     def to_dict(self):
@@ -215,31 +163,9 @@ class AlbertConfig:
             kwargs["hidden_act"] = "gelu_new"
         return cls(**kwargs)
 
-    def to_json(self):
-        return json.dumps(self.to_dict(), indent=2, sort_keys=True) + "\n"
-
     @classmethod
     def from_json(cls, text, gelu_is_tanh=None):
         return cls.from_dict(json.loads(text), gelu_is_tanh=gelu_is_tanh)
-
-    def save(self, path):
-        """Writes the config as JSON to `path` (a file, or a directory's config.json)."""
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        with open(path, "w") as f:
-            f.write(self.to_json())
-
-    @classmethod
-    def load(cls, path, gelu_is_tanh=None):
-        """Reads a config from a JSON file or a directory holding config.json."""
-        if os.path.isdir(path):
-            path = os.path.join(path, "config.json")
-        with open(path) as f:
-            try:
-                values = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{path} is not valid JSON: {e}") from e
-        return cls.from_dict(values, gelu_is_tanh=gelu_is_tanh)
 
     @classmethod
     def from_preset(cls, name, **overrides):

@@ -50,13 +50,14 @@ def inputs():
 def prepare(workdir, tokenizer_dir):
     """Builds ALBERT-base once and writes the SavedModel and the TFLite models."""
     from albert_tf import AlbertBackbone, AlbertConfig
-    from albert_tf.export import export_saved_model, export_tflite, find_tokenizer
+    from albert_tf.export import export_saved_model, export_tflite
+    from input_pipeline import AlbertTokenizer
 
     model = AlbertBackbone(AlbertConfig.from_preset("base"))
     model.save_pretrained(os.path.join(workdir, "model"))
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
     modes = ["none", "float16", "dynamic"] + (["int8"] if tokenizer_dir else [])
-    tokenizer = find_tokenizer(tokenizer_dir=tokenizer_dir) if tokenizer_dir else None
+    tokenizer = AlbertTokenizer.load(tokenizer_dir) if tokenizer_dir else None
     texts = None
     if tokenizer is not None:
         from input_pipeline import corpora

@@ -57,7 +57,7 @@ def main():
 
     import keras
 
-    from albert_tf.commands.finetune import find_tokenizer
+    from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
     from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
 
@@ -83,7 +83,7 @@ def main():
         start = time.perf_counter()
         run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], out)
         seconds = time.perf_counter() - start
-        _, model, _ = load_run(out)
+        _, model, _, _ = load_run(out)
         task = get_task("classification")
         test = task.encode(paths["test"], tokenizer, config, model.label_names)
         scores = task.evaluate(model, test, config)

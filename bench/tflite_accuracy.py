@@ -20,7 +20,8 @@ import time
 
 import numpy as np
 
-from albert_tf.export import QUANTIZE_MODES, export_tflite, find_tokenizer, pack_texts
+from albert_tf.export import QUANTIZE_MODES, export_tflite, pack_texts
+from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
 
 
@@ -71,10 +72,9 @@ def main():
 
     from input_pipeline import corpora
 
-    model = load_pretrained(args.model)
-    tokenizer = find_tokenizer(args.model, args.tokenizer)
-    if tokenizer is None:
-        raise SystemExit(f"No tokenizer in {args.model}; pass --tokenizer DIR.")
+    model_dir = resolve_model_dir(args.model)
+    model = load_pretrained(model_dir)
+    tokenizer = find_tokenizer(model_dir, args.tokenizer)
     texts, labels = test_set(args.dataset, args.limit, getattr(model, "label_names", None))
     packed = pack_texts(tokenizer, texts, None, args.max_length, pad_to=args.max_length)
     calibration = [t for t, _ in corpora.imdb_reviews("pretrain")[: args.calibration_examples]]

@@ -13,12 +13,12 @@ example costs a few NumPy calls.
 import bisect
 import collections
 import dataclasses
-import json
 import os
 
 import numpy as np
 
 from input_pipeline import features
+from input_pipeline.config_base import JsonConfig, check_choice, check_fraction, check_int_in, check_positive_int, doc
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_IDS, SEP_ID
 
@@ -26,50 +26,33 @@ TASKS = ("sop", "nsp", "single")
 
 
 @dataclasses.dataclass(frozen=True)
-class PretrainingDataConfig:
+class PretrainingDataConfig(JsonConfig):
     """How examples are cut and masked; defaults are the original's.
 
-    Attributes:
-        max_seq_length: tokens per example, [CLS] and [SEP]s included.
-        max_predictions_per_seq: cap on masked tokens (the MLM label slots).
-        masked_lm_prob: fraction of tokens to mask.
-        short_seq_prob: probability that an instance aims at a random shorter length.
-        max_ngram: longest masked span, in words; p(n) is proportional to 1/n.
-        task: "sop" (sentence order), "nsp" (random-document B) or "single"
-            (one segment, label always 0; for ablations).
+    Each field's meaning is its `help` below (also the command line's help).
     """
 
-    max_seq_length: int = 512
-    max_predictions_per_seq: int = 20
-    masked_lm_prob: float = 0.15
-    short_seq_prob: float = 0.1
-    max_ngram: int = 3
-    task: str = "sop"
+    max_seq_length: int = doc(512, "Tokens per example, [CLS] and [SEP]s included.")
+    max_predictions_per_seq: int = doc(20, "Cap on masked tokens (the MLM label slots).")
+    masked_lm_prob: float = doc(0.15, "Fraction of tokens to mask.")
+    short_seq_prob: float = doc(0.1, "Probability that an example aims at a random shorter length.")
+    max_ngram: int = doc(3, "Longest masked span, in words; p(n) is proportional to 1/n.", flag="ngram")
+    task: str = doc("sop", "sop (sentence order), nsp (random-document B) or single (one segment, label "
+                    "always 0; for ablations).", choices=TASKS)
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise ValueError(f"`task` must be one of {TASKS}. Received: task={self.task!r}")
-        if self.max_seq_length < 5:
-            raise ValueError(f"`max_seq_length` must be at least 5. Received: max_seq_length={self.max_seq_length}")
-        if not 1 <= self.max_predictions_per_seq <= self.max_seq_length:
-            raise ValueError(
-                "`max_predictions_per_seq` must be in [1, max_seq_length]. Received: "
-                f"max_predictions_per_seq={self.max_predictions_per_seq}, max_seq_length={self.max_seq_length}"
-            )
-        if not 0.0 < self.masked_lm_prob < 1.0:
-            raise ValueError(f"`masked_lm_prob` must be in (0, 1). Received: masked_lm_prob={self.masked_lm_prob}")
-        if not 0.0 <= self.short_seq_prob <= 1.0:
-            raise ValueError(f"`short_seq_prob` must be in [0, 1]. Received: short_seq_prob={self.short_seq_prob}")
-        if self.max_ngram < 1:
-            raise ValueError(f"`max_ngram` must be at least 1. Received: max_ngram={self.max_ngram}")
+        check_choice("task", self.task, TASKS)
+        check_int_in("max_seq_length", self.max_seq_length, 5, 1 << 20)
+        check_int_in("max_predictions_per_seq", self.max_predictions_per_seq, 1, self.max_seq_length,
+                     high_name="max_seq_length")
+        check_fraction("masked_lm_prob", self.masked_lm_prob, low_open=True, high_open=True)
+        check_fraction("short_seq_prob", self.short_seq_prob)
+        check_positive_int("max_ngram", self.max_ngram)
 
     @property
     def max_num_tokens(self):
         """Tokens left for the segments after [CLS] and the [SEP]s."""
         return self.max_seq_length - (2 if self.task == "single" else 3)
-
-    def to_json(self):
-        return json.dumps(dataclasses.asdict(self), indent=2)
 
 
 @dataclasses.dataclass(frozen=True)

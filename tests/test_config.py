@@ -1,8 +1,12 @@
+import dataclasses
 import json
 
 import pytest
 
 from albert_tf.config import PRESETS, AlbertConfig
+from albert_tf.tasks.config import FinetuneConfig
+from albert_tf.training.config import TrainerConfig
+from input_pipeline import PretrainingDataConfig
 
 
 def test_presets_match_the_papers_shapes():
@@ -77,3 +81,49 @@ def test_unknown_preset():
 def test_group_index_is_exact_integer_math():
     config = AlbertConfig(num_hidden_layers=12, num_hidden_groups=5)
     assert [config.group_index(i) for i in range(12)] == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3, 4, 4]
+
+
+@pytest.mark.parametrize("config", [
+    AlbertConfig(hidden_size=64, num_attention_heads=4),
+    TrainerConfig(num_steps=40, warmup_steps=None),
+    FinetuneConfig(task="sst2", label_names=("neg", "pos")),
+    PretrainingDataConfig(max_seq_length=64, task="nsp"),
+], ids=lambda c: type(c).__name__)
+def test_every_config_shares_the_json_round_trip_and_key_check(config, tmp_path):
+    config.save(str(tmp_path / "c.json"))
+    assert type(config).load(str(tmp_path / "c.json")) == config
+    with pytest.raises(ValueError, match=r"Unknown .*\['not_a_field'\]\. Valid keys: \[.*'"):
+        type(config).from_dict({**config.to_dict(), "not_a_field": 1})
+    (tmp_path / "bad.json").write_text("{oops")
+    with pytest.raises(ValueError, match="bad.json is not valid JSON"):
+        type(config).load(str(tmp_path / "bad.json"))
+
+
+@pytest.mark.parametrize("cls, name", [(AlbertConfig, "hidden_size"), (TrainerConfig, "num_steps"),
+                                       (FinetuneConfig, "batch_size"), (PretrainingDataConfig, "max_ngram")])
+def test_field_checks_say_the_same_thing_everywhere(cls, name):
+    values = {"task": "sst2"} if cls is FinetuneConfig else {}
+    with pytest.raises(ValueError, match=f"`{name}` must be a positive integer. Received: {name}=0"):
+        cls(**values, **{name: 0})
+
+
+def test_warmup_is_a_share_of_the_steps_unless_given():
+    assert TrainerConfig().num_warmup_steps == 3125
+    assert TrainerConfig(num_steps=30).num_warmup_steps == 1
+    assert TrainerConfig(num_steps=30, warmup_steps=0).num_warmup_steps == 0
+    with pytest.raises(ValueError, match="warmup_steps=31, num_steps=30"):
+        TrainerConfig(num_steps=30, warmup_steps=31)
+
+
+def test_command_line_flags_come_from_the_field_help():
+    import argparse
+
+    from albert_tf.commands.flags import add_config_flags, config_kwargs
+
+    parser = argparse.ArgumentParser()
+    add_config_flags(parser, FinetuneConfig, exclude=("task",))
+    args = parser.parse_args(["--labels", "neg", "pos", "--no-bucket", "--epochs", "2"])
+    config = FinetuneConfig(task="sst2", **config_kwargs(FinetuneConfig, args, exclude=("task",)))
+    assert config.label_names == ("neg", "pos") and config.bucket is False and config.epochs == 2
+    epochs = next(a for a in parser._actions if a.dest == "epochs")
+    assert epochs.help == dataclasses.fields(FinetuneConfig)[4].metadata["help"]

@@ -47,7 +47,7 @@ def test_finetune_then_predict_from_file_and_stdin(model_dir, tmp_path, capsys, 
     run = json.loads((out / "finetune.json").read_text())
     assert run["label_names"] == ["neg", "pos"] and len(run["history"]) == 2
     assert {"accuracy", "f1", "train_loss"} <= set(run["history"][0])
-    config, model, _ = load_run(str(out))
+    config, model, _, _ = load_run(str(out))
     assert model.label_names == ["neg", "pos"] and config.task == "classification"
 
     capsys.readouterr()

@@ -3,7 +3,9 @@ import json
 import numpy as np
 import pytest
 
-from albert_tf.tasks.squad import f1_score, exact_match, normalize_answer, squad_predictions, squad_scores
+from albert_tf.tasks.squad import (
+    SpanPrediction, best_null_threshold, exact_match, f1_score, normalize_answer, squad_predictions, squad_scores,
+)
 from data_fixtures import small_tokenizer
 from input_pipeline.finetuning import SquadExample, SquadFeaturizer, read_squad
 
@@ -119,3 +121,14 @@ def test_official_normalisation_and_scores():
     ex = SquadExample("q", "?", "a b c", (("Paris", 0), ("the city of Paris", 0)), False, "t")
     assert squad_scores([ex], {"q": "city of paris"})["exact_match"] == 100.0
     assert squad_scores([ex], {})["f1"] == 0.0
+
+
+def test_best_null_threshold_is_the_f1_best_cut_of_the_sorted_diffs():
+    questions = [example("Where?", "Paris", qas_id="a"), example("Who sang?", impossible=True, qas_id="b"),
+                 example("Where later?", "Berlin", qas_id="c")]
+    spans = {"a": SpanPrediction("Paris", 5.0, -2.0, []), "b": SpanPrediction("the music", 1.0, 1.0, []),
+             "c": SpanPrediction("acting", 4.0, 3.0, [])}
+    # Answering a only (threshold -2) scores 2 of 3; also answering b (wrong) or c (wrong) scores less.
+    assert best_null_threshold(questions, spans) == (pytest.approx(200 / 3), -2.0)
+    no_spans = {k: SpanPrediction("", -np.inf, np.inf, []) for k in spans}
+    assert best_null_threshold(questions, no_spans) == (pytest.approx(100 / 3), 0.0)

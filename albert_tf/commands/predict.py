@@ -1,80 +1,166 @@
-"""`albert-tf predict`: run a fine-tuned task model on a file or stdin, one JSON line per prediction.
+"""`albert-tf predict`: run a fine-tuned task model on a file or stdin, one JSON line per input.
 
     albert-tf predict --model runs/sst2 --input test.tsv
     echo "a gorgeous, witty film" | albert-tf predict --model runs/sst2
     printf 'A man plays.\\tA man is playing.\\n' | albert-tf predict --model runs/stsb
 
---model is a `finetune` output directory. Files are read like the task's
-training data, without labels. From stdin, sentence tasks take one text per
-line (a pair as two tab-separated texts) and tagging one whitespace-tokenized
-sentence per line; SQuAD and RACE need a file.
+--model is a `finetune` output directory (or its best/). Files are read like
+the task's training data, without labels (SQuAD questions need no answers).
+From stdin, sentence tasks take one text per line (a pair as two
+tab-separated texts) and tagging one whitespace-tokenized sentence per line;
+SQuAD and RACE need a file.
+
+Every input row (line, or SQuAD/RACE question) gives exactly one output line,
+in input order, with its 0-based "index" (and "id" where the input has one):
+a prediction, or {"index": i, "error": "..."} for a blank or invalid row.
+Texts longer than the model's max_seq_length are cut, as the exported
+`serve_text` signatures cut them. The output is strict JSON (a non-finite
+score is null).
 """
 
-import argparse
 import json
+import math
 import os
+import re
 import sys
 import tempfile
 
+from albert_tf.commands.flags import add_command
+from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.tasks import get_task, load_run
+from albert_tf.tasks.registry import SentenceTask
+
+_FILE_ONLY_TASKS = ("squad", "squad_v2", "race")
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "predict", help="Predict with a fine-tuned task model (file or stdin -> JSON lines).",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = add_command(subparsers, "predict", help="Predict with a fine-tuned task model (file or stdin -> "
+                         "JSON lines).", description=__doc__)
     parser.add_argument("--model", required=True, metavar="DIR", help="A `finetune` output directory.")
-    parser.add_argument("--input", default="-", metavar="FILE", help="Data file, or - for stdin (default).")
+    parser.add_argument("--input", default="-", metavar="FILE", help="Data file, or - for stdin.")
     parser.add_argument("--output", default="-", metavar="FILE", help="JSON-lines output, or - for stdout.")
-    parser.add_argument("--batch-size", type=int, default=64)
+    add_overwrite_flag(parser)
+    parser.add_argument("--batch-size", type=int, default=64, help="Examples per forward pass.")
+    parser.add_argument("--null-score-diff-threshold", type=float, metavar="X",
+                        help="squad_v2: answer \"\" when the null score beats the best span by more than this "
+                        "(default: the best_f1_threshold finetune found on dev, else the run's setting).")
     return parser
 
 
-def _stdin_file(task_name, directory):
-    """Writes stdin as a file the task's reader accepts; returns its path."""
-    lines = [line.rstrip("\n") for line in sys.stdin if line.strip()]
-    if task_name in ("squad", "squad_v2", "race"):
-        raise ValueError(f"--task {task_name} reads JSON: pass --input FILE.")
-    if task_name == "tagging":
-        path = os.path.join(directory, "stdin.jsonl")
-        rows = [{"tokens": line.split()} for line in lines]
+def run(args):
+    config, model, tokenizer, record = load_run(args.model)
+    if args.input != "-" and not os.path.isfile(args.input):
+        raise ValueError(f"--input {args.input}: no such file.")
+    task = get_task(config.task)
+    # Bad rows become error records and long texts are cut, never a failure of the whole input.
+    config = config.replace(eval_batch_size=args.batch_size, skip_invalid=True, truncate=True,
+                            null_score_diff_threshold=_threshold(args, config, record))
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.input == "-":
+            path, rows = _stdin_file(config.task, tmp)
+            if config.task != "tagging":
+                # stdin rows are generic tables: read them as such, with the run's labels.
+                task = SentenceTask(config.task, regression=getattr(task, "regression", False))
+                has_pair = any(row.get("text_b") is not None for row in rows if "error" not in row)
+                config = config.replace(text_column="text", text_pair_column="text_b" if has_pair else None)
+        else:
+            path, rows = args.input, None
+        encoded = task.encode(path, tokenizer, config, model.label_names, labelled=False)
+        predictions = task.predictions(model, encoded, config) if encoded.inputs else []
+        records = _aligned(path, encoded, predictions, rows)
+    if args.output == "-":
+        _write(sys.stdout, records)
     else:
-        path = os.path.join(directory, "stdin.jsonl")
-        rows = []
-        for number, line in enumerate(lines, 1):
+        with fresh_output_file(args.output, args.overwrite) as staging:
+            with open(staging, "w", encoding="utf-8") as f:
+                _write(f, records)
+    errors = sum("error" in r for r in records)
+    print("; ".join(encoded.notes) + (f"; {errors} rows gave an error record" if errors else ""), file=sys.stderr)
+
+
+def _threshold(args, config, record):
+    if args.null_score_diff_threshold is not None:
+        return args.null_score_diff_threshold
+    best = record.get("best_epoch")
+    found = record["history"][best - 1].get("best_f1_threshold") if best else None
+    return config.null_score_diff_threshold if found is None else found
+
+
+def _stdin_file(task_name, directory):
+    """Writes stdin's usable lines as JSONL the task's reader accepts.
+
+    Returns:
+        (path, rows): rows has one dict per stdin line, {"error": ...} for a
+        line that cannot be predicted (it is not written to the file).
+    """
+    if task_name in _FILE_ONLY_TASKS:
+        raise ValueError(f"--task {task_name} reads JSON: pass --input FILE.")
+    rows = []
+    for line in sys.stdin.read().splitlines():
+        if not line.strip():
+            rows.append({"error": "blank line"})
+        elif task_name == "tagging":
+            rows.append({"tokens": line.split()})
+        else:
             texts = line.split("\t")
             if len(texts) > 2:
-                raise ValueError(f"<stdin>:{number}: expected one text or two tab-separated texts, got {len(texts)}")
-            rows.append({"text": texts[0], "text_b": texts[1] if len(texts) > 1 else None})
+                rows.append({"error": f"expected one text or two tab-separated texts, got {len(texts)}"})
+            else:
+                rows.append({"text": texts[0], "text_b": texts[1] if len(texts) > 1 else None})
+    path = os.path.join(directory, "stdin.jsonl")
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
-            f.write(json.dumps(row) + "\n")
-    return path
+            if "error" not in row:
+                f.write(json.dumps(row) + "\n")
+    return path, rows
 
 
-def run(args):
-    config, model, tokenizer = load_run(args.model)
-    task = get_task(config.task)
-    config = config.replace(eval_batch_size=args.batch_size)
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.input
-        if path == "-":
-            path = _stdin_file(config.task, tmp)
-            if config.task not in ("tagging",):
-                # stdin rows are generic tables: read them as such, with the run's labels.
-                from albert_tf.tasks.registry import SentenceTask
+def _aligned(path, encoded, predictions, stdin_rows):
+    """One record per input row, in input order: a prediction or an error.
 
-                task = SentenceTask(config.task, regression=getattr(task, "regression", False))
-                has_pair = any(json.loads(line)["text_b"] is not None for line in open(path, encoding="utf-8"))
-                config = config.replace(text_column="text", text_pair_column="text_b" if has_pair else None)
-        encoded = task.encode(path, tokenizer, config, model.label_names, labelled=False)
-        rows = task.predictions(model, encoded, config) if encoded.inputs else []
-    out = sys.stdout if args.output == "-" else open(args.output, "w", encoding="utf-8")
-    try:
-        for row in rows:
-            out.write(json.dumps(row) + "\n")
-    finally:
-        if out is not sys.stdout:
-            out.close()
-    print("; ".join(encoded.notes), file=sys.stderr)
+    Readers tag each example and each skipped row with its source (file:line,
+    or a SQuAD question's data[a].paragraphs[p].qas[q]); sorting on the
+    numbers in it restores the input order.
+    """
+    def position(source):
+        return tuple(int(n) for n in re.findall(r"\d+", source[len(path):]))
+
+    entries = [(position(e.source), _identity(e), p) for e, p in zip(encoded.examples, predictions)]
+    entries += [(position(s.source), {}, {"error": s.reason}) for s in encoded.skipped]
+    if stdin_rows is None and entries and all(len(p) == 1 for p, _, _ in entries):
+        entries += _blank_lines(path, first=min(entries)[0][0])
+    entries.sort(key=lambda entry: entry[0])
+    records = [{**identity, **result} for _, identity, result in entries]
+    if stdin_rows is not None:
+        # Lines never written to the file (blank, malformed) go back in their place.
+        written = iter(records)
+        records = [{"error": row["error"]} if "error" in row else next(written) for row in stdin_rows]
+    return [{"index": index, **record} for index, record in enumerate(records)]
+
+
+def _blank_lines(path, first):
+    """Error entries for the blank lines after the first row of a line-based file (readers skip them)."""
+    with open(path, encoding="utf-8") as f:
+        return [((number,), {}, {"error": "blank line"}) for number, line in enumerate(f, 1)
+                if number > first and not line.strip()]
+
+
+def _identity(example):
+    qas_id = getattr(example, "qas_id", None)
+    return {} if qas_id is None else {"id": qas_id}
+
+
+def _write(out, records):
+    for record in records:
+        out.write(json.dumps(_finite(record), allow_nan=False) + "\n")
+
+
+def _finite(value):
+    """`value` with NaN and infinities as None, so the line is strict JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

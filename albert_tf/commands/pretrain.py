@@ -1,43 +1,52 @@
-"""`albert-tf pretrain`: pretrain ALBERT (MLM + SOP) under any tf.distribute strategy, resumably."""
+"""`albert-tf pretrain`: pretrain ALBERT (MLM + SOP) under any tf.distribute strategy, resumably.
+
+    albert-tf pretrain --preset base --data data/ --out runs/base --steps 125000
+
+Rerunning the same command resumes from RUN_DIR's last checkpoint. The run
+keeps the data's tokenizer (RUN_DIR/tokenizer and RUN_DIR/final/tokenizer), and
+warmup is 2.5% of the steps unless --warmup-steps is given.
+"""
 
 import dataclasses
+import json
 import os
 import sys
 
+from albert_tf.cli import EXIT_INTERRUPTED
+from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
-from albert_tf.training.config import OPTIMIZERS, PRECISIONS, TrainerConfig
+from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR, find_tokenizer
+from albert_tf.training.config import TrainerConfig
 from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline.dataset import pretraining_dataset_fn
 
-# Flag -> AlbertConfig field, for shrinking a preset (tiny runs, tests).
-_MODEL_OVERRIDES = {
-    "embedding_size": "embedding_size",
-    "hidden_size": "hidden_size",
-    "num_layers": "num_hidden_layers",
-    "num_heads": "num_attention_heads",
-    "intermediate_size": "intermediate_size",
-    "num_hidden_groups": "num_hidden_groups",
-}
+# Model fields a flag may override (the preset's or --config's value otherwise);
+# the vocabulary always comes from the data.
+_MODEL_FLAGS = ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
+                "num_hidden_groups", "inner_group_num", "hidden_act", "hidden_dropout", "attention_dropout",
+                "max_position_embeddings", "sharing")
+_TRAINER_FLAGS = [f.name for f in dataclasses.fields(TrainerConfig)]
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "pretrain",
+    parser = add_command(
+        subparsers, "pretrain",
         help="Pretrain ALBERT on create-data TFRecords or raw text (dynamic masking); resumable.",
-        description="Rerunning the same command resumes from RUN_DIR's last checkpoint.",
+        description=__doc__,
     )
-    model = parser.add_argument_group("model")
+    model = parser.add_argument_group("model (each flag overrides the preset's or --config's value)")
     source = model.add_mutually_exclusive_group()
-    source.add_argument("--preset", choices=sorted(PRESETS), default="base")
-    source.add_argument("--config", metavar="JSON", help="An AlbertConfig / albert_config.json file.")
-    for flag in _MODEL_OVERRIDES:
-        model.add_argument("--" + flag.replace("_", "-"), type=int)
+    source.add_argument("--preset", choices=sorted(PRESETS), default="base", help="Model size.")
+    source.add_argument("--config", metavar="JSON", help="An AlbertConfig / albert_config.json file; "
+                        "without vocab_size, the tokenizer's.")
+    add_config_flags(model, AlbertConfig, names=_MODEL_FLAGS, defaults=dict.fromkeys(_MODEL_FLAGS))
 
     data = parser.add_argument_group("data")
     data.add_argument("--data", nargs="+", required=True, metavar="PATH",
                       help="A create-data output directory, or raw text files/directories (needs --tokenizer).")
-    data.add_argument("--tokenizer", metavar="DIR", help="train-tokenizer output; saved into RUN_DIR.")
+    data.add_argument("--tokenizer", metavar="DIR",
+                      help="train-tokenizer output (default: the create-data directory's); saved into RUN_DIR.")
     data.add_argument("--format", default="auto", help="Raw text format (see create-data).")
     data.add_argument("--column", help="CSV column / JSONL field with the text.")
     data.add_argument("--max-seq-length", type=int, help="Raw text only (default 512).")
@@ -45,28 +54,13 @@ def add_parser(subparsers):
     data.add_argument("--task", choices=("sop", "nsp"), help="Raw text only (default sop).")
 
     training = parser.add_argument_group("training")
-    defaults = TrainerConfig()
-    training.add_argument("--out", required=True, metavar="RUN_DIR")
-    training.add_argument("--strategy", choices=STRATEGY_NAMES, default="default")
+    training.add_argument("--out", required=True, metavar="RUN_DIR",
+                          help="Run directory; rerunning the same command resumes from its last checkpoint.")
+    training.add_argument("--strategy", choices=STRATEGY_NAMES, default="default", help="tf.distribute strategy.")
     training.add_argument("--tpu", help="TPU name or address for --strategy tpu.")
     training.add_argument("--logical-cpus", type=int,
                           help="Split the CPU into this many devices (mirrored runs on a CPU-only machine).")
-    training.add_argument("--batch-size", type=int, default=defaults.global_batch_size,
-                          help="Global batch per optimizer step (over replicas and micro-batches).")
-    training.add_argument("--steps", type=int, default=defaults.num_steps)
-    training.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
-    training.add_argument("--warmup-steps", type=int, default=defaults.warmup_steps)
-    training.add_argument("--optimizer", choices=OPTIMIZERS, default=defaults.optimizer)
-    training.add_argument("--weight-decay", type=float, default=defaults.weight_decay)
-    training.add_argument("--clip-norm", type=float, default=defaults.clip_norm)
-    training.add_argument("--accumulation-steps", type=int, default=defaults.accumulation_steps)
-    training.add_argument("--mixed-precision", choices=PRECISIONS, default=defaults.mixed_precision)
-    training.add_argument("--jit-compile", action="store_true",
-                          help="Compile the forward and backward pass with XLA (faster; not on TPU, which always compiles).")
-    training.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
-    training.add_argument("--keep-checkpoints", type=int, default=defaults.keep_checkpoints)
-    training.add_argument("--log-every", type=int, default=defaults.log_every)
-    training.add_argument("--seed", type=int, default=defaults.seed, help="Seed of the initialization and the data.")
+    add_config_flags(training, TrainerConfig)
     return parser
 
 
@@ -78,23 +72,9 @@ def run(args):
         configure_logical_cpus(args.logical_cpus)
     from albert_tf.distribute import get_strategy
     from albert_tf.training import Trainer, TrainingDiverged
+    from albert_tf.training.trainer import CHECKPOINT_DIR
 
-    trainer_config = TrainerConfig(
-        global_batch_size=args.batch_size,
-        num_steps=args.steps,
-        learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps,
-        optimizer=args.optimizer,
-        weight_decay=args.weight_decay,
-        clip_norm=args.clip_norm,
-        accumulation_steps=args.accumulation_steps,
-        mixed_precision=args.mixed_precision,
-        jit_compile=args.jit_compile,
-        checkpoint_every=args.checkpoint_every,
-        keep_checkpoints=args.keep_checkpoints,
-        log_every=args.log_every,
-        seed=args.seed,
-    )
+    trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
     model_config = _model_config(args, vocab_size, data_config.max_seq_length)
     strategy = get_strategy(args.strategy, tpu=args.tpu) if args.strategy == "tpu" else get_strategy(args.strategy)
@@ -108,12 +88,28 @@ def run(args):
     except TrainingDiverged as e:
         print(f"albert-tf pretrain: {e}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        import tensorflow as tf
+
+        latest = tf.train.latest_checkpoint(os.path.join(args.out, CHECKPOINT_DIR))
+        kept = f"its last checkpoint is {latest}" if latest else "no checkpoint was written yet"
+        print(f"\nalbert-tf pretrain: interrupted at step {trainer.step} of {trainer_config.num_steps}; {kept}. "
+              "Rerun the same command to resume.", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    # The final model directory carries its tokenizer, so finetune/export/convert
+    # need only `RUN_DIR/final`.
+    final_dir = os.path.join(args.out, FINAL_DIR)
+    if tokenizer is not None and os.path.isdir(final_dir):
+        tokenizer.save(os.path.join(final_dir, TOKENIZER_DIR))
     return 0
 
 
 def _load_data(args):
     """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files)."""
     tokenizer = AlbertTokenizer.load(args.tokenizer) if args.tokenizer else None
+    for path in args.data:
+        if not os.path.exists(path):
+            raise ValueError(f"--data {path}: no such file or directory.")
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
     if len(args.data) == 1 and os.path.isfile(os.path.join(args.data[0], "metadata.json")):
@@ -126,6 +122,8 @@ def _load_data(args):
                     f"({name}={getattr(data_config, name)}); it is fixed when create-data writes the data."
                 )
         vocab_size = metadata["vocab_size"]
+        if tokenizer is None:
+            tokenizer = find_tokenizer(args.data[0], required=False)
         if tokenizer is not None:
             tokenizer.check_vocab_size(vocab_size)
         info = {"kind": "tfrecords", "paths": args.data, "config": dataclasses.asdict(data_config)}
@@ -143,10 +141,13 @@ def _load_data(args):
 
 
 def _model_config(args, vocab_size, max_seq_length):
-    overrides = {field: getattr(args, flag) for flag, field in _MODEL_OVERRIDES.items() if getattr(args, flag)}
+    overrides = {name: value for name, value in config_kwargs(AlbertConfig, args, names=_MODEL_FLAGS).items()
+                 if value is not None}
     if args.config:
         config = AlbertConfig.load(args.config).replace(**overrides)
-        if config.vocab_size != vocab_size:
+        if "vocab_size" not in _json_keys(args.config):
+            config = config.replace(vocab_size=vocab_size)
+        elif config.vocab_size != vocab_size:
             raise ValueError(
                 f"{args.config} has vocab_size={config.vocab_size} but the data/tokenizer has {vocab_size} pieces."
             )
@@ -158,3 +159,8 @@ def _model_config(args, vocab_size, max_seq_length):
             f"{config.max_position_embeddings}."
         )
     return config
+
+
+def _json_keys(path):
+    with open(path, encoding="utf-8") as f:
+        return set(json.load(f))

@@ -2,26 +2,29 @@
 
 import dataclasses
 
+from albert_tf.commands.flags import add_command
+from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
 from input_pipeline.preprocessing import LANGUAGES
 
 
 def add_parser(subparsers):
-    parser = subparsers.add_parser(
-        "train-tokenizer",
+    parser = add_command(
+        subparsers, "train-tokenizer",
         help="Train a SentencePiece tokenizer (<pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4).",
     )
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
-    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (default: by extension).")
+    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
-    parser.add_argument("--vocab-size", type=int, default=30000)
+    parser.add_argument("--vocab-size", type=int, default=30000, help="Pieces, the 5 special ones included.")
     parser.add_argument("--out", required=True, metavar="DIR", help="Writes spiece.model and tokenizer.json here.")
     parser.add_argument(
         "--language", choices=LANGUAGES, default="en",
         help="Preprocessing preset: en = original (NFKD, strip accents, lowercase); ko/ja/zh/multi = "
         "NFKC, marks and case kept, character coverage 0.9995 (default: en).",
     )
+    add_overwrite_flag(parser)
     parser.add_argument("--cased", action="store_true", help="Keep case and accents (sets both flags below).")
     parser.add_argument("--no-lower-case", action="store_true", help="Do not lowercase.")
     parser.add_argument("--keep-accents", action="store_true", help="Do not strip accents.")
@@ -29,7 +32,7 @@ def add_parser(subparsers):
     parser.add_argument("--character-coverage", type=float, default=None, help="Default: 0.99995 for en, 0.9995 otherwise.")
     parser.add_argument("--byte-fallback", action="store_true", help="Unknown characters become UTF-8 byte pieces (Python encoding only).")
     parser.add_argument("--input-sentence-size", type=int, default=10_000_000, help="Sentences sampled for training.")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="Seed of the sentence sampling.")
     return parser
 
 
@@ -41,18 +44,19 @@ def run(args):
         strip_accents=preset.strip_accents and not (args.keep_accents or args.cased),
         lower_case=preset.lower_case and not (args.no_lower_case or args.cased),
     )
-    corpus = Corpus(args.input, format=args.format, column=args.column)
-    tokenizer = AlbertTokenizer.train(
-        corpus.sentences(),
-        args.vocab_size,
-        language=args.language,
-        preprocessing=preprocessing,
-        character_coverage=args.character_coverage,
-        byte_fallback=args.byte_fallback,
-        input_sentence_size=args.input_sentence_size,
-        seed=args.seed,
-    )
-    tokenizer.save(args.out)
+    with fresh_output_dir(args.out, args.overwrite) as staging:
+        corpus = Corpus(args.input, format=args.format, column=args.column)
+        tokenizer = AlbertTokenizer.train(
+            corpus.sentences(),
+            args.vocab_size,
+            language=args.language,
+            preprocessing=preprocessing,
+            character_coverage=args.character_coverage,
+            byte_fallback=args.byte_fallback,
+            input_sentence_size=args.input_sentence_size,
+            seed=args.seed,
+        )
+        tokenizer.save(staging)
     print(
         f"Trained a {tokenizer.vocab_size}-piece {args.language} tokenizer on {corpus.num_documents} documents "
         f"({corpus.num_empty_skipped} empty skipped); saved to {args.out}"

@@ -6,6 +6,12 @@ pytorch_model.bin) and writes one that `AlbertForPreTraining.from_pretrained`
 (or `AlbertModel.from_pretrained`, for a backbone) loads with no missing or
 unexpected keys. Safetensors are read and written with the safetensors numpy
 API, so torch is needed only for pytorch_model.bin.
+
+The tokenizer goes along both ways: `spiece.model` plus a
+tokenizer_config.json whose AlbertTokenizer options (`remove_space`,
+`keep_accents`, `do_lower_case`) are our `Preprocessing` (whitespace
+collapse, accent stripping, lowercasing), so `AutoTokenizer.from_pretrained`
+encodes text as `AlbertTokenizer.encode` does.
 """
 
 import json
@@ -20,9 +26,15 @@ from albert_tf.config import AlbertConfig
 from albert_tf.convert import mapping
 from albert_tf.convert.output import check_output_dir, write_dir
 from albert_tf.models.pretrainer import AlbertPretrainer
+from albert_tf.model_dirs import TOKENIZER_DIR
 from albert_tf.saving import load_pretrained, save_pretrained
+from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE, AlbertTokenizer
+from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
+from input_pipeline.tokenizer import Preprocessing
 
 CONFIG_FILE = "config.json"
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
 _BACKBONE_PREFIX = "albert."
@@ -63,6 +75,7 @@ def load_hf(src_dir):
 def convert_from_hf(src_dir, out_dir):
     """Converts a HF directory to an albert-tf pretrained directory (`save_pretrained`).
 
+    Its `spiece.model`, when present, becomes `out_dir/tokenizer`.
     Everything is read and checked before `out_dir` is created.
 
     Returns:
@@ -70,8 +83,61 @@ def convert_from_hf(src_dir, out_dir):
     """
     check_output_dir(out_dir)
     report = load_hf(src_dir)
-    write_dir(out_dir, lambda d: save_pretrained(report.model, d))
+    tokenizer = hf_tokenizer(src_dir)
+
+    def write(directory):
+        save_pretrained(report.model, directory)
+        if tokenizer is not None:
+            tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+
+    write_dir(out_dir, write)
     return report
+
+
+def hf_tokenizer(src_dir):
+    """The `AlbertTokenizer` of a HF directory's spiece.model, or None without one.
+
+    The preprocessing follows tokenizer_config.json (transformers' defaults
+    when absent: lowercase, strip accents, collapse whitespace).
+    """
+    model_path = os.path.join(src_dir, SPIECE_FILE)
+    if not os.path.isfile(model_path):
+        return None
+    options = {}
+    config_path = os.path.join(src_dir, TOKENIZER_CONFIG_FILE)
+    if os.path.isfile(config_path):
+        with open(config_path, encoding="utf-8") as f:
+            try:
+                options = json.load(f)
+            except json.JSONDecodeError as e:
+                raise ValueError(f"{config_path} is not valid JSON: {e}") from e
+    preprocessing = Preprocessing(
+        collapse_whitespace=bool(options.get("remove_space", True)),
+        strip_accents=not options.get("keep_accents", False),
+        lower_case=bool(options.get("do_lower_case", True)),
+    )
+    with open(model_path, "rb") as f:
+        return AlbertTokenizer(f.read(), preprocessing)
+
+
+def hf_tokenizer_files(tokenizer, max_length):
+    """{file name: content} of a HF AlbertTokenizer matching `tokenizer`."""
+    special = {"bos_token": CLS_PIECE, "eos_token": SEP_PIECE, "unk_token": UNK_PIECE, "sep_token": SEP_PIECE,
+               "pad_token": PAD_PIECE, "cls_token": CLS_PIECE, "mask_token": MASK_PIECE}
+    preprocessing = tokenizer.preprocessing
+    config = {
+        "tokenizer_class": "AlbertTokenizer",
+        "remove_space": preprocessing.collapse_whitespace,
+        "keep_accents": not preprocessing.strip_accents,
+        "do_lower_case": preprocessing.lower_case,
+        "model_max_length": max_length,
+        **special,
+    }
+    return {
+        SPIECE_FILE: tokenizer.model_proto,
+        TOKENIZER_CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
+        SPECIAL_TOKENS_FILE: (json.dumps(special, indent=2, sort_keys=True) + "\n").encode(),
+    }
 
 
 def hf_tensors(model):
@@ -98,12 +164,13 @@ def hf_config(model):
     return values
 
 
-def to_hf(model, out_dir):
+def to_hf(model, out_dir, tokenizer=None):
     """Writes `model` as a HF `save_pretrained` directory (config.json + model.safetensors).
 
     An `AlbertPretrainer` becomes AlbertForPreTraining, an `AlbertBackbone`
     AlbertModel. The tied decoder is not written, as transformers' own
-    `save_pretrained` does not write it.
+    `save_pretrained` does not write it. With `tokenizer`, its spiece.model
+    and a matching tokenizer_config.json are written too.
 
     Raises:
         ValueError: for partial sharing (no HF equivalent), another model
@@ -112,6 +179,7 @@ def to_hf(model, out_dir):
     check_output_dir(out_dir)
     tensors = hf_tensors(model)
     config = hf_config(model)
+    files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
 
     def write(directory):
         with open(os.path.join(directory, CONFIG_FILE), "w") as f:
@@ -119,15 +187,21 @@ def to_hf(model, out_dir):
             f.write("\n")
         # transformers refuses safetensors files without a known "format".
         save_file(tensors, os.path.join(directory, SAFETENSORS_FILE), metadata={"format": "pt"})
+        for name, content in files.items():
+            with open(os.path.join(directory, name), "wb") as f:
+                f.write(content)
 
     write_dir(out_dir, write)
 
 
-def convert_to_hf(src_dir, out_dir):
-    """Converts an albert-tf pretrained directory to a HF directory; returns the model."""
+def convert_to_hf(src_dir, out_dir, tokenizer=None):
+    """Converts an albert-tf pretrained directory to a HF directory; returns the model.
+
+    `tokenizer` (an `AlbertTokenizer`) is written along when given.
+    """
     check_output_dir(out_dir)
     model = load_pretrained(src_dir)
-    to_hf(model, out_dir)
+    to_hf(model, out_dir, tokenizer)
     return model
 
 

@@ -10,43 +10,14 @@ signatures) and the recipe for on-device tokenization next to a TFLite model.
 With `max_first_length` (SQuAD) A is cut to it and B fills the rest. A text
 never makes the packed sequence longer than `max_length`: it is cut, not
 rejected. Empty texts (empty after whitespace collapse) are an error.
-
-Where a model directory keeps its tokenizer (`find_tokenizer`): an explicit
-directory wins; otherwise the model directory itself when it holds
-`spiece.model`, else its `tokenizer/` subdirectory.
 """
-
-import os
 
 import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
 from input_pipeline.packing import pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
-from input_pipeline.tokenizer import MODEL_FILE, PAD_ID, AlbertTokenizer
-
-TOKENIZER_SUBDIR = "tokenizer"
-
-
-def find_tokenizer(model_dir=None, tokenizer_dir=None):
-    """The tokenizer for a model directory, or None when there is none.
-
-    Args:
-        model_dir: an albert-tf pretrained directory.
-        tokenizer_dir: an explicit tokenizer directory (`spiece.model` +
-            `tokenizer.json`); an error when it holds no tokenizer.
-
-    Returns:
-        An `AlbertTokenizer`, or None when neither place holds one.
-    """
-    if tokenizer_dir is not None:
-        return AlbertTokenizer.load(tokenizer_dir)
-    if model_dir is None:
-        return None
-    for candidate in (model_dir, os.path.join(model_dir, TOKENIZER_SUBDIR)):
-        if os.path.isfile(os.path.join(candidate, MODEL_FILE)):
-            return AlbertTokenizer.load(candidate)
-    return None
+from input_pipeline.tokenizer import PAD_ID
 
 
 def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, max_first_length=None):

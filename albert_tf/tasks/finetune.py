@@ -1,7 +1,8 @@
 """The fine-tuning loop: AdamW with warmup, evaluation every epoch, best checkpoint kept.
 
 Output directory:
-    best/            the best epoch's task model (`save_pretrained` layout)
+    best/            the best epoch's task model (`save_pretrained` layout),
+                     with its tokenizer in best/tokenizer/
     tokenizer/       the tokenizer it was trained with
     finetune.json    the resolved `FinetuneConfig`, label names, per-epoch
                      metrics and the best epoch: enough to rebuild and rerun
@@ -15,17 +16,15 @@ import warnings
 
 import keras
 
+from albert_tf.model_dirs import BEST_DIR, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.registry import get_task
 from input_pipeline.finetuning import make_dataset
-from input_pipeline.tokenizer import AlbertTokenizer
 
 RUN_FILE = "finetune.json"
-BEST_DIR = "best"
-TOKENIZER_DIR = "tokenizer"
 
 
 def check_lengths(config, backbone, tokenizer):
@@ -100,6 +99,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         if improved:
             best, best_epoch = scores, epoch
             model.save_pretrained(os.path.join(out_dir, BEST_DIR))
+            tokenizer.save(os.path.join(out_dir, BEST_DIR, TOKENIZER_DIR))
         log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
             + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
             + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
@@ -120,13 +120,24 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
 
 
 def load_run(directory):
-    """(FinetuneConfig, task model, tokenizer) of a `finetune` output directory."""
+    """(FinetuneConfig, task model, tokenizer, run record) of a `finetune` output directory.
+
+    Args:
+        directory: the `finetune --out` directory, or its `best/`.
+    """
+    if os.path.basename(os.path.normpath(directory)) == BEST_DIR:
+        directory = os.path.dirname(os.path.normpath(directory))
+    if not os.path.isdir(directory):
+        raise ValueError(f"{directory}: no such directory.")
     path = os.path.join(directory, RUN_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
-    with open(path) as f:
-        run = json.load(f)
+    try:
+        with open(path, encoding="utf-8") as f:
+            run = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
     config = FinetuneConfig.from_dict(run["config"])
-    model = load_pretrained(os.path.join(directory, BEST_DIR))
-    tokenizer = AlbertTokenizer.load(os.path.join(directory, TOKENIZER_DIR))
-    return config, model, tokenizer
+    best_dir = os.path.join(directory, BEST_DIR)
+    model = load_pretrained(best_dir)
+    return config, model, find_tokenizer(best_dir), run

@@ -15,7 +15,7 @@ from albert_tf.models import (
 from albert_tf.models.question_answering import END_POSITIONS, START_POSITIONS
 from albert_tf.tasks import metrics as metric_fns
 from albert_tf.tasks.prediction import predict_examples
-from albert_tf.tasks.squad import squad_predictions, squad_scores
+from albert_tf.tasks.squad import best_null_threshold, squad_predictions, squad_scores
 from input_pipeline import finetuning as data
 from input_pipeline.features import IGNORE_LABEL
 
@@ -30,6 +30,7 @@ class Encoded:
         examples: the examples read (for post-processing and messages).
         extra: task-specific data (SQuAD features, tagging word positions).
         notes: human-readable counts (skipped rows, truncated texts).
+        skipped: the reader's `Skipped` rows (with `skip_invalid`).
     """
 
     inputs: list
@@ -37,6 +38,7 @@ class Encoded:
     examples: list
     extra: list | None = None
     notes: list = dataclasses.field(default_factory=list)
+    skipped: list = dataclasses.field(default_factory=list)
 
 
 def _notes(result, what, truncated=0, truncated_what="truncated to max_seq_length"):
@@ -85,7 +87,8 @@ class SentenceTask:
         encoder = data.TextEncoder(tokenizer, config.max_seq_length, truncate=config.truncate)
         inputs = encoder.encode_all(result.examples)
         labels = [e.label for e in result.examples] if labelled else None
-        return Encoded(inputs, labels, result.examples, notes=_notes(result, "examples", encoder.num_truncated))
+        return Encoded(inputs, labels, result.examples, notes=_notes(result, "examples", encoder.num_truncated),
+                       skipped=result.skipped)
 
     def _predicted(self, model, encoded, batch_size):
         outputs = predict_examples(model, encoded.inputs, batch_size)
@@ -108,7 +111,8 @@ class SentenceTask:
         for p, o in zip(predicted, outputs):
             probabilities = _softmax(o["logits"])
             rows.append({"label": model.label_names[p] if model.label_names else int(p),
-                         "probability": float(probabilities[p])})
+                         "probability": float(probabilities[p]),
+                         "probabilities": [float(x) for x in probabilities]})
         return rows
 
 
@@ -132,7 +136,7 @@ class TaggingTask:
         return Encoded(
             [x for x, _, _ in encoded], [y for _, y, _ in encoded] if labelled else None,
             result.examples, extra=[first for _, _, first in encoded],
-            notes=_notes(result, "sentences", encoder.num_truncated),
+            notes=_notes(result, "sentences", encoder.num_truncated), skipped=result.skipped,
         )
 
     def _tags(self, model, encoded, config):
@@ -164,8 +168,8 @@ class SquadTask:
         return AlbertQuestionAnswerer(backbone)
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):
-        result = data.read_squad(path, on_error=config.on_error)
-        if not self.version_2 and any(e.is_impossible for e in result.examples):
+        result = data.read_squad(path, on_error=config.on_error, labelled=labelled)
+        if labelled and not self.version_2 and any(e.is_impossible for e in result.examples):
             raise ValueError(f"{path} has unanswerable questions: use --task squad_v2.")
         featurizer = data.SquadFeaturizer(tokenizer, config.max_seq_length, config.doc_stride,
                                           config.max_query_length)
@@ -174,19 +178,29 @@ class SquadTask:
         notes = _notes(result, "questions", featurizer.num_truncated_questions,
                        f"questions cut to max_query_length={config.max_query_length}")
         notes.append(f"{len(feats)} windows (doc_stride={config.doc_stride})")
-        return Encoded([f.inputs for f in feats], labels, result.examples, extra=feats, notes=notes)
+        return Encoded([f.inputs for f in feats], labels, result.examples, extra=feats, notes=notes,
+                       skipped=result.skipped)
 
-    def _answers(self, model, encoded, config):
+    def _answers(self, model, encoded, config, threshold=None):
         outputs = predict_examples(model, encoded.inputs, config.eval_batch_size)
         return squad_predictions(
             encoded.examples, encoded.extra, [o["start_logits"] for o in outputs],
             [o["end_logits"] for o in outputs], config.n_best_size, config.max_answer_length,
-            self.version_2, config.null_score_diff_threshold,
+            self.version_2, config.null_score_diff_threshold if threshold is None else threshold,
         )
 
     def evaluate(self, model, encoded, config):
-        answers = self._answers(model, encoded, config)
-        return squad_scores(encoded.examples, {k: p.text for k, p in answers.items()})
+        if not self.version_2:
+            answers = self._answers(model, encoded, config)
+            return squad_scores(encoded.examples, {k: p.text for k, p in answers.items()})
+        # As the original run_squad.py: spans once, then the threshold applied
+        # here, and the F1-best threshold found on this (dev) set reported too.
+        spans = self._answers(model, encoded, config, threshold=np.inf)
+        answers = {k: "" if p.null_score_diff > config.null_score_diff_threshold else p.text
+                   for k, p in spans.items()}
+        scores = squad_scores(encoded.examples, answers)
+        scores["best_f1"], scores["best_f1_threshold"] = best_null_threshold(encoded.examples, spans)
+        return scores
 
     def predictions(self, model, encoded, config):
         answers = self._answers(model, encoded, config)
@@ -211,7 +225,8 @@ class ChoiceTask:
         inputs = encoder.encode_all(result.examples)
         labels = [e.label for e in result.examples] if labelled else None
         return Encoded(inputs, labels, result.examples,
-                       notes=_notes(result, "questions", encoder.num_truncated, "with the article cut to fit"))
+                       notes=_notes(result, "questions", encoder.num_truncated, "with the article cut to fit"),
+                       skipped=result.skipped)
 
     def _choices(self, model, encoded, config):
         return [int(np.argmax(o["logits"])) for o in predict_examples(model, encoded.inputs, config.eval_batch_size)]

@@ -2,6 +2,7 @@
 
 import collections
 import dataclasses
+import math
 import re
 import string
 
@@ -78,6 +79,36 @@ def squad_predictions(examples, features, start_logits, end_logits, n_best_size=
             best_text = ""
         predictions[example.qas_id] = SpanPrediction(best_text, best_score, float(diff), nbest)
     return predictions
+
+
+def best_null_threshold(examples, spans):
+    """The no-answer threshold that maximizes F1, as SQuAD v2.0's evaluation finds it.
+
+    Questions are answered in order of rising `null_score_diff`; the threshold
+    is the diff at which the running F1 total peaks (below every diff, all
+    questions get "").
+
+    Args:
+        examples: list of `SquadExample` with gold answers.
+        spans: dict qas_id -> `SpanPrediction` made with an infinite threshold
+            (so `text` is the best non-null span).
+
+    Returns:
+        (best F1 in percent, threshold).
+    """
+    total = sum(1.0 for e in examples if e.is_impossible)
+    # Below every finite diff: all questions get "" (an infinite diff, no span at all, always does).
+    finite = [d for d in (spans[e.qas_id].null_score_diff for e in examples) if math.isfinite(d)]
+    best, threshold = total, min(finite) - 1.0 if finite else 0.0
+    for example in sorted(examples, key=lambda e: spans[e.qas_id].null_score_diff):
+        span = spans[example.qas_id]
+        if example.is_impossible:
+            total -= 1.0 if span.text else 0.0
+        else:
+            total += max(f1_score(span.text, t) for t, _ in example.answers)
+        if total > best:
+            best, threshold = total, span.null_score_diff
+    return 100.0 * best / len(examples), float(threshold)
 
 
 def _top(logits, n):

@@ -1,122 +1,86 @@
 """`TrainerConfig`: how a pretraining run optimizes, checkpoints and reports."""
 
 import dataclasses
-import json
-import math
 import os
+
+from input_pipeline.config_base import (
+    JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_non_negative, check_positive_int, doc,
+)
 
 OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 
 
+# The paper's warmup, 3,125 of 125,000 steps, as a share of any run's length.
+DEFAULT_WARMUP_FRACTION = 0.025
+
+
 @dataclasses.dataclass(frozen=True)
-class TrainerConfig:
+class TrainerConfig(JsonConfig):
     """Optimization, precision and bookkeeping of a pretraining run.
 
     Defaults are the paper's recipe (batch 4096, LAMB at 0.00176, 125k steps,
-    3,125 warmup steps, clipping to global norm 1.0).
-
-    Attributes:
-        global_batch_size: examples per optimizer step, summed over replicas
-            and micro-batches. Losses are averaged over exactly these examples.
-        num_steps: optimizer steps of the whole run (also where the learning
-            rate reaches 0).
-        learning_rate: peak learning rate.
-        warmup_steps: linear warmup steps; then linear decay to 0 at
-            `num_steps` (`albert_tf.schedules.WarmupLinearDecay`).
-        optimizer: "lamb" (ALBERT's, for pretraining) or "adamw".
-        weight_decay: decay rate; LayerNorm and bias variables are excluded.
-        clip_norm: clip the all-reduced gradient to this global norm; 0 turns
-            clipping off.
-        accumulation_steps: k. Each optimizer step consumes k micro-batches of
-            `global_batch_size / k` examples, so a large batch fits small
-            hardware; the update equals one step on the whole batch.
-        mixed_precision: "float32", "mixed_bfloat16" (TPU, CPU) or
-            "mixed_float16" (GPU, with dynamic loss scaling).
-        jit_compile: compile each micro-batch's forward and backward pass
-            with XLA (about 1.8x faster for the demo's model on 2 CPU
-            cores). Off by default: XLA's kernels round differently, so
-            runs with and without it agree only to float tolerance.
-        checkpoint_every: steps between checkpoints (one is always written
-            at the last step).
-        keep_checkpoints: checkpoints kept on disk.
-        log_every: steps between progress lines and TensorBoard points.
-        seed: seed of the weight initialization (the data has its own).
+    2.5% warmup = 3,125 steps, clipping to global norm 1.0). Each field's
+    meaning is its `help` below (also the command line's help).
     """
 
-    global_batch_size: int = 4096
-    num_steps: int = 125_000
-    learning_rate: float = 0.00176
-    warmup_steps: int = 3125
-    optimizer: str = "lamb"
-    weight_decay: float = 0.01
-    clip_norm: float = 1.0
-    accumulation_steps: int = 1
-    mixed_precision: str = "float32"
-    jit_compile: bool = False
-    checkpoint_every: int = 1000
-    keep_checkpoints: int = 3
-    log_every: int = 100
-    seed: int = 0
+    global_batch_size: int = doc(4096, "Examples per optimizer step, summed over replicas and micro-batches; "
+                                 "losses are averaged over exactly these.", flag="batch-size")
+    num_steps: int = doc(125_000, "Optimizer steps of the whole run (where the learning rate reaches 0).",
+                         flag="steps")
+    learning_rate: float = doc(0.00176, "Peak learning rate.")
+    warmup_steps: int | None = doc(None, "Linear warmup steps, then linear decay to 0 at the last step "
+                                   "(default: warmup_fraction of the steps).")
+    warmup_fraction: float = doc(DEFAULT_WARMUP_FRACTION, "Share of the steps spent warming up when "
+                                 "warmup_steps is not given (the paper's 3,125/125,000).")
+    optimizer: str = doc("lamb", "lamb (ALBERT's, for pretraining) or adamw.", choices=OPTIMIZERS)
+    weight_decay: float = doc(0.01, "Decay rate; LayerNorm and bias variables are excluded.")
+    clip_norm: float = doc(1.0, "Clip the all-reduced gradient to this global norm; 0 turns clipping off.")
+    accumulation_steps: int = doc(1, "k: each step consumes k micro-batches of batch-size/k examples; the "
+                                  "update equals one step on the whole batch.")
+    mixed_precision: str = doc("float32", "float32, mixed_bfloat16 (TPU, CPU) or mixed_float16 (GPU, with "
+                               "dynamic loss scaling).", choices=PRECISIONS)
+    # Off by default: XLA's kernels round differently, so runs with and
+    # without it agree only to float tolerance.
+    jit_compile: bool = doc(False, "Compile each micro-batch's forward and backward pass with XLA (about 1.8x "
+                            "faster on CPU; TPU always compiles).")
+    checkpoint_every: int = doc(1000, "Steps between checkpoints (one is always written at the last step).")
+    keep_checkpoints: int = doc(3, "Checkpoints kept on disk.")
+    log_every: int = doc(100, "Steps between progress lines and TensorBoard points.")
+    seed: int = doc(0, "Seed of the weight initialization (and of the data).")
 
     def __post_init__(self):
         for name in ("global_batch_size", "num_steps", "accumulation_steps", "checkpoint_every",
                      "keep_checkpoints", "log_every"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or not (
-            0 <= self.warmup_steps <= self.num_steps
-        ):
-            raise ValueError(
-                "`warmup_steps` must be an integer in [0, num_steps]. Received: "
-                f"warmup_steps={self.warmup_steps!r}, num_steps={self.num_steps}"
-            )
+            check_positive_int(name, getattr(self, name))
+        if self.warmup_steps is not None:
+            check_int_in("warmup_steps", self.warmup_steps, 0, self.num_steps, high_name="num_steps")
+        check_fraction("warmup_fraction", self.warmup_fraction)
         if self.global_batch_size % self.accumulation_steps:
             raise ValueError(
                 "`accumulation_steps` must divide `global_batch_size`. Received: "
                 f"accumulation_steps={self.accumulation_steps}, global_batch_size={self.global_batch_size}"
             )
         for name in ("learning_rate", "weight_decay", "clip_norm"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
-                raise ValueError(f"`{name}` must be a finite non-negative number. Received: {name}={value!r}")
-        if not isinstance(self.jit_compile, bool):
-            raise ValueError(f"`jit_compile` must be True or False. Received: jit_compile={self.jit_compile!r}")
-        if self.optimizer not in OPTIMIZERS:
-            raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}. Received: optimizer={self.optimizer!r}")
-        if self.mixed_precision not in PRECISIONS:
-            raise ValueError(
-                f"`mixed_precision` must be one of {PRECISIONS}. Received: mixed_precision={self.mixed_precision!r}"
-            )
+            check_non_negative(name, getattr(self, name))
+        check_bool("jit_compile", self.jit_compile)
+        check_choice("optimizer", self.optimizer, OPTIMIZERS)
+        check_choice("mixed_precision", self.mixed_precision, PRECISIONS)
+
+    @property
+    def num_warmup_steps(self):
+        """`warmup_steps` when given, else `warmup_fraction` of `num_steps`."""
+        if self.warmup_steps is not None:
+            return self.warmup_steps
+        return int(round(self.warmup_fraction * self.num_steps))
 
     @property
     def micro_batch_size(self):
         """Examples per micro-batch, summed over replicas."""
         return self.global_batch_size // self.accumulation_steps
 
-    def replace(self, **changes):
-        return dataclasses.replace(self, **changes)
-
-    def to_dict(self):
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, values):
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - names)
-        if unknown:
-            raise ValueError(f"Unknown TrainerConfig keys {unknown}. Valid keys: {sorted(names)}")
-        return cls(**values)
-
-    def save(self, path):
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2, sort_keys=True)
-            f.write("\n")
-
     @classmethod
     def load(cls, path):
         if not os.path.isfile(path):
             raise ValueError(f"No trainer config at {path!r}.")
-        with open(path) as f:
-            return cls.from_dict(json.load(f))
+        return super().load(path)

@@ -43,6 +43,7 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import skip_optimizer_all_reduce
+from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
 from albert_tf.optimizers import build_optimizer
@@ -55,8 +56,6 @@ from input_pipeline import features
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"
 CHECKPOINT_DIR = "checkpoints"
-TOKENIZER_DIR = "tokenizer"
-FINAL_DIR = "final"
 
 
 class TrainingDiverged(RuntimeError):
@@ -75,7 +74,7 @@ def trainer_optimizer(config, clip_in_optimizer=False):
         A Keras optimizer, loss-scaled under "mixed_float16".
     """
     return build_optimizer(
-        config.optimizer, learning_rate=config.learning_rate, warmup_steps=config.warmup_steps,
+        config.optimizer, learning_rate=config.learning_rate, warmup_steps=config.num_warmup_steps,
         total_steps=config.num_steps, weight_decay=config.weight_decay,
         clip_norm=config.clip_norm if clip_in_optimizer else 0.0,
         loss_scale=config.mixed_precision == "mixed_float16",
@@ -153,7 +152,7 @@ class Trainer:
             self._accumulator = (
                 GradientAccumulator(self.model.trainable_variables) if config.accumulation_steps > 1 else None
             )
-        self._schedule = WarmupLinearDecay(config.learning_rate, config.warmup_steps, config.num_steps)
+        self._schedule = WarmupLinearDecay(config.learning_rate, config.num_warmup_steps, config.num_steps)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self._step)
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINT_DIR)
         self._manager = tf.train.CheckpointManager(
@@ -335,7 +334,7 @@ class Trainer:
         kept = f"The last good checkpoint, {latest}, is kept" if latest else "No checkpoint was written yet"
         return (
             f"Training diverged at step {step}: {what}. {kept}. Lower the learning rate "
-            f"(now {self.config.learning_rate}) or lengthen the warmup (now {self.config.warmup_steps} steps), "
+            f"(now {self.config.learning_rate}) or lengthen the warmup (now {self.config.num_warmup_steps} steps), "
             "then rerun the same command to resume from that checkpoint."
         )
 

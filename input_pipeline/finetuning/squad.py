@@ -68,11 +68,12 @@ class SquadFeature:
     end_position: int
 
 
-def read_squad(path, on_error="raise"):
+def read_squad(path, on_error="raise", labelled=True):
     """Reads a SQuAD v1.1 or v2.0 JSON file.
 
     Every answer must appear in its context at its `answer_start`; an answer
-    that does not is a bad row (raised, or skipped and reported).
+    that does not is a bad row (raised, or skipped and reported). Unless
+    `labelled`, questions need no answers (files to predict on).
 
     Returns:
         `ReadResult` of `SquadExample`s.
@@ -91,7 +92,7 @@ def read_squad(path, on_error="raise"):
             context = paragraph.get("context")
             for q, qa in enumerate(paragraph.get("qas", [])):
                 source = f"{path}: data[{a}].paragraphs[{p}].qas[{q}] (id {qa.get('id')!r})"
-                example, reason = _parse_qa(qa, context, source)
+                example, reason = _parse_qa(qa, context, source, labelled)
                 if reason:
                     policy.bad_row(source, reason)
                 else:
@@ -99,7 +100,7 @@ def read_squad(path, on_error="raise"):
     return ReadResult(examples, policy.skipped)
 
 
-def _parse_qa(qa, context, source):
+def _parse_qa(qa, context, source, labelled=True):
     if not isinstance(context, str):
         return None, 'the paragraph has no "context" string'
     missing = [k for k in ("id", "question") if k not in qa]
@@ -117,7 +118,7 @@ def _parse_qa(qa, context, source):
             return None, (f"answer {text!r} is not found in the context at answer_start={start} "
                           f"(the context there reads {context[start:start + len(text)]!r}{hint})")
         answers.append((text, start))
-    if not impossible and not answers:
+    if labelled and not impossible and not answers:
         return None, "the question has no answers and is not marked is_impossible"
     return SquadExample(qa["id"], qa["question"], context, tuple(answers), impossible, source), None
 

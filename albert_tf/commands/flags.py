@@ -1,0 +1,82 @@
+"""Command-line flags built from the config dataclasses' fields.
+
+A field's help text is written once, in its `metadata["help"]`
+(`input_pipeline.config_base.doc`); `add_config_flags` turns the fields into flags
+(`--max-seq-length`, or the field's `metadata["flag"]`) with the field's type,
+choices and default, and `config_kwargs` reads them back.
+"""
+
+import argparse
+import dataclasses
+import types
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps descriptions as written and ends each flag's help with its default."""
+
+    def _get_help_string(self, action):
+        help_text = action.help or ""
+        default = action.default
+        if "%(default)" in help_text or default in (None, False, argparse.SUPPRESS) or action.required:
+            return help_text
+        if not action.option_strings and action.nargs not in ("?", "*"):
+            return help_text
+        return help_text + " (default: %(default)s)"
+
+
+def add_command(subparsers, name, help, description=None):
+    """A subcommand parser whose --help shows descriptions as written and every default."""
+    return subparsers.add_parser(name, help=help, description=description or help,
+                                 formatter_class=HelpFormatter)
+
+
+def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
+    """Adds one flag per field of `config_cls`.
+
+    Args:
+        parser: an argparse parser or argument group.
+        config_cls: a config dataclass whose fields carry `metadata["help"]`.
+        names: the fields to expose, in this order (default: all).
+        exclude: fields not to expose.
+        defaults: {field: value} replacing the dataclass defaults on the command line.
+    """
+    fields = {field.name: field for field in dataclasses.fields(config_cls)}
+    defaults = defaults or {}
+    for name in names or list(fields):
+        if name in exclude:
+            continue
+        field = fields[name]
+        flag = "--" + field.metadata.get("flag", name.replace("_", "-"))
+        default = defaults.get(name, None if field.default is dataclasses.MISSING else field.default)
+        kind = _value_type(field.type)
+        options = {"dest": name, "default": default, "help": field.metadata.get("help", "")}
+        if kind is bool:
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, **options)
+        elif kind is tuple:
+            parser.add_argument(flag, nargs="+", metavar=name.upper().rstrip("S"), **options)
+        else:
+            required = field.default is dataclasses.MISSING and name not in defaults
+            parser.add_argument(flag, type=kind, choices=field.metadata.get("choices"), required=required,
+                                metavar=_METAVARS.get(kind) if "choices" not in field.metadata else None,
+                                **options)
+
+
+def config_kwargs(config_cls, args, names=None, exclude=()):
+    """{field: value} of the `add_config_flags` flags in parsed `args`."""
+    values = {}
+    for field in dataclasses.fields(config_cls):
+        if (names and field.name not in names) or field.name in exclude or not hasattr(args, field.name):
+            continue
+        value = getattr(args, field.name)
+        values[field.name] = tuple(value) if isinstance(value, list) else value
+    return values
+
+
+_METAVARS = {int: "N", float: "X", str: "TEXT"}
+
+
+def _value_type(annotation):
+    """int for `int`, `int | None`; tuple for `tuple | None`; and so on."""
+    if isinstance(annotation, types.UnionType):
+        annotation = next(arg for arg in annotation.__args__ if arg is not type(None))
+    return annotation

@@ -1,0 +1,325 @@
+"""The README's command-line tour and the docs' example commands, as a user runs
+them: every command in its own fresh process, each one's output fed to the next,
+nothing imported or prepared in between (tests/cli_helpers.run_cli).
+
+The commands are README.md's (section "Command line") and docs/*.md's, with tiny
+sizes: a few hundred IMDB reviews, a 400-piece vocabulary, a two-layer model, a
+few steps. Keep them in step: a command that changes there changes here too.
+"""
+
+import csv
+import json
+import math
+import os
+import signal
+import subprocess
+import urllib.request
+
+import numpy as np
+import pytest
+
+from cli_helpers import albert_tf_command, run_cli, user_environment
+from input_pipeline import corpora
+
+pytestmark = pytest.mark.slow
+
+# Shrinks the README's `--preset base` to a model that trains in seconds.
+TINY_MODEL = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "2",
+              "--num-heads", "2", "--intermediate-size", "64"]
+STDIN_TEXTS = ["a gorgeous, witty film", "", "flat, dull and far too long"]
+
+
+def write_sentences_corpus(directory, documents):
+    """The original ALBERT format: one sentence per line, a blank line between documents."""
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "reviews.txt"), "w", encoding="utf-8") as f:
+        for document in documents:
+            f.write("\n".join(document) + "\n\n")
+    return directory
+
+
+def write_sst2(path, rows):
+    """GLUE SST-2's layout: a `sentence<TAB>label` header, then one row per sentence."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        writer = csv.writer(f, delimiter="\t", quoting=csv.QUOTE_NONE, escapechar="\\")
+        writer.writerow(["sentence", "label"])
+        writer.writerows(rows)
+    return path
+
+
+def strict_json_lines(text):
+    """Parses JSON lines, refusing NaN and Infinity (which Python's json accepts)."""
+    def refuse(constant):
+        raise AssertionError(f"not strict JSON: {constant}")
+
+    return [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+
+
+def assert_one_line_error(done, *fragments):
+    """Exit 2 and exactly one stderr line, naming what went wrong; no traceback."""
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2 and len(lines) == 1, done.stderr
+    assert "Traceback" not in done.stderr and all(f in lines[0] for f in fragments), lines[0]
+
+
+class Server:
+    """`albert-tf serve` in its own process; the model URL is read from its first line."""
+
+    def __init__(self, *args, cwd):
+        self.process = subprocess.Popen(
+            albert_tf_command() + ["serve", *args, "--port", "0"], cwd=cwd,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=user_environment(),
+        )
+        line = self.process.stdout.readline()
+        if " at http" not in line:
+            self.process.kill()
+            raise AssertionError(f"serve did not start: {line!r}\n{self.process.stderr.read()[-4000:]}")
+        self.model_url = line.split(" at ", 1)[1].split()[0].rstrip(",")
+
+    def request(self, url, body=None):
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    def stop(self):
+        self.process.terminate()
+        self.process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def tour(tmp_path_factory):
+    """The working directory of a user following the README, with the inputs they bring."""
+    root = tmp_path_factory.mktemp("tour")
+    write_sentences_corpus(root / "corpus", corpora.imdb_documents("pretrain", limit=300))
+    everything = corpora.rotten_tomatoes_sentences()
+    order = np.random.default_rng(0).permutation(len(everything))
+    rows = [(everything[i][0], everything[i][1]) for i in order[:96]]
+    write_sst2(str(root / "SST-2" / "train.tsv"), rows[:64])
+    write_sst2(str(root / "SST-2" / "dev.tsv"), rows[64:])
+    return root
+
+
+@pytest.fixture(scope="module")
+def pretrained(tour):
+    """train-tokenizer -> create-data -> pretrain, the README's order and flags."""
+    run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "400", "--out", "tok/", cwd=tour)
+    run_cli("create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", "data/",
+            "--max-seq-length", "64", "--dupe-factor", "1", cwd=tour)
+    # No --tokenizer and no --warmup-steps: the data directory carries the
+    # tokenizer, and warmup is a fraction of the steps.
+    run_cli("pretrain", "--preset", "base", *TINY_MODEL, "--data", "data/", "--out", "runs/base",
+            "--strategy", "mirrored", "--batch-size", "8", "--steps", "6", cwd=tour)
+    return tour / "runs" / "base"
+
+
+@pytest.fixture(scope="module")
+def finetuned(tour, pretrained):
+    run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
+            "--eval", "SST-2/dev.tsv", "--out", "runs/sst2", "--batch-size", "16", "--epochs", "1", cwd=tour)
+    return tour / "runs" / "sst2"
+
+
+def test_pretraining_leaves_a_run_that_carries_its_tokenizer(tour, pretrained):
+    assert (tour / "data" / "tokenizer" / "spiece.model").is_file()
+    assert (pretrained / "tokenizer" / "spiece.model").is_file()
+    assert (pretrained / "final" / "tokenizer" / "spiece.model").is_file()
+    config = json.loads((pretrained / "final" / "config.json").read_text())
+    assert config["hidden_size"] == 32 and config["vocab_size"] == 400
+    trainer = json.loads((pretrained / "training_config.json").read_text())["trainer"]
+    assert trainer["warmup_steps"] is None and trainer["warmup_fraction"] == 0.025
+
+
+def test_predict_gives_one_line_per_input_line(tour, finetuned):
+    done = run_cli("predict", "--model", "runs/sst2", cwd=tour, input="\n".join(STDIN_TEXTS) + "\n")
+    rows = strict_json_lines(done.stdout)
+    assert [row["index"] for row in rows] == [0, 1, 2]
+    assert "error" in rows[1] and "label" not in rows[1]
+    assert rows[0]["label"] in ("0", "1") and rows[2]["label"] in ("0", "1")
+    assert (finetuned / "best" / "tokenizer" / "spiece.model").is_file()
+
+
+def test_predict_keeps_file_rows_aligned_with_error_records(tour, finetuned):
+    dev = (tour / "SST-2" / "dev.tsv").read_text().splitlines()
+    # Row 1 is blank: an error record in its place, not a silent drop.
+    (tour / "odd.tsv").write_text("\n".join([dev[0], dev[1], "", dev[2]]) + "\n")
+    done = run_cli("predict", "--model", "runs/sst2/best", "--input", "odd.tsv", "--output", "odd.jsonl", cwd=tour)
+    rows = strict_json_lines((tour / "odd.jsonl").read_text())
+    assert [row["index"] for row in rows] == [0, 1, 2]
+    assert "label" in rows[0] and "error" in rows[1] and "label" in rows[2]
+    assert done.stdout == ""
+    again = run_cli("predict", "--model", "runs/sst2", "--input", "odd.tsv", "--output", "odd.jsonl", cwd=tour,
+                    expect_rc=None)
+    assert_one_line_error(again, "odd.jsonl", "--overwrite")
+
+
+def test_export_then_serve_text_in_a_fresh_process(tour, finetuned):
+    # Needs `serve` to register TF Text's ops itself (the SavedModel's text
+    # signatures use them); nothing in this process does it for the server.
+    run_cli("export", "--model", "runs/sst2/best", "--format", "saved_model", "--out", "saved_models/sst2",
+            cwd=tour)
+    predicted = run_cli("predict", "--model", "runs/sst2", cwd=tour, input=STDIN_TEXTS[0] + "\n")
+    expected = json.loads(predicted.stdout.splitlines()[0])
+    # The README's exported base path, and a run directory served directly.
+    for args in (["saved_models/sst2"], ["--model", "runs/sst2"]):
+        server = Server(*args, cwd=tour)
+        try:
+            assert server.model_url.endswith("/v1/models/sst2")
+            answer = server.request(server.model_url + ":predict",
+                                    {"signature_name": "serve_text", "instances": [STDIN_TEXTS[0]]})
+            metadata = server.request(server.model_url + "/metadata")
+        finally:
+            server.stop()
+        probabilities = answer["predictions"][0]["probabilities"]
+        assert math.isclose(sum(probabilities), 1.0, rel_tol=1e-4)
+        np.testing.assert_allclose(probabilities, expected["probabilities"], atol=1e-4)
+        assert "serve_text" in json.dumps(metadata)
+
+
+def test_export_tflite_runs_on_the_plain_runtime(tour, finetuned):
+    run_cli("export", "--model", "runs/sst2/best", "--format", "tflite", "--quantize", "dynamic",
+            "--out", "saved_models/sst2_tflite", cwd=tour)
+    folder = tour / "saved_models" / "sst2_tflite"
+    models = sorted(folder.glob("*.tflite"))
+    assert models and (folder / "spiece.model").is_file()
+    from ai_edge_litert.interpreter import Interpreter
+
+    interpreter = Interpreter(model_path=str(models[0]))
+    interpreter.allocate_tensors()
+    for detail in interpreter.get_input_details():
+        interpreter.set_tensor(detail["index"], np.ones(detail["shape"], detail["dtype"]))
+    interpreter.invoke()
+    output = interpreter.get_tensor(interpreter.get_output_details()[0]["index"])
+    assert np.all(np.isfinite(output))
+
+
+def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
+    run_cli("convert", "--to", "hf", "--model", "runs/base", "--out", "hf_base", cwd=tour)
+    from transformers import AlbertForPreTraining, AutoTokenizer
+
+    from input_pipeline.tokenizer import AlbertTokenizer
+
+    ours = AlbertTokenizer.load(str(pretrained / "tokenizer"))
+    theirs = AutoTokenizer.from_pretrained(str(tour / "hf_base"))
+    sentences = [s for document in corpora.imdb_documents("heldout", limit=20) for s in document]
+    sentences += ["  Café CRÈME,   naïve ``quoted'' text\tand tabs  "]
+    for sentence in sentences:
+        assert theirs(sentence, add_special_tokens=False)["input_ids"] == list(ours.encode(sentence)), sentence
+    model = AlbertForPreTraining.from_pretrained(str(tour / "hf_base"))
+    assert model.config.hidden_size == 32
+    # And back: the HF directory's spiece.model comes along as DIR/tokenizer.
+    run_cli("convert", "--from", "hf", "--model", "hf_base", "--out", "from_hf", cwd=tour)
+    back = AlbertTokenizer.load(str(tour / "from_hf" / "tokenizer"))
+    assert list(back.encode(sentences[0])) == list(ours.encode(sentences[0]))
+
+
+def test_squad_v2_stores_its_threshold_and_predicts_without_answers(tour, pretrained):
+    context = "The film opened in Paris in 1990 and closed in Berlin a year later, to no applause."
+    qas = [{"id": "a", "question": "Where did it open?",
+            "answers": [{"text": "Paris", "answer_start": context.index("Paris")}]},
+           {"id": "b", "question": "Who sang?", "answers": [], "is_impossible": True},
+           {"id": "c", "question": "Where did it close?",
+            "answers": [{"text": "Berlin", "answer_start": context.index("Berlin")}]}]
+    (tour / "squad.json").write_text(json.dumps({"data": [{"paragraphs": [{"context": context, "qas": qas}]}]}))
+    unlabelled = [{"id": q["id"], "question": q["question"]} for q in qas]
+    (tour / "questions.json").write_text(
+        json.dumps({"data": [{"paragraphs": [{"context": context, "qas": unlabelled}]}]}))
+    done = run_cli("finetune", "--task", "squad_v2", "--model", "runs/base", "--train", "squad.json",
+                   "--eval", "squad.json", "--out", "runs/squad2", "--epochs", "1", "--batch-size", "4",
+                   "--n-best-size", "1", cwd=tour)
+    assert "best_f1_threshold" in done.stdout
+    history = json.loads((tour / "runs" / "squad2" / "finetune.json").read_text())["history"]
+    assert math.isfinite(history[0]["best_f1_threshold"]) and 0 <= history[0]["best_f1"] <= 100
+    done = run_cli("predict", "--model", "runs/squad2", "--input", "questions.json", cwd=tour)
+    rows = strict_json_lines(done.stdout)
+    assert [(row["index"], row["id"]) for row in rows] == [(0, "a"), (1, "b"), (2, "c")]
+    # With no span among one best start and end, the diff is infinite: null, not Infinity.
+    assert all(row["null_score_diff"] is None or math.isfinite(row["null_score_diff"]) for row in rows)
+    always_null = run_cli("predict", "--model", "runs/squad2", "--input", "questions.json",
+                          "--null-score-diff-threshold=-1e9", cwd=tour)
+    assert [row["answer"] for row in strict_json_lines(always_null.stdout)] == [""] * 3
+
+
+def test_docs_pretrain_commands_static_and_raw_text(tour, pretrained):
+    # docs/pretraining.md, both commands, with tiny sizes.
+    run_cli("pretrain", "--data", "data/", "--out", "runs/docs_base",
+            "--preset", "base", *TINY_MODEL, "--batch-size", "8", "--steps", "3", "--warmup-steps", "1",
+            "--learning-rate", "0.00176", cwd=tour)
+    run_cli("pretrain", "--data", "corpus/reviews.txt", "--tokenizer", "tok", "--out", "runs/small",
+            "--max-seq-length", "32", "--preset", "base", "--hidden-size", "32", "--embedding-size", "16",
+            "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "64", "--batch-size", "8",
+            "--accumulation-steps", "2", "--steps", "3", "--warmup-steps", "1", "--learning-rate", "0.005",
+            cwd=tour)
+    for run in ("docs_base", "small"):
+        assert (tour / "runs" / run / "final" / "tokenizer" / "spiece.model").is_file()
+
+
+def test_docs_demo_smoke_run(tour):
+    # docs/pretraining.md's smoke run (no --warmup-steps at 20 steps), with less data.
+    run_cli("demo", "--out", "runs/tiny", "--steps", "20", "--vocab-size", "2000", "--hidden-size", "64",
+            "--intermediate-size", "256", "--tokenizer-documents", "1500", "--documents", "300",
+            "--heldout-documents", "60", "--eval-batches", "2", "--baseline-batches", "2", cwd=tour)
+    assert (tour / "runs" / "tiny" / "final" / "config.json").is_file()
+
+
+def test_ctrl_c_in_pretrain_says_where_it_stopped_and_resumes(tour, pretrained):
+    command = albert_tf_command() + ["pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/interrupted",
+                                     "--batch-size", "8", "--steps", "400", "--log-every", "1",
+                                     "--checkpoint-every", "2"]
+    process = subprocess.Popen(command, cwd=tour, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=user_environment())
+    for line in process.stdout:
+        if line.startswith("step") and int(line.split()[1].split("/")[0]) >= 3:
+            break
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr and "interrupted at step" in stderr and "resume" in stderr, stderr
+    resumed = run_cli(*command[len(albert_tf_command()):-6], "--steps", "6", "--log-every", "1",
+                      "--checkpoint-every", "2", cwd=tour)
+    assert "Resumed from" in resumed.stdout
+
+
+def test_outputs_are_never_overwritten_or_left_half_written(tour, pretrained):
+    refused = run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "400", "--out", "tok/", cwd=tour,
+                      expect_rc=None)
+    assert_one_line_error(refused, "tok/", "--overwrite")
+    refused = run_cli("create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", "data/", cwd=tour,
+                      expect_rc=None)
+    assert_one_line_error(refused, "data/", "--overwrite")
+    # create-data failing half-way (the second file is not UTF-8) leaves no directory behind.
+    os.makedirs(tour / "mixed", exist_ok=True)
+    (tour / "mixed" / "a.txt").write_text((tour / "corpus" / "reviews.txt").read_text())
+    (tour / "mixed" / "b.txt").write_bytes(b"a fine line\n\xff\xfe not text\n")
+    failed = run_cli("create-data", "--input", "mixed/", "--tokenizer", "tok/", "--out", "data_bad/",
+                     "--num-workers", "0", cwd=tour, expect_rc=None)
+    assert_one_line_error(failed, "b.txt")
+    assert not (tour / "data_bad").exists() and not [p for p in os.listdir(tour) if p.startswith(".data_bad")]
+    run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "300", "--out", "tok2/", cwd=tour)
+    run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "350", "--out", "tok2/", "--overwrite", cwd=tour)
+    assert json.loads((tour / "tok2" / "tokenizer.json").read_text())["vocab_size"] == 350
+
+
+def test_missing_files_are_one_line_errors(tour, finetuned):
+    done = run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "missing.tsv",
+                   "--eval", "SST-2/dev.tsv", "--out", "runs/never", cwd=tour, expect_rc=None)
+    assert_one_line_error(done, "missing.tsv")
+    assert not (tour / "runs" / "never").exists()
+    assert_one_line_error(run_cli("predict", "--model", "runs/sst2", "--input", "missing.tsv", cwd=tour,
+                                  expect_rc=None), "missing.tsv")
+    assert_one_line_error(run_cli("export", "--model", "runs/nothing", "--format", "tflite", "--out", "x",
+                                  cwd=tour, expect_rc=None), "runs/nothing")
+    (tour / "broken.json").write_text("{not json")
+    assert_one_line_error(run_cli("pretrain", "--config", "broken.json", "--data", "data/", "--out", "runs/b",
+                                  cwd=tour, expect_rc=None), "broken.json")
+
+
+def test_version_and_help_print_no_start_up_noise(tmp_path):
+    version = run_cli("--version", cwd=tmp_path)
+    assert version.stdout.strip().startswith("albert-tf ") and version.stderr == ""
+    for command in ([], ["pretrain"], ["finetune"], ["predict"], ["convert"], ["export"], ["serve"]):
+        done = run_cli(*command, "--help", cwd=tmp_path)
+        assert done.stdout.startswith("usage: albert-tf") and done.stderr == "", (command, done.stderr)
+    pretrain_help = " ".join(run_cli("pretrain", "--help", cwd=tmp_path).stdout.split())
+    assert "(default: 0.025)" in pretrain_help and "(default: lamb)" in pretrain_help
