@@ -10,7 +10,7 @@ For trying request formats without Docker; production serving is TF-Serving
 
 import argparse
 
-from albert_tf.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
+from albert_tf.export.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
 
 
 def add_parser(subparsers):

@@ -27,6 +27,23 @@ def version_dirs(base_dir):
     )
 
 
+def load_saved_model(path):
+    """`tf.saved_model.load(path)` after registering TF Text's ops.
+
+    Loading imports every function of the SavedModel, and the text signatures
+    use TF Text ops (`NormalizeUTF8`, `FastSentencepieceTokenize`, ...) that
+    plain TensorFlow does not know until `tensorflow_text` is imported: without
+    this, a fresh process fails with "Op type not registered". Use it wherever
+    an export is loaded.
+    """
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - registers the ops; nothing else is used
+
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ValueError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
+    return tf.saved_model.load(path)
+
+
 def check_max_length(interface, max_length):
     limit = interface.config.max_position_embeddings
     if not 3 <= int(max_length) <= limit:
