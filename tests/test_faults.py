@@ -152,3 +152,55 @@ def test_resuming_with_a_different_setup_is_refused_field_by_field(tmp_path):
     # Extending the run and lowering the learning rate are resumes, not new runs.
     resumed = resume(num_steps=4, learning_rate=0.001, run_info={**data, "strategy": "mirrored"})
     assert resumed.train()["step"] == 4
+
+
+def _damage_config_bytes(directory):
+    path = directory / "config.json"
+    path.write_bytes(b'{"hidden_size": 16, "name": "caf\xe9"}')
+
+
+def _damage_config_json(directory):
+    (directory / "config.json").write_text('{"hidden_size": 16,')
+
+
+def _damage_model_bytes(directory):
+    (directory / "albert_tf.json").write_bytes(b"\xff\xfe\x00garbage")
+
+
+def _truncate_weights(directory):
+    path = directory / "model.weights.h5"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _garbage_weights(directory):
+    (directory / "model.weights.h5").write_bytes(b"not an hdf5 file at all")
+
+
+def _other_model_weights(directory):
+    from albert_tf import AlbertBackbone
+    from helpers import tiny_config
+
+    other = directory.parent / "other"
+    AlbertBackbone(tiny_config(hidden_size=48, intermediate_size=96)).save_pretrained(other)
+    (directory / "model.weights.h5").write_bytes((other / "model.weights.h5").read_bytes())
+
+
+@pytest.mark.parametrize("damage, file, what", [
+    (_damage_config_bytes, "config.json", "is not UTF-8 text: byte 0xe9 at offset 32"),
+    (_damage_config_json, "config.json", "is not valid JSON"),
+    (_damage_model_bytes, "albert_tf.json", "is not UTF-8 text"),
+    (_truncate_weights, "model.weights.h5", "is not a readable HDF5 weights file"),
+    (_garbage_weights, "model.weights.h5", "is not a readable HDF5 weights file"),
+    (_other_model_weights, "model.weights.h5", "the weights do not match the model"),
+])
+def test_damaged_pretrained_files_give_a_value_error_naming_the_file(tmp_path, damage, file, what):
+    from albert_tf import AlbertBackbone
+    from helpers import tiny_config
+
+    directory = tmp_path / "model"
+    AlbertBackbone(tiny_config()).save_pretrained(directory)
+    damage(directory)
+    with pytest.raises(ValueError) as error:
+        load_pretrained(directory)
+    message = str(error.value)
+    assert str(directory / file) in message and what in message, message
