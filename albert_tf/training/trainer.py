@@ -391,9 +391,12 @@ class Trainer:
         checkpoints.remove_debris(self.run_dir)
         checkpoints.remove_debris(os.path.join(self.run_dir, CHECKPOINT_DIR))
         os.makedirs(os.path.join(self.run_dir, CHECKPOINT_DIR), exist_ok=True)
-        self.model_config.save(os.path.join(self.run_dir, CONFIG_FILE))
+        # Atomic writes: other workers read these files while the chief writes them.
+        checkpoints.write_atomically(os.path.join(self.run_dir, CONFIG_FILE), self.model_config.to_json())
         # Next to the checkpoints too, so the checkpoint directory alone rebuilds the model.
-        self.model_config.save(os.path.join(self.run_dir, CHECKPOINT_DIR, CONFIG_FILE))
+        checkpoints.write_atomically(
+            os.path.join(self.run_dir, CHECKPOINT_DIR, CONFIG_FILE), self.model_config.to_json()
+        )
         checkpoints.write_atomically(
             os.path.join(self.run_dir, TRAINING_CONFIG_FILE), json.dumps(training, indent=2, sort_keys=True) + "\n"
         )
