@@ -86,16 +86,22 @@ def test_kill_during_a_checkpoint_write_then_rerun_resumes_from_the_previous_one
 
 def test_garbage_state_file_does_not_restart_from_step_zero(tmp_path):
     trainer(tmp_path, num_steps=4).train()
-    (tmp_path / "checkpoints" / "checkpoint").write_bytes(b"\x00garbage{{ not a state file")
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "checkpoint").write_bytes(b"\x00garbage{{ not a state file")
+    # What killed saves of older versions left: TensorFlow's shard directory and a shard without its index.
+    (checkpoints / "ckpt-6_temp").mkdir()
+    (checkpoints / "ckpt-6_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+    (checkpoints / "ckpt-8.data-00000-of-00001").write_bytes(b"x")
     messages = []
     resumed = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=6, checkpoint_every=2), str(tmp_path),
                       array_dataset_fn(EXAMPLES), print_fn=messages.append)
     assert resumed.restore() == 4
     assert any("ckpt-4 at step 4" in m for m in messages)
+    assert not debris(tmp_path) and not (checkpoints / "ckpt-8.data-00000-of-00001").exists()
     # The state file is rewritten for TensorFlow's own tools.
-    assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-4")
+    assert tf.train.latest_checkpoint(checkpoints).endswith("ckpt-4")
     resumed.train()
-    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("*.index")) == [
+    assert sorted(p.name for p in checkpoints.glob("*.index")) == [
         "ckpt-2.index", "ckpt-4.index", "ckpt-6.index"]
 
 
