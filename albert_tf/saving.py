@@ -42,7 +42,9 @@ def load_pretrained(directory):
         or a task model.
 
     Raises:
-        ValueError: when files are missing, or the weights do not fit the config.
+        ValueError: naming the file and what is wrong with it: missing files,
+            bytes that are not UTF-8, invalid JSON, an unknown config, a
+            corrupt or truncated weights file, weights that do not fit the config.
     """
     missing = [
         name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
@@ -53,28 +55,63 @@ def load_pretrained(directory):
             f"{directory} is not an albert-tf pretrained directory: missing {missing}. "
             "Write one with `save_pretrained` or `albert-tf convert`."
         )
-    config = AlbertConfig.load(os.path.join(directory, CONFIG_FILE))
-    with open(os.path.join(directory, MODEL_FILE)) as f:
-        model_config = json.load(f)
+    config_path, model_path, weights_path = (os.path.join(directory, n) for n in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE))
+    config_values, model_values = _read_json(config_path), _read_json(model_path)
+    try:
+        config = AlbertConfig.from_dict(config_values)
+    except ValueError as e:
+        raise ValueError(f"{config_path}: {e}") from e
     # Keras finds the model classes by the names they register when their
     # modules load; `albert_tf` loads them lazily, and albert_tf.models imports
     # this module (PretrainedMixin), so they are loaded here, on first use.
     importlib.import_module("albert_tf.models")
-    model = keras.saving.deserialize_keras_object(model_config)
+    try:
+        model = keras.saving.deserialize_keras_object(model_values)
+    except (ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"{model_path} does not describe an albert-tf model: {e}") from e
     backbone = getattr(model, "backbone", model)
-    if backbone.config != config:
+    if getattr(backbone, "config", None) != config:
         raise ValueError(
             f"{directory}: {CONFIG_FILE} and {MODEL_FILE} describe different models "
-            f"({config} vs {backbone.config})."
+            f"({config} vs {getattr(backbone, 'config', type(model).__name__)})."
         )
+    _check_weights_file(weights_path)
     try:
-        model.load_weights(os.path.join(directory, WEIGHTS_FILE))
+        model.load_weights(weights_path)
     except (ValueError, KeyError, OSError) as e:
         raise ValueError(
-            f"{directory}: the weights in {WEIGHTS_FILE} do not match the model described "
-            f"by {CONFIG_FILE}: {e}"
+            f"{weights_path}: the weights do not match the model described by {CONFIG_FILE} "
+            f"and {MODEL_FILE}: {e}"
         ) from e
     return model
+
+
+def _read_json(path):
+    """The JSON value in `path`; ValueError naming the file for bad bytes or bad JSON."""
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path} is not UTF-8 text: byte {data[e.start]:#04x} at offset {e.start} ({e.reason}). "
+            "The file is damaged; write it again (save_pretrained or albert-tf convert)."
+        ) from e
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON: {e}") from e
+
+
+def _check_weights_file(path):
+    """ValueError naming `path` unless it is a readable HDF5 file (not truncated, not garbage)."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            f.visit(lambda name: None)
+    except (OSError, RuntimeError) as e:
+        raise ValueError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e
 
 
 class PretrainedMixin:

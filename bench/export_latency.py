@@ -87,10 +87,10 @@ def run_one(key, workdir, threads, warmup, steps):
         batch = {k: tf.constant(v) for k, v in x.items()}
         return timed(lambda: fn(batch)["pooled_output"].numpy(), warmup, steps)
     if key == "saved_model":
-        from albert_tf.export import version_dirs
+        from albert_tf.export import load_saved_model, version_dirs
 
         base = os.path.join(workdir, "saved_model")
-        signature = tf.saved_model.load(os.path.join(base, str(version_dirs(base)[-1]))).signatures["serving_default"]
+        signature = load_saved_model(os.path.join(base, str(version_dirs(base)[-1]))).signatures["serving_default"]
         batch = {k: tf.constant(v) for k, v in x.items()}
         return timed(lambda: signature(**batch)["pooled_output"].numpy(), warmup, steps)
     if key.startswith("tflite-"):

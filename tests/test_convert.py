@@ -159,6 +159,30 @@ def test_tf1_mismatches_are_all_listed_and_nothing_is_written(tmp_path):
     assert not out.exists()
 
 
+def test_tf1_unexpected_variables_are_listed_and_optimizer_state_is_skipped_with_a_note(tmp_path):
+    hf_model = ref.make_hf_model()
+    variables = ref.tf1_variables(hf_model)
+    slots = {f"{name}/{slot}": np.zeros_like(value) for name, value in variables.items() for slot in ("adam_m", "adam_v")}
+    variables.update(slots, global_step=np.array(10, np.int64))
+    ref.write_tf1_checkpoint(str(tmp_path / "clean.ckpt"), variables)
+    notes = []
+    report = convert_from_tf1(str(tmp_path / "clean.ckpt"), tiny_config(), tmp_path / "clean", print_fn=notes.append)
+    assert isinstance(report.model, AlbertPretrainer)
+    assert len(notes) == 1 and f"Skipped {len(slots) + 1} optimizer-state variables" in notes[0]
+    assert "adam_m, adam_v, global_step" in notes[0]
+
+    extras = [f"bert/encoder/extra_{i}/kernel" for i in range(12)]
+    variables.update({name: np.zeros((2, 2), np.float32) for name in extras})
+    ref.write_tf1_checkpoint(str(tmp_path / "extra.ckpt"), variables)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError) as error:
+        convert_from_tf1(str(tmp_path / "extra.ckpt"), tiny_config(), out, print_fn=notes.append)
+    message = str(error.value)
+    assert f"unexpected 12 TF1 tensors: {sorted(extras)}" in message  # in full, not "and 7 more"
+    assert "adam_m" not in message and "missing" not in message
+    assert not out.exists()
+
+
 def test_unknown_config_key_is_an_error(tmp_path):
     _, src = hf_dir(tmp_path)
     with open(src / "config.json") as f:

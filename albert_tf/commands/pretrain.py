@@ -16,7 +16,7 @@ from albert_tf.cli import EXIT_INTERRUPTED
 from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
-from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR, find_tokenizer
+from albert_tf.model_dirs import find_tokenizer
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline.dataset import pretraining_dataset_fn
@@ -72,6 +72,7 @@ def run(args):
         configure_logical_cpus(args.logical_cpus)
     from albert_tf.distribute import get_strategy
     from albert_tf.training import Trainer, TrainingDiverged
+    from albert_tf.training import checkpoints
     from albert_tf.training.trainer import CHECKPOINT_DIR
 
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
@@ -89,18 +90,13 @@ def run(args):
         print(f"albert-tf pretrain: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        import tensorflow as tf
-
-        latest = tf.train.latest_checkpoint(os.path.join(args.out, CHECKPOINT_DIR))
+        checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
+        steps = checkpoints.checkpoint_steps(checkpoint_dir)
+        latest = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
         kept = f"its last checkpoint is {latest}" if latest else "no checkpoint was written yet"
         print(f"\nalbert-tf pretrain: interrupted at step {trainer.step} of {trainer_config.num_steps}; {kept}. "
               "Rerun the same command to resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
-    # The final model directory carries its tokenizer, so finetune/export/convert
-    # need only `RUN_DIR/final`.
-    final_dir = os.path.join(args.out, FINAL_DIR)
-    if tokenizer is not None and os.path.isdir(final_dir):
-        tokenizer.save(os.path.join(final_dir, TOKENIZER_DIR))
     return 0
 
 

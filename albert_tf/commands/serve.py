@@ -15,8 +15,8 @@ import os
 import tempfile
 
 from albert_tf.commands.flags import add_command
+from albert_tf.export.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
 from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, is_model_dir, resolve_model_dir
-from albert_tf.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
 
 
 def add_parser(subparsers):

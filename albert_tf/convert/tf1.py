@@ -2,7 +2,8 @@
 
 Reads a `model.ckpt-N` prefix with `tf.train.load_checkpoint`. Accepts the
 plain names of the released checkpoints and the `module/`-prefixed names of
-TF-Hub exports, and skips optimizer state.
+TF-Hub exports. Optimizer state (slot variables, `global_step`) is skipped
+with a note; any other variable the model does not have is an error.
 """
 
 import os
@@ -20,13 +21,14 @@ _SLOT_SUFFIXES = ("/adam_m", "/adam_v", "/lamb_m", "/lamb_v")
 _IGNORED_NAMES = ("global_step",)
 
 
-def from_tf1(ckpt_prefix, config):
+def from_tf1(ckpt_prefix, config, print_fn=print):
     """Builds the model held by an original TF1 checkpoint.
 
     Args:
         ckpt_prefix: the checkpoint prefix, e.g. ".../model.ckpt-125000".
         config: an `AlbertConfig`, or the path of the `albert_config.json`
             it was trained with (whose "gelu" is the tanh approximation).
+        print_fn: where the one-line note on skipped optimizer state goes.
 
     Returns:
         An `AlbertPretrainer` when the checkpoint has the `cls/` heads, else an
@@ -34,12 +36,12 @@ def from_tf1(ckpt_prefix, config):
 
     Raises:
         ValueError: unreadable checkpoint, or variables that do not match the
-            config (listing every difference).
+            config (listing every missing, unexpected and mis-shaped one).
     """
-    return load_tf1(ckpt_prefix, config).model
+    return load_tf1(ckpt_prefix, config, print_fn).model
 
 
-def load_tf1(ckpt_prefix, config):
+def load_tf1(ckpt_prefix, config, print_fn=print):
     """Like `from_tf1`, returning a `mapping.ConversionReport`."""
     if not isinstance(config, AlbertConfig):
         config = _read_config(config)
@@ -48,12 +50,17 @@ def load_tf1(ckpt_prefix, config):
         all_shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as e:
         raise ValueError(f"{ckpt_prefix} is not a readable TF checkpoint: {e}") from e
-    shapes, stored_name = {}, {}
+    shapes, stored_name, skipped = {}, {}, []
     for name, shape in all_shapes.items():
         if name.endswith(_SLOT_SUFFIXES) or name.rsplit("/", 1)[-1] in _IGNORED_NAMES:
+            skipped.append(name)
             continue
         plain = name.removeprefix(_HUB_PREFIX)
         shapes[plain], stored_name[plain] = tuple(shape), name
+    if skipped:
+        kinds = sorted({n.rsplit("/", 1)[-1] for n in skipped})
+        print_fn(f"Skipped {len(skipped)} optimizer-state variables of {ckpt_prefix} ({', '.join(kinds)}): "
+                 "not model weights.")
 
     def read(name):
         try:
@@ -64,16 +71,17 @@ def load_tf1(ckpt_prefix, config):
     return mapping.build_from_checkpoint(config, shapes, read, mapping.tf1_scheme(), ckpt_prefix)
 
 
-def convert_from_tf1(ckpt_prefix, config, out_dir):
+def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print):
     """Converts a TF1 checkpoint to an albert-tf pretrained directory.
 
-    Everything is read and checked before `out_dir` is created.
+    Everything is read and checked before `out_dir` is created. `print_fn`
+    gets the note on skipped optimizer state.
 
     Returns:
         A `mapping.ConversionReport`.
     """
     check_output_dir(out_dir)
-    report = load_tf1(ckpt_prefix, config)
+    report = load_tf1(ckpt_prefix, config, print_fn)
     write_dir(out_dir, lambda d: save_pretrained(report.model, d))
     return report
 

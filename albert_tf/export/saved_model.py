@@ -29,6 +29,52 @@ def version_dirs(base_dir):
     )
 
 
+def load_saved_model(path):
+    """`tf.saved_model.load(path)` after registering TF Text's ops.
+
+    Loading imports every function of the SavedModel, and the text signatures
+    use TF Text ops (`NormalizeUTF8`, `FastSentencepieceTokenize`, ...) that
+    plain TensorFlow does not know until `tensorflow_text` is imported: without
+    this, a fresh process fails with "Op type not registered". Use it wherever
+    an export is loaded.
+    """
+    import tensorflow as tf
+    import tensorflow_text  # noqa: F401 - registers the ops; nothing else is used
+
+    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+        raise ValueError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
+    return tf.saved_model.load(path)
+
+
+def custom_ops(path):
+    """Op types in a SavedModel that core TensorFlow does not define (TF Text's).
+
+    A TF-Serving build must link in every one of them to load the model. The
+    id signature needs none; the text signatures need TF Text's.
+
+    Args:
+        path: a SavedModel directory (a version, e.g. `BASE/1`).
+
+    Returns:
+        Sorted op type names, e.g. ["NormalizeUTF8", "TFText>FastSentencepieceTokenize"].
+    """
+    import tensorflow as tf
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    ops = set()
+    for meta_graph in proto.meta_graphs:
+        graph = meta_graph.graph_def
+        functions = {f.signature.name for f in graph.library.function}
+        nodes = list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+        # A node calling a library function names the function as its op.
+        ops.update(n.op for n in nodes if n.op not in functions)
+    # `tf.raw_ops` holds exactly the ops compiled into TensorFlow itself.
+    return sorted(op for op in ops if not hasattr(tf.raw_ops, op))
+
+
 def check_max_length(interface, max_length):
     limit = interface.config.max_position_embeddings
     if not 3 <= int(max_length) <= limit:

@@ -21,6 +21,10 @@ written every `checkpoint_every` steps, and a restarted run restores it and
 asks the input pipeline to skip the micro-batches already consumed (no lost
 or repeated examples). A non-finite loss stops the run with
 `TrainingDiverged`; a checkpoint is only written when every weight is finite.
+Checkpoints and `final/` survive a kill at any moment (see `checkpoints`): a
+rerun resumes from the newest readable checkpoint and rebuilds a missing
+`final/`. A rerun must train the same model on the same data with the same
+optimization; only the fields in `RESUMABLE_CHANGES` may differ.
 
 Run directory layout:
     config.json            the `AlbertConfig`
@@ -29,9 +33,10 @@ Run directory layout:
     checkpoints/           ckpt-STEP.* (model, optimizer, step) and a copy of config.json
     tensorboard/           summaries of the progress metrics
     train_log.jsonl        the progress records
-    final/                 `save_pretrained` of the trained `AlbertPretrainer`
+    final/                 `save_pretrained` of the trained `AlbertPretrainer` with its tokenizer, and the step it holds
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -47,8 +52,9 @@ from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
 from albert_tf.optimizers import build_optimizer
-from albert_tf.saving import save_pretrained
+from albert_tf.saving import WEIGHTS_FILE, save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
+from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
 from input_pipeline import features
@@ -56,6 +62,13 @@ from input_pipeline import features
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"
 CHECKPOINT_DIR = "checkpoints"
+# In final/: the step its weights were saved at, so a rerun can tell a current final/ from a stale one.
+FINAL_STEP_FILE = "trainer_step.json"
+# TrainerConfig fields a resumed run may change: the schedule (extend a run,
+# or lower the learning rate after a divergence) and bookkeeping. Anything
+# else would continue the checkpoint under a different recipe.
+RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "jit_compile", "checkpoint_every",
+                     "keep_checkpoints", "log_every")
 
 
 class TrainingDiverged(RuntimeError):
@@ -135,6 +148,7 @@ class Trainer:
         self._dataset_fn = dataset_fn
         self._print = print_fn
         self._is_chief = _is_chief(self.strategy)
+        self._tokenizer = tokenizer
         self._write_run_files(tokenizer, run_info or {})
 
         # === Model, optimizer and step, mirrored on every replica ===
@@ -155,9 +169,6 @@ class Trainer:
         self._schedule = WarmupLinearDecay(config.learning_rate, config.num_warmup_steps, config.num_steps)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self._step)
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINT_DIR)
-        self._manager = tf.train.CheckpointManager(
-            self._checkpoint, self.checkpoint_dir, max_to_keep=config.keep_checkpoints
-        )
         # XLA compiles the forward and backward pass only: it holds no
         # collectives, so it compiles the same under every strategy.
         self._forward_backward = (
@@ -174,12 +185,20 @@ class Trainer:
         return int(self._step.numpy())
 
     def restore(self):
-        """Restores the latest checkpoint of RUN_DIR, if any. Returns: the step reached."""
-        latest = self._manager.latest_checkpoint
-        if latest:
-            self._checkpoint.restore(latest).assert_existing_objects_matched()
-            if self._is_chief:
-                self._print(f"Resumed from {latest} at step {self.step}.")
+        """Restores the newest readable checkpoint of RUN_DIR, if any.
+
+        Returns:
+            The step reached (0 without checkpoints).
+
+        Raises:
+            checkpoints.CheckpointUnreadable: checkpoints exist but none restores.
+        """
+        print_fn = self._print if self._is_chief else (lambda *_: None)
+        restored = checkpoints.restore_newest_readable(self._checkpoint, self.checkpoint_dir, print_fn)
+        if restored and self._is_chief:
+            # The state file may be stale or garbage; TensorFlow's tools read it.
+            checkpoints.write_state_file(self.checkpoint_dir, checkpoints.checkpoint_steps(self.checkpoint_dir))
+            self._print(f"Resumed from {restored} at step {self.step}.")
         return self.step
 
     def train(self):
@@ -197,8 +216,9 @@ class Trainer:
         final_dir = os.path.join(self.run_dir, FINAL_DIR)
         if start >= c.num_steps:
             self._print(f"The run in {self.run_dir} is complete ({start}/{c.num_steps} steps).")
-            if self._is_chief and not os.path.isdir(final_dir):
-                save_pretrained(self.model, final_dir)
+            if self._is_chief and not _final_holds(final_dir, start):
+                self._print(f"{final_dir} is missing, incomplete or older than step {start}; rebuilding it.")
+                self._save_final(final_dir)
             return {"step": start}
 
         # Micro-batches already consumed, counted in global micro-batches.
@@ -225,7 +245,7 @@ class Trainer:
         finally:
             progress.close()
         if self._is_chief:
-            save_pretrained(self.model, final_dir)
+            self._save_final(final_dir)
             self._print(f"Saved the pretrained model to {final_dir}")
         return {"step": self.step, **record}
 
@@ -320,17 +340,31 @@ class Trainer:
         if not bool(self._weights_finite()):
             raise TrainingDiverged(self._divergence_message(step, "a weight is NaN or infinite"))
         if self._is_chief:
-            path = self._manager.save(checkpoint_number=step)
+            path = checkpoints.save_checkpoint(self._checkpoint, self.checkpoint_dir, step, self.config.keep_checkpoints)
             self._print(f"Saved checkpoint {path}")
             return
         # Every worker must take part in a save (variables may be read with
         # collectives); non-chief workers write to a scratch directory.
         scratch = os.path.join(self.run_dir, f".worker_{self.strategy.cluster_resolver.task_id}")
-        tf.train.CheckpointManager(self._checkpoint, scratch, max_to_keep=1).save(checkpoint_number=step)
+        self._checkpoint.write(checkpoints.checkpoint_path(scratch, step))
         shutil.rmtree(scratch, ignore_errors=True)
 
+    def _save_final(self, final_dir):
+        """`save_pretrained` into a staging directory renamed to `final_dir`: never a partial final/."""
+        def write(directory):
+            save_pretrained(self.model, directory)
+            # The model directory carries its tokenizer, so finetune, export
+            # and convert need only RUN_DIR/final.
+            if self._tokenizer is not None:
+                self._tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+            with open(os.path.join(directory, FINAL_STEP_FILE), "w") as f:
+                json.dump({"step": self.step}, f)
+
+        checkpoints.publish_directory(write, final_dir)
+
     def _divergence_message(self, step, what):
-        latest = self._manager.latest_checkpoint
+        steps = checkpoints.checkpoint_steps(self.checkpoint_dir)
+        latest = checkpoints.checkpoint_path(self.checkpoint_dir, steps[-1]) if steps else None
         kept = f"The last good checkpoint, {latest}, is kept" if latest else "No checkpoint was written yet"
         return (
             f"Training diverged at step {step}: {what}. {kept}. Lower the learning rate "
@@ -339,26 +373,89 @@ class Trainer:
         )
 
     def _write_run_files(self, tokenizer, run_info):
-        """Writes (or checks, on resume) the run directory's configs and tokenizer."""
-        config_path = os.path.join(self.run_dir, CONFIG_FILE)
-        if os.path.isfile(config_path):
-            existing = AlbertConfig.load(config_path)
-            if existing != self.model_config:
-                raise ValueError(
-                    f"{self.run_dir} holds a run of a different model ({config_path}: {existing}); "
-                    f"this run's config is {self.model_config}. Use a new run directory or the same model flags."
-                )
+        """Writes (or checks, on resume) the run directory's configs and tokenizer.
+
+        Raises:
+            ValueError: RUN_DIR holds a run of another model, trainer config
+                (outside `RESUMABLE_CHANGES`) or data source, listing every
+                differing field with its saved and its new value.
+        """
+        # JSON round trip: tuples and lists, ints and floats compare as they will be read back.
+        training = json.loads(json.dumps({"trainer": self.config.to_dict(), **run_info}))
+        self._check_resume(training)
         if not self._is_chief:
             return
+        checkpoints.remove_debris(self.run_dir)
+        checkpoints.remove_debris(os.path.join(self.run_dir, CHECKPOINT_DIR))
         os.makedirs(os.path.join(self.run_dir, CHECKPOINT_DIR), exist_ok=True)
-        self.model_config.save(config_path)
+        # Atomic writes: other workers read these files while the chief writes them.
+        checkpoints.write_atomically(os.path.join(self.run_dir, CONFIG_FILE), self.model_config.to_json())
         # Next to the checkpoints too, so the checkpoint directory alone rebuilds the model.
-        self.model_config.save(os.path.join(self.run_dir, CHECKPOINT_DIR, CONFIG_FILE))
-        with open(os.path.join(self.run_dir, TRAINING_CONFIG_FILE), "w") as f:
-            json.dump({"trainer": self.config.to_dict(), **run_info}, f, indent=2, sort_keys=True)
-            f.write("\n")
+        checkpoints.write_atomically(
+            os.path.join(self.run_dir, CHECKPOINT_DIR, CONFIG_FILE), self.model_config.to_json()
+        )
+        checkpoints.write_atomically(
+            os.path.join(self.run_dir, TRAINING_CONFIG_FILE), json.dumps(training, indent=2, sort_keys=True) + "\n"
+        )
         if tokenizer is not None:
             tokenizer.save(os.path.join(self.run_dir, TOKENIZER_DIR))
+
+    def _check_resume(self, training):
+        """Compares this run with the one saved in RUN_DIR; see `_write_run_files`."""
+        config_path = os.path.join(self.run_dir, CONFIG_FILE)
+        differences = {}
+        if os.path.isfile(config_path):
+            saved = dataclasses.asdict(AlbertConfig.load(config_path))
+            differences["model"] = _differences(saved, dataclasses.asdict(self.model_config), "model.")
+        training_path = os.path.join(self.run_dir, TRAINING_CONFIG_FILE)
+        if os.path.isfile(training_path):
+            try:
+                with open(training_path) as f:
+                    saved = json.load(f)
+            except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"{training_path} is unreadable ({e}); restore it or use a new run directory.") from e
+            trainer = _differences(saved.get("trainer", training["trainer"]), training["trainer"], "trainer.")
+            changed = [d for d in trainer if d.split(":")[0].removeprefix("trainer.") in RESUMABLE_CHANGES]
+            differences["trainer config"] = [d for d in trainer if d not in changed]
+            if "data" in saved and "data" in training:
+                differences["data source"] = _differences(saved["data"], training["data"], "data.")
+            if changed and self._is_chief and not any(differences.values()):
+                self._print("Resuming with changed settings: " + "; ".join(changed))
+        kinds = [kind for kind, found in differences.items() if found]
+        if kinds:
+            lines = [line for kind in kinds for line in differences[kind]]
+            raise ValueError(
+                f"{self.run_dir} holds a run of a different {' and '.join(kinds)}; resuming would continue "
+                "its checkpoints under another setup. Differences (saved -> this run):\n  "
+                + "\n  ".join(lines)
+                + f"\nUse a new run directory, or the saved values (only {', '.join(RESUMABLE_CHANGES)} "
+                "may change on resume)."
+            )
+
+
+_ABSENT = "(absent)"
+
+
+def _differences(saved, new, prefix=""):
+    """["name: saved -> new", ...] for every differing leaf of two JSON-like dicts (nested names dotted)."""
+    lines = []
+    for key in sorted(set(saved) | set(new), key=str):
+        old_value, new_value = saved.get(key, _ABSENT), new.get(key, _ABSENT)
+        if isinstance(old_value, dict) and isinstance(new_value, dict):
+            lines += _differences(old_value, new_value, f"{prefix}{key}.")
+        elif old_value != new_value:
+            lines.append(f"{prefix}{key}: {old_value!r} -> {new_value!r}")
+    return lines
+
+
+def _final_holds(final_dir, step):
+    """Whether `final_dir` is a complete `save_pretrained` directory of the weights at `step`."""
+    try:
+        with open(os.path.join(final_dir, FINAL_STEP_FILE)) as f:
+            saved_step = json.load(f)["step"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+    return saved_step == step and os.path.isfile(os.path.join(final_dir, WEIGHTS_FILE))
 
 
 def _is_chief(strategy):

@@ -1,0 +1,277 @@
+"""TF-Serving's REST formats: request bodies -> numpy inputs, outputs -> JSON, with validation.
+
+Nothing here touches a socket or a model: a request is checked against the
+signature's input specs (`tf.TensorSpec`s) and every problem raises a
+`RequestError` carrying the HTTP status to answer with.
+
+Request (`POST ...:predict`):
+    {"signature_name": S, "instances": [...]}   row format: one entry per example
+    {"signature_name": S, "inputs": {...}}      columnar format: one value per input
+Strings are JSON strings or {"b64": "..."}.
+
+Response: row format -> {"predictions": [...]}, columnar -> {"outputs": ...};
+with a single output its name is dropped, as TF-Serving does.
+"""
+
+import base64
+import json
+import re
+from http import HTTPStatus
+
+DEFAULT_MAX_BATCH_SIZE = 256
+# A predict body nests at most: object, "instances" list, row object, then the
+# input's own dimensions (rank <= 3 here). 32 leaves room and stops a body
+# nested thousands deep before anything recurses over it.
+MAX_JSON_DEPTH = 32
+
+
+class RequestError(Exception):
+    """A request the server refuses.
+
+    Args:
+        message: the text of the answer's `error` field.
+        status: the HTTP status to answer with.
+        headers: extra (name, value) response headers, e.g. 405's `Allow`.
+    """
+
+    def __init__(self, message, status=HTTPStatus.BAD_REQUEST, headers=()):
+        super().__init__(message)
+        self.message = message
+        self.status = int(status)
+        self.headers = tuple(headers)
+
+
+def decode_json(body, max_depth=MAX_JSON_DEPTH):
+    """A request body (bytes) -> the JSON value it holds.
+
+    Raises:
+        RequestError (400): the body is not UTF-8, not JSON, or nested deeper
+            than `max_depth` lists/objects.
+    """
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise RequestError(f"The request body is not UTF-8: {e}") from e
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise RequestError(f"JSON Parse error: {e}") from e
+    except RecursionError as e:
+        raise RequestError(f"JSON Parse error: the body nests lists/objects more than {max_depth} deep.") from e
+    depth = json_depth(value)
+    if depth > max_depth:
+        raise RequestError(
+            f"JSON Parse error: the body nests lists/objects {depth} deep; at most {max_depth} are accepted."
+        )
+    return value
+
+
+def json_depth(value):
+    """Nesting depth of lists/objects in a decoded JSON value (a scalar is 0); no recursion."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth + 1)
+        stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def parse_predict(request, input_specs, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
+    """Checks a decoded predict request and converts its inputs.
+
+    Args:
+        request: the decoded JSON body.
+        input_specs: signature name -> {input name -> `tf.TensorSpec`}.
+        max_batch_size: most rows a request may hold.
+
+    Returns:
+        (signature_name, arrays, row_format): arrays maps every input name to a
+        numpy array of the spec's dtype and a compatible shape (batch, ...).
+
+    Raises:
+        RequestError: for anything wrong with the request.
+    """
+    if not isinstance(request, dict):
+        raise RequestError(f"The request body must be a JSON object. Received: {type(request).__name__}")
+    unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
+    if unknown:
+        raise RequestError(f"Unknown request keys {unknown}; expected 'signature_name' and 'instances' or 'inputs'.")
+    signature_name = request.get("signature_name", "serving_default")
+    if not isinstance(signature_name, str) or signature_name not in input_specs:
+        raise RequestError(
+            f"Serving signature name: {json.dumps(signature_name)} not found in signature def. "
+            f"Available: {sorted(input_specs)}"
+        )
+    specs = input_specs[signature_name]
+    if ("instances" in request) == ("inputs" in request):
+        raise RequestError("The request must have exactly one of 'instances' (row format) or 'inputs' (columnar format).")
+    row_format = "instances" in request
+    values = _rows_to_columns(request["instances"], specs) if row_format else _columns(request["inputs"], specs)
+    arrays = {name: to_array(values[name], specs[name], name) for name in specs}
+    batch_sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
+    if len(batch_sizes) > 1:
+        shapes = {n: a.shape for n, a in arrays.items()}
+        raise RequestError(f"All inputs must have the same batch size (first dimension). Received: {shapes}")
+    batch = batch_sizes.pop()
+    if batch is not None and batch > max_batch_size:
+        raise RequestError(f"The request has {batch} rows; at most max_batch_size={max_batch_size} are accepted.")
+    return signature_name, arrays, row_format
+
+
+def encode_outputs(outputs, row_format):
+    """A signature's outputs (name -> numpy array, batch first) -> the response body."""
+    outputs = {name: _to_json(value) for name, value in outputs.items()}
+    if row_format:
+        names = sorted(outputs)
+        if len(names) == 1:
+            return {"predictions": outputs[names[0]]}
+        rows = len(outputs[names[0]])
+        return {"predictions": [{n: outputs[n][i] for n in names} for i in range(rows)]}
+    if len(outputs) == 1:
+        return {"outputs": next(iter(outputs.values()))}
+    return {"outputs": outputs}
+
+
+def to_array(value, spec, name):
+    """A JSON value -> numpy array of `spec`'s dtype and a shape compatible with it.
+
+    Raises:
+        RequestError (400): wrong element type, values out of the dtype's
+            range, ragged lists, invalid strings, or an incompatible shape.
+    """
+    import numpy as np
+    import tensorflow as tf
+
+    shape, leaves = _shape_and_leaves(value, name)
+    if spec.dtype == tf.string:
+        array = np.array([_to_bytes(leaf, name) for leaf in leaves], dtype=object).reshape(shape)
+    elif spec.dtype.is_integer:
+        bad = next((v for v in leaves if not isinstance(v, int) or isinstance(v, bool)), None)
+        if bad is not None:
+            raise RequestError(
+                f"Input `{name}` must hold integers ({spec.dtype.name}). Received the value {json.dumps(bad)[:50]}"
+            )
+        info = np.iinfo(spec.dtype.as_numpy_dtype)
+        if leaves and not (info.min <= min(leaves) and max(leaves) <= info.max):
+            raise RequestError(f"Input `{name}` holds values outside the {spec.dtype.name} range.")
+        array = np.array(leaves, dtype=spec.dtype.as_numpy_dtype).reshape(shape)
+    elif spec.dtype.is_floating:
+        bad = next((v for v in leaves if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
+        if bad is not None:
+            raise RequestError(
+                f"Input `{name}` must hold numbers ({spec.dtype.name}). Received the value {json.dumps(bad)[:50]}"
+            )
+        array = np.array(leaves, dtype=spec.dtype.as_numpy_dtype).reshape(shape)
+    else:
+        raise RequestError(f"Input `{name}` has dtype {spec.dtype.name}, which this server does not accept.")
+    if not spec.shape.is_compatible_with(array.shape):
+        expected = tuple(-1 if d is None else d for d in spec.shape.as_list())
+        raise RequestError(
+            f"Input `{name}` must have shape {expected} (-1: any size; the first dimension is "
+            f"the batch). Received shape {array.shape}."
+        )
+    return array
+
+
+def clean_tf_error(message):
+    """The useful part of a TF runtime error: the failed assertion, without graph node noise."""
+    match = re.search(r"assertion failed: (.*?)(?:\n|$)", message)
+    if match:
+        return match.group(1).strip()
+    return message.split("\n\t [[")[0].strip()
+
+
+def _rows_to_columns(instances, specs):
+    if not isinstance(instances, list) or not instances:
+        raise RequestError("'instances' must be a non-empty list, one entry per example.")
+    names = list(specs)
+    columns = {name: [] for name in names}
+    for i, instance in enumerate(instances):
+        if isinstance(instance, dict) and set(instance) != {"b64"}:
+            missing = [n for n in names if n not in instance]
+            extra = sorted(set(instance) - set(names))
+            if missing or extra:
+                raise RequestError(
+                    f"Failed to process element: {i} of 'instances' list. JSON object: "
+                    + (f"does not have named input(s): {missing}. " if missing else "")
+                    + (f"has unknown input(s): {extra}. " if extra else "")
+                    + f"Expected inputs: {names}"
+                )
+            for n in names:
+                columns[n].append(instance[n])
+        elif len(names) == 1:
+            columns[names[0]].append(instance)
+        else:
+            raise RequestError(
+                f"Failed to process element: {i} of 'instances' list. Expected a JSON object "
+                f"with the named inputs {names}."
+            )
+    return columns
+
+
+def _columns(inputs, specs):
+    names = list(specs)
+    if isinstance(inputs, dict) and set(inputs) != {"b64"}:
+        missing = [n for n in names if n not in inputs]
+        extra = sorted(set(inputs) - set(names))
+        if missing or extra:
+            raise RequestError(
+                "'inputs' "
+                + (f"does not have named input(s): {missing}. " if missing else "")
+                + (f"has unknown input(s): {extra}. " if extra else "")
+                + f"Expected inputs: {names}"
+            )
+        return inputs
+    if len(names) == 1:
+        return {names[0]: inputs}
+    raise RequestError(f"'inputs' must be a JSON object with the named inputs {names}.")
+
+
+def _shape_and_leaves(value, name):
+    """Shape of a nested JSON list and its leaves in row-major order; ragged lists are an error.
+
+    Recursion depth is the list nesting, which `decode_json` bounds.
+    """
+    if isinstance(value, list):
+        if not value:
+            return (0,), []
+        parts = [_shape_and_leaves(v, name) for v in value]
+        inner = parts[0][0]
+        if any(p[0] != inner for p in parts):
+            raise RequestError(f"Input `{name}` is ragged: its lists have different lengths. Pad them to one length.")
+        return (len(value),) + inner, [leaf for p in parts for leaf in p[1]]
+    if isinstance(value, dict) and set(value) != {"b64"}:
+        raise RequestError(f"Input `{name}` holds a JSON object; expected numbers, strings or {{\"b64\": ...}}.")
+    return (), [value]
+
+
+def _to_bytes(value, name):
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8")
+        except UnicodeEncodeError as e:
+            # JSON's \uD800-style escapes decode to lone surrogates, which no
+            # UTF-8 text holds; the model's string ops would reject them anyway.
+            bad = value[e.start:e.end].encode("unicode_escape").decode("ascii")
+            raise RequestError(
+                f"Input `{name}` holds a lone surrogate ({bad}) at character {e.start}: not valid Unicode text."
+            ) from e
+    if isinstance(value, dict):
+        try:
+            return base64.b64decode(value["b64"], validate=True)
+        except (ValueError, TypeError) as e:
+            raise RequestError(f"Input `{name}` has invalid base64: {e}") from e
+    raise RequestError(f"Input `{name}` must hold strings. Received the value {json.dumps(value)[:50]}")
+
+
+def _to_json(array):
+    """A numpy output -> JSON-able nested lists; tf.string bytes become str."""
+    def decode(value):
+        if isinstance(value, list):
+            return [decode(v) for v in value]
+        return value.decode("utf-8", "replace") if isinstance(value, bytes) else value
+
+    return decode(array.tolist())

@@ -1,0 +1,97 @@
+"""`ServingModel`: the highest version of a TF-Serving model directory, answering REST requests."""
+
+import os
+from http import HTTPStatus
+
+from albert_tf.export.saved_model import load_saved_model, version_dirs
+from albert_tf.export.serving import codec
+
+
+class ServingModel:
+    """The highest version under a TF-Serving base path, loaded once.
+
+    Args:
+        base_path: the directory holding numbered versions (`1/`, `2/`, ...).
+        name: the model name in request paths; default: the directory's name.
+        max_batch_size: most rows a request may hold.
+    """
+
+    def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE):
+        versions = version_dirs(base_path)
+        if not versions:
+            raise ValueError(
+                f"{base_path} holds no numbered SavedModel version (e.g. {base_path}/1/). "
+                "Write one with `albert-tf export --format saved_model`."
+            )
+        self.name = name or os.path.basename(os.path.normpath(base_path))
+        self.version = versions[-1]
+        self.max_batch_size = int(max_batch_size)
+        path = os.path.join(base_path, str(self.version))
+        self._loaded = load_saved_model(path)
+        self.signatures = dict(self._loaded.signatures)
+        self.input_specs = {name: fn.structured_input_signature[1] for name, fn in self.signatures.items()}
+        self._signature_defs = _signature_defs(path, self.signatures)
+
+    def status(self):
+        """The body of `GET /v1/models/NAME`."""
+        return {"model_version_status": [{
+            "version": str(self.version),
+            "state": "AVAILABLE",
+            "status": {"error_code": "OK", "error_message": ""},
+        }]}
+
+    def metadata(self):
+        """The body of `GET /v1/models/NAME/metadata`: the SavedModel's signature defs."""
+        return {
+            "model_spec": {"name": self.name, "signature_name": "", "version": str(self.version)},
+            "metadata": {"signature_def": {"signature_def": self._signature_defs}},
+        }
+
+    def predict(self, request):
+        """Answers a decoded predict request (a JSON value) as TF-Serving would.
+
+        Raises:
+            codec.RequestError: for anything wrong with the request, including
+                inputs the model's in-graph checks refuse.
+        """
+        import tensorflow as tf
+
+        signature_name, arrays, row_format = codec.parse_predict(request, self.input_specs, self.max_batch_size)
+        try:
+            outputs = self.signatures[signature_name](**{n: tf.constant(a) for n, a in arrays.items()})
+        except tf.errors.InvalidArgumentError as e:
+            raise codec.RequestError(codec.clean_tf_error(e.message)) from e
+        except tf.errors.OpError as e:
+            raise codec.RequestError(codec.clean_tf_error(e.message), HTTPStatus.INTERNAL_SERVER_ERROR) from e
+        return codec.encode_outputs({n: v.numpy() for n, v in outputs.items()}, row_format)
+
+
+def _signature_defs(path, signatures):
+    """The SignatureDefs of `signatures` as TF-Serving's metadata writes them (DT_FLOAT, ...)."""
+    from tensorflow.core.framework import types_pb2
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    defs = proto.meta_graphs[0].signature_def
+
+    def tensor_info(info):
+        shape = info.tensor_shape
+        return {
+            "dtype": types_pb2.DataType.Name(info.dtype),
+            "tensor_shape": {
+                "dim": [{"size": str(d.size), "name": d.name} for d in shape.dim],
+                "unknown_rank": shape.unknown_rank,
+            },
+            "name": info.name,
+        }
+
+    return {
+        name: {
+            "inputs": {k: tensor_info(v) for k, v in sorted(defs[name].inputs.items())},
+            "outputs": {k: tensor_info(v) for k, v in sorted(defs[name].outputs.items())},
+            "method_name": defs[name].method_name,
+        }
+        for name in sorted(signatures)
+    }

@@ -1,0 +1,212 @@
+"""Runs that die or find damaged files: kills during saves, garbage state files, corrupt checkpoints,
+and resuming with another setup.
+
+The kills happen in real processes (tests/fault_worker.py SIGKILLs itself in
+the middle of a save); the rerun must resume where the files say, finish, and
+leave a complete `final/` and no debris.
+"""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.saving import load_pretrained
+from albert_tf.training import Trainer
+from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
+
+TESTS = pathlib.Path(__file__).parent
+EXAMPLES = synthetic_examples()
+
+
+def run_worker(run_dir, steps, kill_in=None, out=None):
+    """Runs a tiny training in its own process; returns (exit status, output)."""
+    script = ["fault_worker.py", "--kill-in", kill_in] if kill_in else ["training_worker.py"]
+    args = ["--run-dir", str(run_dir), "--steps", str(steps), "--checkpoint-every", "2"]
+    env = dict(os.environ, PYTHONPATH=str(TESTS.parent), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, str(TESTS / script[0]), *script[1:], *args, *(["--out", str(out)] if out else [])],
+                          env=env, capture_output=True, text=True, timeout=300)
+    return done.returncode, done.stdout + done.stderr
+
+
+def trainer(run_dir, **overrides):
+    return Trainer(TINY_MODEL, tiny_trainer_config(**{"checkpoint_every": 2, **overrides}), str(run_dir),
+                   array_dataset_fn(EXAMPLES), print_fn=lambda *_: None)
+
+
+def debris(run_dir):
+    """Leftovers of unfinished writes anywhere under `run_dir`."""
+    return [str(p) for p in pathlib.Path(run_dir).rglob("*") if p.name.startswith(".") or p.name.endswith("_temp")]
+
+
+def assert_final_holds(run_dir, weights):
+    model = load_pretrained(run_dir / "final")
+    assert max_difference(weights_of(model), weights) == 0
+
+
+def reference_weights(tmp_path, steps):
+    uninterrupted = trainer(tmp_path / "uninterrupted", num_steps=steps)
+    uninterrupted.train()
+    return weights_of(uninterrupted.model)
+
+
+@pytest.mark.slow
+def test_kill_during_the_final_save_then_rerun_rebuilds_final(tmp_path):
+    run_dir = tmp_path / "run"
+    status, output = run_worker(run_dir, 4, kill_in="final")
+    assert status == -9, output[-3000:]
+    # The half-written model never appears as final/; the checkpoint of step 4 is complete.
+    assert not (run_dir / "final").exists()
+    assert tf.train.latest_checkpoint(run_dir / "checkpoints").endswith("ckpt-4")
+
+    status, output = run_worker(run_dir, 4, out=tmp_path / "w.npz")
+    assert status == 0, output[-3000:]
+    assert "is complete (4/4 steps)" in output and "rebuilding it" in output
+    assert_final_holds(run_dir, reference_weights(tmp_path, 4))
+    assert not debris(run_dir)
+
+
+@pytest.mark.slow
+def test_kill_during_a_checkpoint_write_then_rerun_resumes_from_the_previous_one(tmp_path):
+    run_dir = tmp_path / "run"
+    status, output = run_worker(run_dir, 6, kill_in="checkpoint-4")
+    assert status == -9, output[-3000:]
+    assert sorted(p.name for p in (run_dir / "checkpoints").glob("*.index")) == ["ckpt-2.index"]
+
+    status, output = run_worker(run_dir, 6)
+    assert status == 0, output[-3000:]
+    assert "Resumed from" in output and "ckpt-2 at step 2" in output
+    assert_final_holds(run_dir, reference_weights(tmp_path, 6))
+    assert not debris(run_dir)
+
+
+def test_garbage_state_file_does_not_restart_from_step_zero(tmp_path):
+    trainer(tmp_path, num_steps=4).train()
+    checkpoints = tmp_path / "checkpoints"
+    (checkpoints / "checkpoint").write_bytes(b"\x00garbage{{ not a state file")
+    # What killed saves of older versions left: TensorFlow's shard directory and a shard without its index.
+    (checkpoints / "ckpt-6_temp").mkdir()
+    (checkpoints / "ckpt-6_temp" / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"x")
+    (checkpoints / "ckpt-8.data-00000-of-00001").write_bytes(b"x")
+    messages = []
+    resumed = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=6, checkpoint_every=2), str(tmp_path),
+                      array_dataset_fn(EXAMPLES), print_fn=messages.append)
+    assert resumed.restore() == 4
+    assert any("ckpt-4 at step 4" in m for m in messages)
+    assert not debris(tmp_path) and not (checkpoints / "ckpt-8.data-00000-of-00001").exists()
+    # The state file is rewritten for TensorFlow's own tools.
+    assert tf.train.latest_checkpoint(checkpoints).endswith("ckpt-4")
+    resumed.train()
+    assert sorted(p.name for p in checkpoints.glob("*.index")) == [
+        "ckpt-2.index", "ckpt-4.index", "ckpt-6.index"]
+
+
+@pytest.mark.parametrize("damage", ["index", "data"])
+def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
+    first = trainer(tmp_path, num_steps=2)
+    first.train()
+    at_step_2 = weights_of(first.model)
+    trainer(tmp_path, num_steps=4).train()
+    if damage == "index":
+        path = tmp_path / "checkpoints" / "ckpt-4.index"
+        path.write_bytes(path.read_bytes()[:20])
+    else:
+        path = next((tmp_path / "checkpoints").glob("ckpt-4.data-*"))
+        data = bytearray(path.read_bytes())
+        data[len(data) // 2 : len(data) // 2 + 64] = b"\xff" * 64
+        path.write_bytes(bytes(data))
+    messages = []
+    resumed = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=4, checkpoint_every=2), str(tmp_path),
+                      array_dataset_fn(EXAMPLES), print_fn=messages.append)
+    assert resumed.restore() == 2
+    assert any("ckpt-4 is unreadable" in m and "falling back" in m for m in messages), messages
+    assert max_difference(weights_of(resumed.model), at_step_2) == 0
+
+    # With every checkpoint damaged the run refuses to start over on top of them.
+    (tmp_path / "checkpoints" / "ckpt-2.index").write_bytes(b"")
+    with pytest.raises(ValueError, match="No checkpoint .* can be restored"):
+        trainer(tmp_path, num_steps=4).restore()
+
+
+def test_resuming_with_a_different_setup_is_refused_field_by_field(tmp_path):
+    data = {"data": {"kind": "tfrecords", "paths": ["/data/a"], "config": {"max_seq_length": 32}}}
+    Trainer(TINY_MODEL, tiny_trainer_config(num_steps=2), str(tmp_path), array_dataset_fn(EXAMPLES),
+            run_info=data, print_fn=lambda *_: None).train()
+
+    def resume(model=TINY_MODEL, run_info=data, **overrides):
+        return Trainer(model, tiny_trainer_config(**{"num_steps": 2, **overrides}), str(tmp_path),
+                       array_dataset_fn(EXAMPLES), run_info=run_info, print_fn=lambda *_: None)
+
+    with pytest.raises(ValueError) as error:
+        resume(global_batch_size=16, seed=3)
+    message = str(error.value)
+    assert "different trainer config" in message
+    assert "trainer.global_batch_size: 8 -> 16" in message and "trainer.seed: 0 -> 3" in message
+
+    other_data = {"data": {"kind": "tfrecords", "paths": ["/data/b"], "config": {"max_seq_length": 64}}}
+    with pytest.raises(ValueError) as error:
+        resume(TINY_MODEL.replace(hidden_size=32), run_info=other_data)
+    message = str(error.value)
+    assert "different model and data source" in message
+    assert "model.hidden_size: 16 -> 32" in message
+    assert "data.paths: ['/data/a'] -> ['/data/b']" in message and "data.config.max_seq_length: 32 -> 64" in message
+
+    # Extending the run and lowering the learning rate are resumes, not new runs.
+    resumed = resume(num_steps=4, learning_rate=0.001, run_info={**data, "strategy": "mirrored"})
+    assert resumed.train()["step"] == 4
+
+
+def _damage_config_bytes(directory):
+    path = directory / "config.json"
+    path.write_bytes(b'{"hidden_size": 16, "name": "caf\xe9"}')
+
+
+def _damage_config_json(directory):
+    (directory / "config.json").write_text('{"hidden_size": 16,')
+
+
+def _damage_model_bytes(directory):
+    (directory / "albert_tf.json").write_bytes(b"\xff\xfe\x00garbage")
+
+
+def _truncate_weights(directory):
+    path = directory / "model.weights.h5"
+    path.write_bytes(path.read_bytes()[:1000])
+
+
+def _garbage_weights(directory):
+    (directory / "model.weights.h5").write_bytes(b"not an hdf5 file at all")
+
+
+def _other_model_weights(directory):
+    from albert_tf import AlbertBackbone
+    from helpers import tiny_config
+
+    other = directory.parent / "other"
+    AlbertBackbone(tiny_config(hidden_size=48, intermediate_size=96)).save_pretrained(other)
+    (directory / "model.weights.h5").write_bytes((other / "model.weights.h5").read_bytes())
+
+
+@pytest.mark.parametrize("damage, file, what", [
+    (_damage_config_bytes, "config.json", "is not UTF-8 text: byte 0xe9 at offset 32"),
+    (_damage_config_json, "config.json", "is not valid JSON"),
+    (_damage_model_bytes, "albert_tf.json", "is not UTF-8 text"),
+    (_truncate_weights, "model.weights.h5", "is not a readable HDF5 weights file"),
+    (_garbage_weights, "model.weights.h5", "is not a readable HDF5 weights file"),
+    (_other_model_weights, "model.weights.h5", "the weights do not match the model"),
+])
+def test_damaged_pretrained_files_give_a_value_error_naming_the_file(tmp_path, damage, file, what):
+    from albert_tf import AlbertBackbone
+    from helpers import tiny_config
+
+    directory = tmp_path / "model"
+    AlbertBackbone(tiny_config()).save_pretrained(directory)
+    damage(directory)
+    with pytest.raises(ValueError) as error:
+        load_pretrained(directory)
+    message = str(error.value)
+    assert str(directory / file) in message and what in message, message

@@ -1,0 +1,76 @@
+"""TF-Serving's REST formats without a socket: body decoding, request checks, output encoding."""
+
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.export.serving.codec import (
+    MAX_JSON_DEPTH, RequestError, decode_json, encode_outputs, json_depth, parse_predict,
+)
+
+IDS = {"token_ids": tf.TensorSpec((None, None), tf.int32), "padding_mask": tf.TensorSpec((None, None), tf.int32)}
+SPECS = {"serving_default": IDS, "serve_text": {"text": tf.TensorSpec((None,), tf.string)}}
+
+
+def refused(request, status=400):
+    with pytest.raises(RequestError) as error:
+        parse_predict(request, SPECS, max_batch_size=4)
+    assert error.value.status == status
+    return error.value.message
+
+
+@pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 500, 100_000])
+def test_deep_nesting_is_a_400_not_a_crash(depth):
+    body = ("[" * depth + "]" * depth).encode()
+    with pytest.raises(RequestError, match="deep") as error:
+        decode_json(body)
+    assert error.value.status == 400
+    assert json_depth(decode_json(b'{"instances": [[1, [2]]]}')) == 4
+
+
+def test_bad_bytes_and_bad_json_are_400():
+    for body, message in [(b"\xff\xfe", "not UTF-8"), (b"{nope", "JSON Parse error")]:
+        with pytest.raises(RequestError, match=message):
+            decode_json(body)
+
+
+def test_lone_surrogate_in_text_is_a_400_naming_the_input():
+    request = decode_json(b'{"signature_name": "serve_text", "instances": ["ok \\ud800 then"]}')
+    message = refused(request)
+    assert "`text`" in message and "\\ud800" in message and "surrogate" in message
+    # A proper surrogate pair is one character and passes.
+    request = decode_json(b'{"signature_name": "serve_text", "instances": ["\\ud83d\\ude00"]}')
+    assert parse_predict(request, SPECS)[1]["text"].tolist() == ["\U0001F600".encode()]
+
+
+def test_wrong_dtype_shape_and_names_are_400():
+    assert "must hold integers" in refused({"instances": [{"token_ids": [1.5], "padding_mask": [1]}]})
+    assert "must hold integers" in refused({"instances": [{"token_ids": [True], "padding_mask": [1]}]})
+    assert "int32 range" in refused({"inputs": {"token_ids": [[2**31]], "padding_mask": [[1]]}})
+    assert "must have shape (-1, -1)" in refused({"inputs": {"token_ids": [1, 2], "padding_mask": [1, 1]}})
+    assert "ragged" in refused({"inputs": {"token_ids": [[1, 2], [3]], "padding_mask": [[1, 1], [1]]}})
+    assert "must hold strings" in refused({"signature_name": "serve_text", "instances": [3]})
+    assert "does not have named input(s): ['padding_mask']" in refused({"instances": [{"token_ids": [1]}]})
+    assert "not found in signature def" in refused({"signature_name": "nope", "instances": ["a"]})
+    assert "max_batch_size=4" in refused({"signature_name": "serve_text", "instances": ["a"] * 5})
+    assert "invalid base64" in refused({"signature_name": "serve_text", "instances": [{"b64": "%%"}]})
+
+
+def test_good_requests_convert_and_outputs_encode():
+    name, arrays, rows = parse_predict(
+        {"instances": [{"token_ids": [5, 6], "padding_mask": [1, 1]}, {"token_ids": [7, 0], "padding_mask": [1, 0]}]},
+        SPECS,
+    )
+    assert (name, rows) == ("serving_default", True)
+    assert arrays["token_ids"].dtype == np.int32 and arrays["token_ids"].tolist() == [[5, 6], [7, 0]]
+    _, arrays, rows = parse_predict({"signature_name": "serve_text", "inputs": [{"b64": "aGk="}]}, SPECS)
+    assert arrays["text"].tolist() == [b"hi"] and not rows
+
+    outputs = {"labels": np.array([b"pos", b"neg"], object), "logits": np.array([[0.5, 1.0], [2.0, 0.0]], np.float32)}
+    assert encode_outputs(outputs, True) == {"predictions": [
+        {"labels": "pos", "logits": [0.5, 1.0]}, {"labels": "neg", "logits": [2.0, 0.0]}]}
+    assert encode_outputs(outputs, False) == {"outputs": {"labels": ["pos", "neg"], "logits": [[0.5, 1.0], [2.0, 0.0]]}}
+    assert encode_outputs({"logits": outputs["logits"]}, True) == {"predictions": [[0.5, 1.0], [2.0, 0.0]]}
+    json.dumps(encode_outputs(outputs, True))
