@@ -52,6 +52,9 @@ def load_pretrained(directory):
             f"{directory} is not an albert-tf pretrained directory: missing {missing}. "
             "Write one with `save_pretrained` or `albert-tf convert`."
         )
+    # Registers every model class the saved Keras config may name.
+    import albert_tf.models  # noqa: F401
+
     config = AlbertConfig.load(os.path.join(directory, CONFIG_FILE))
     with open(os.path.join(directory, MODEL_FILE)) as f:
         model_config = json.load(f)
