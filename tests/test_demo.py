@@ -11,7 +11,7 @@ from albert_tf.saving import load_pretrained
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
         "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--embedding-size", "8", "--hidden-size", "16",
         "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32", "--batch-size", "8",
-        "--warmup-steps", "1", "--checkpoint-every", "2", "--log-every", "1", "--eval-batches", "2",
+        "--warmup-fraction", "0.25", "--checkpoint-every", "2", "--log-every", "1", "--eval-batches", "2",
         "--baseline-batches", "2"]
 
 
