@@ -60,6 +60,8 @@ def add_parser(subparsers):
     training.add_argument("--mixed-precision", choices=PRECISIONS, default=defaults.mixed_precision)
     training.add_argument("--jit-compile", action="store_true",
                           help="Compile the forward and backward pass with XLA (faster; not on TPU, which always compiles).")
+    training.add_argument("--remat", action="store_true",
+                          help="Recompute each shared layer's activations in the backward pass: less memory, more compute.")
     training.add_argument("--checkpoint-every", type=int, default=defaults.checkpoint_every)
     training.add_argument("--keep-checkpoints", type=int, default=defaults.keep_checkpoints)
     training.add_argument("--log-every", type=int, default=defaults.log_every)
@@ -87,6 +89,7 @@ def run(args):
         accumulation_steps=args.accumulation_steps,
         mixed_precision=args.mixed_precision,
         jit_compile=args.jit_compile,
+        remat=args.remat,
         checkpoint_every=args.checkpoint_every,
         keep_checkpoints=args.keep_checkpoints,
         log_every=args.log_every,

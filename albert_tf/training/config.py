@@ -37,6 +37,10 @@ class TrainerConfig:
             with XLA (about 1.8x faster for the demo's model on 2 CPU
             cores). Off by default: XLA's kernels round differently, so
             runs with and without it agree only to float tolerance.
+        remat: recompute each shared block's activations in the backward
+            pass instead of keeping them (`AlbertBackbone(remat=True)`):
+            less memory per example for about a third more compute; the
+            updates are the same. Needs a model without dropout.
         checkpoint_every: steps between checkpoints (one is always written
             at the last step).
         keep_checkpoints: checkpoints kept on disk.
@@ -54,6 +58,7 @@ class TrainerConfig:
     accumulation_steps: int = 1
     mixed_precision: str = "float32"
     jit_compile: bool = False
+    remat: bool = False
     checkpoint_every: int = 1000
     keep_checkpoints: int = 3
     log_every: int = 100
@@ -81,8 +86,9 @@ class TrainerConfig:
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise ValueError(f"`{name}` must be a finite non-negative number. Received: {name}={value!r}")
-        if not isinstance(self.jit_compile, bool):
-            raise ValueError(f"`jit_compile` must be True or False. Received: jit_compile={self.jit_compile!r}")
+        for name in ("jit_compile", "remat"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"`{name}` must be True or False. Received: {name}={getattr(self, name)!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"`optimizer` must be one of {OPTIMIZERS}. Received: optimizer={self.optimizer!r}")
         if self.mixed_precision not in PRECISIONS:

@@ -89,15 +89,16 @@ def build_optimizer(config, clip_in_optimizer=False):
     return optimizer
 
 
-def build_pretrainer(model_config, mixed_precision="float32"):
+def build_pretrainer(model_config, mixed_precision="float32", remat=False):
     """An `AlbertPretrainer` under the dtype policy `mixed_precision`.
 
     Under a mixed policy the weights stay float32 and the matmuls run in
     bfloat16/float16; LayerNorm (Keras upcasts it), the attention softmax,
     the logits and the losses are float32 (see the layers and heads).
+    `remat` recomputes the shared blocks' activations in the backward pass.
     """
     policy = None if mixed_precision == "float32" else mixed_precision
-    return AlbertPretrainer(AlbertBackbone(model_config, dtype=policy))
+    return AlbertPretrainer(AlbertBackbone(model_config, dtype=policy, remat=remat))
 
 
 class Trainer:
@@ -148,7 +149,7 @@ class Trainer:
         # === Model, optimizer and step, mirrored on every replica ===
         with self.strategy.scope():
             keras.utils.set_random_seed(config.seed)
-            self.model = build_pretrainer(model_config, config.mixed_precision)
+            self.model = build_pretrainer(model_config, config.mixed_precision, config.remat)
             self.optimizer = build_optimizer(config)
             self.optimizer.build(self.model.trainable_variables)
             _leave_all_reduce_to_trainer(self.optimizer)
