@@ -67,7 +67,7 @@ def machine_line(ceilings):
     return (
         f"{cpu_name()}, {os.cpu_count()} cores; flags: {' '.join(ceilings['flags']) or 'none'}; "
         f"measured ceilings (bench/ceilings.py): fp32 {ceilings['fp32']:.0f} GFLOP/s, "
-        f"bf16 {ceilings['bf16']:.0f} GFLOP/s, int8 {ceilings['int8']:.0f} GOP/s."
+        f"bf16 {ceilings['bf16']:.1f} GFLOP/s, int8 {ceilings['int8']:.1f} GOP/s."
     )
 
 

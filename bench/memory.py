@@ -13,7 +13,6 @@ kernel kills for memory counts as not fitting).
 
 import argparse
 import json
-import os
 import resource
 import statistics
 import subprocess
