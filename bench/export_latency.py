@@ -5,22 +5,25 @@ SavedModel (`serving_default`), TFLite float32 / float16 / dynamic-range int8
 (and full int8 with --tokenizer, which calibrates on real text), HF
 transformers AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
 weights: latency does not depend on them. Every row runs in its own
-subprocess (no shared thread pools), with the same thread count.
+subprocess (no shared thread pools), with the same thread count, and the
+rows are timed in turns for `--rounds` rounds (bench_utils.alternate), so
+the ratios to the fastest float peer hold under a changing load. The table
+prints the CPU flags, the measured matmul ceilings (bench/ceilings.py) and
+each row's share of the ceiling of the precision its matmuls run in.
 
-    python bench/export_latency.py [--steps 30] [--threads N] [--tokenizer DIR]
+    python bench/export_latency.py [--steps 30] [--rounds 3] [--threads N] [--tokenizer DIR]
 """
 
 import argparse
-import json
 import os
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
 
 import numpy as np
 
-from bench_utils import timed
+from bench_utils import albert_flops, alternate, machine_line, measure_ceilings, ratio_stats, serve, timed
 
 SEQ = 128
 ROWS = {
@@ -34,6 +37,11 @@ ROWS = {
     "hf": "HF transformers AlbertModel (PyTorch)",
     "keras-hub": "keras-hub AlbertBackbone (tf.function)",
 }
+FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")
+# The precision each row's matmuls run in, for its ceiling share. float16
+# weights are dequantized to float32; dynamic range multiplies int8 weights
+# by activations quantized on the fly.
+PRECISION = {key: "int8" if key in ("tflite-dynamic", "tflite-int8") else "fp32" for key in ROWS}
 
 
 def inputs():
@@ -73,7 +81,8 @@ def prepare(workdir, tokenizer_dir):
     return sizes
 
 
-def run_one(key, workdir, threads, warmup, steps):
+def runner(key, workdir, threads):
+    """A zero-argument function that runs row `key` once on batch 1."""
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
@@ -85,20 +94,20 @@ def run_one(key, workdir, threads, warmup, steps):
         model = load_pretrained(os.path.join(workdir, "model"))
         fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
         batch = {k: tf.constant(v) for k, v in x.items()}
-        return timed(lambda: fn(batch)["pooled_output"].numpy(), warmup, steps)
+        return lambda: fn(batch)["pooled_output"].numpy()
     if key == "saved_model":
         from albert_tf.export import load_saved_model, version_dirs
 
         base = os.path.join(workdir, "saved_model")
         signature = load_saved_model(os.path.join(base, str(version_dirs(base)[-1]))).signatures["serving_default"]
         batch = {k: tf.constant(v) for k, v in x.items()}
-        return timed(lambda: signature(**batch)["pooled_output"].numpy(), warmup, steps)
+        return lambda: signature(**batch)["pooled_output"].numpy()
     if key.startswith("tflite-"):
         from ai_edge_litert.interpreter import Interpreter
 
         interpreter = Interpreter(model_path=os.path.join(workdir, key, "model.tflite"), num_threads=threads)
         runner = interpreter.get_signature_runner("serving_default")
-        return timed(lambda: runner(**x), warmup, steps)
+        return lambda: runner(**x)
     if key == "hf":
         import torch
         from transformers import AlbertConfig, AlbertModel
@@ -115,8 +124,12 @@ def run_one(key, workdir, threads, warmup, steps):
             "token_type_ids": torch.tensor(x["segment_ids"], dtype=torch.long),
             "attention_mask": torch.tensor(x["padding_mask"], dtype=torch.long),
         }
-        with torch.inference_mode():
-            return timed(lambda: model(**batch).pooler_output, warmup, steps)
+
+        def run():
+            with torch.inference_mode():
+                return model(**batch).pooler_output
+
+        return run
     if key == "keras-hub":
         import keras_hub
 
@@ -125,51 +138,56 @@ def run_one(key, workdir, threads, warmup, steps):
             intermediate_dim=3072, dropout=0.0, max_sequence_length=512,
         )
         fn = tf.function(lambda batch: model(batch, training=False))
-        return timed(lambda: fn(x)["pooled_output"].numpy(), warmup, steps)
+        return lambda: fn(x)["pooled_output"].numpy()
     raise ValueError(f"Unknown row {key!r}. Valid: {sorted(ROWS)}")
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--steps", type=int, default=30, help="timed runs per round")
+    parser.add_argument("--rounds", type=int, default=3, help="turns of timing every row")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--tokenizer", help="A 30000-piece tokenizer dir: adds the full-int8 row (calibrated on IMDB text).")
-    parser.add_argument("--only", help=argparse.SUPPRESS)
+    parser.add_argument("--only", nargs="+", choices=sorted(ROWS), help="rows to time")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.only:
-        print(json.dumps({"ms": run_one(args.only, args.workdir, args.threads, args.warmup, args.steps)}))
+    if args.worker:
+        run = runner(args.worker, args.workdir, args.threads)
+        for _ in range(args.warmup):
+            run()
+        serve({"ms": lambda: timed(run, 0, args.steps)})
         return
 
+    ceilings = measure_ceilings()
     with tempfile.TemporaryDirectory() as workdir:
         start = time.time()
         sizes = prepare(workdir, args.tokenizer)
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
-        results = {}
-        for key in ROWS:
-            if key == "tflite-int8" and not args.tokenizer:
-                continue
-            done = subprocess.run(
-                [sys.executable, __file__, "--only", key, "--workdir", workdir, "--threads", str(args.threads),
-                 "--warmup", str(args.warmup), "--steps", str(args.steps)],
-                capture_output=True, text=True,
-            )
-            if done.returncode != 0:
-                print(f"{key} failed:\n{done.stderr[-2000:]}", file=sys.stderr)
-                continue
-            results[key] = json.loads(done.stdout.strip().splitlines()[-1])["ms"]
-            print(f"{key}: {results[key]:.1f} ms", file=sys.stderr)
+        keys = [k for k in (args.only or ROWS) if k != "tflite-int8" or args.tokenizer]
+        results = alternate(__file__, keys, args.rounds, [
+            "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
+            "--steps", str(args.steps),
+        ])
 
-    float_peers = {k: v for k, v in results.items() if k in ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")}
-    fastest = min(float_peers, key=float_peers.get)
-    print(f"\nALBERT-base, batch 1, seq {SEQ}, {args.threads} threads, median of {args.steps} runs\n")
-    print("| runtime | latency (ms) | vs fastest float peer | model file (MiB) |")
-    print("|---|---|---|---|")
-    for key, ms in results.items():
+    peers = [k for k in keys if k in FLOAT_PEERS]
+    flops = albert_flops(768, 12, 3072, 128, 30000, 1, SEQ)
+    print(f"\nALBERT-base, batch 1, seq {SEQ}, {args.threads} threads, median of {args.steps} runs per round, "
+          f"{args.rounds} rounds in turns. {machine_line(ceilings)}\n")
+    print("| runtime | latency (ms) | vs fastest float peer [min, max] | ceiling share | model file (MiB) |")
+    print("|---|---:|---:|---:|---:|")
+    for key in keys:
+        ms = statistics.median(r["ms"] for r in results[key])
+        vs = ""
+        if peers:
+            fastest, ratio, (low, high) = ratio_stats(results, key, peers, "ms")
+            vs = f"{ratio:.2f} [{low:.2f}, {high:.2f}]"
+        share = flops / (ms / 1000) / (ceilings[PRECISION[key]] * 1e9)
         size = f"{sizes[key]:.1f}" if key in sizes else ""
-        print(f"| {ROWS[key]} | {ms:.1f} | {float_peers[fastest] / ms:.2f}x | {size} |")
-    print(f"\nFastest float peer: {ROWS[fastest]}.")
+        print(f"| {ROWS[key]} | {ms:.1f} | {vs} | {share:.0%} ({PRECISION[key]}) | {size} |")
+    if peers:
+        print(f"\nFastest float peer: {ROWS[fastest]}.")
 
 
 if __name__ == "__main__":

@@ -7,21 +7,26 @@ Two figures, measured in one run so the peers share the machine's state:
 
 Every implementation gets the same shapes, the same optimizer (Adam, so the
 comparison is about the model, not LAMB) and the same thread count. Keras
-models run through their compiled functions, with and without XLA.
+models run through their compiled functions, with and without XLA. Each
+implementation lives in its own process for the whole run, and the
+processes are timed in turns for `--rounds` rounds, so a change in the
+machine's load hits every row; the table gives each row's median, its ratio
+to the fastest peer (median and range over the rounds: a stable ratio has a
+narrow range), and its share of the machine's matmul ceiling
+(bench/ceilings.py) at the row's precision. `--bf16` adds albert-tf rows in
+mixed_bfloat16 (measure them where the CPU has avx512_bf16 or amx_bf16).
 
     pip install -e .[bench]
-    python bench/model_speed.py [--steps 10] [--write bench/results/model_speed.md]
+    python bench/model_speed.py [--steps 10] [--rounds 5] [--bf16] [--write bench/results/model_speed.md]
 """
 
 import argparse
-import json
 import os
-import subprocess
-import sys
+import statistics
 
 import numpy as np
 
-from bench_utils import emit_table, timed
+from bench_utils import albert_flops, alternate, emit_table, machine_line, measure_ceilings, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
 
@@ -43,22 +48,31 @@ def first_row(arrays):
     return {k: arrays[k][:1] for k in ("token_ids", "segment_ids", "padding_mask")}
 
 
-def bench_albert_tf(arrays, warmup, steps, jit):
+def measurements(train_step, infer_step, warmup, steps):
+    """{"train": ..., "infer": ...}: each times its step (median ms) when called."""
+    for _ in range(warmup):
+        train_step()
+        infer_step()
+    return {"train": lambda: timed(train_step, 0, steps), "infer": lambda: timed(infer_step, 0, steps * 3)}
+
+
+def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
     import keras
     import tensorflow as tf
 
     from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer
     from input_pipeline import features
 
-    model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base")))
+    policy = None if precision == "float32" else precision
+    model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base"), dtype=policy))
     model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=jit)
     x, y = features.split_pretraining_example(arrays)
-    train = timed(lambda: model.train_on_batch(x, y), warmup, steps)
     backbone = model.backbone
     infer_fn = tf.function(lambda inputs: backbone(inputs, training=False), jit_compile=jit)
     one = {k: tf.constant(v) for k, v in first_row(arrays).items()}
-    infer = timed(lambda: infer_fn(one)["sequence_output"].numpy(), warmup, steps * 3)
-    return train, infer
+    return measurements(
+        lambda: model.train_on_batch(x, y), lambda: infer_fn(one)["sequence_output"].numpy(), warmup, steps
+    )
 
 
 def bench_keras_hub(arrays, warmup, steps, jit):
@@ -78,15 +92,13 @@ def bench_keras_hub(arrays, warmup, steps, jit):
         jit_compile=jit,
     )
     x = {k: arrays[k] for k in ("token_ids", "segment_ids", "padding_mask", "mask_positions")}
-    # keras-hub has no SOP head: its step does MLM only, slightly less work.
-    train = timed(
-        lambda: model.train_on_batch(x, arrays["mask_ids"], sample_weight=arrays["mask_weights"]),
-        warmup, steps,
-    )
     infer_fn = tf.function(lambda inputs: backbone(inputs, training=False), jit_compile=jit)
     one = {k: tf.constant(v) for k, v in first_row(arrays).items()}
-    infer = timed(lambda: infer_fn(one)["sequence_output"].numpy(), warmup, steps * 3)
-    return train, infer
+    # keras-hub has no SOP head: its step does MLM only, slightly less work.
+    return measurements(
+        lambda: model.train_on_batch(x, arrays["mask_ids"], sample_weight=arrays["mask_weights"]),
+        lambda: infer_fn(one)["sequence_output"].numpy(), warmup, steps,
+    )
 
 
 def bench_hf(arrays, warmup, steps):
@@ -105,8 +117,10 @@ def bench_hf(arrays, warmup, steps):
     # HF computes the MLM loss over every position labelled != -100.
     labels = torch.full((BATCH, SEQ), -100, dtype=torch.long)
     labels.scatter_(1, t["mask_positions"], t["mask_ids"])
+    one = {k: torch.from_numpy(v.astype("int64")) for k, v in first_row(arrays).items()}
 
-    def step():
+    def train_step():
+        model.train()
         optimizer.zero_grad(set_to_none=True)
         out = model(
             input_ids=t["token_ids"], token_type_ids=t["segment_ids"],
@@ -116,80 +130,97 @@ def bench_hf(arrays, warmup, steps):
         out.loss.backward()
         optimizer.step()
 
-    model.train()
-    train = timed(step, warmup, steps)
-    model.eval()
-    base = model.albert
-    one = {k: torch.from_numpy(v.astype("int64")) for k, v in first_row(arrays).items()}
-
     def infer_step():
+        model.eval()
         with torch.inference_mode():
-            base(input_ids=one["token_ids"], token_type_ids=one["segment_ids"],
-                 attention_mask=one["padding_mask"])
+            model.albert(input_ids=one["token_ids"], token_type_ids=one["segment_ids"],
+                         attention_mask=one["padding_mask"])
 
-    infer = timed(infer_step, warmup, steps * 3)
-    return train, infer
+    return measurements(train_step, infer_step, warmup, steps)
 
 
+# key -> (table name, precision, is a peer, bench function)
 IMPLEMENTATIONS = {
-    "albert-tf": ("albert-tf (Keras 3, TF backend)", lambda a, w, n: bench_albert_tf(a, w, n, False)),
-    "albert-tf-xla": ("albert-tf (Keras 3, TF backend, XLA)", lambda a, w, n: bench_albert_tf(a, w, n, True)),
-    "keras-hub": ("keras-hub AlbertBackbone + MLM head", lambda a, w, n: bench_keras_hub(a, w, n, False)),
-    "keras-hub-xla": ("keras-hub AlbertBackbone + MLM head, XLA", lambda a, w, n: bench_keras_hub(a, w, n, True)),
-    "hf": ("HF transformers (PyTorch)", bench_hf),
+    "albert-tf": ("albert-tf (Keras 3, TF backend)", "fp32", False,
+                  lambda a, w, n: bench_albert_tf(a, w, n, False)),
+    "albert-tf-xla": ("albert-tf (Keras 3, TF backend, XLA)", "fp32", False,
+                      lambda a, w, n: bench_albert_tf(a, w, n, True)),
+    "albert-tf-bf16-xla": ("albert-tf mixed_bfloat16, XLA", "bf16", False,
+                           lambda a, w, n: bench_albert_tf(a, w, n, True, "mixed_bfloat16")),
+    "keras-hub": ("keras-hub AlbertBackbone + MLM head", "fp32", True,
+                  lambda a, w, n: bench_keras_hub(a, w, n, False)),
+    "keras-hub-xla": ("keras-hub AlbertBackbone + MLM head, XLA", "fp32", True,
+                      lambda a, w, n: bench_keras_hub(a, w, n, True)),
+    "hf": ("HF transformers (PyTorch)", "fp32", True, bench_hf),
 }
 
 
-def run_one(key, warmup, steps):
-    """Measures one implementation in this process and prints a JSON line."""
+def run_worker(key, warmup, steps):
+    """The child process of one implementation (see `bench_utils.Worker`)."""
     import tensorflow as tf
     import torch
 
     threads = os.cpu_count()
     torch.set_num_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    train, infer = IMPLEMENTATIONS[key][1](pretraining_arrays(30000), warmup, steps)
-    print("RESULT " + json.dumps({"train": train, "infer": infer}), flush=True)
+    serve(IMPLEMENTATIONS[key][3](pretraining_arrays(30000), warmup, steps))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed iterations (inference: 3x)")
+    parser.add_argument("--steps", type=int, default=10, help="timed iterations per round (inference: 3x)")
+    parser.add_argument("--rounds", type=int, default=5, help="turns of timing every implementation")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--only", choices=sorted(IMPLEMENTATIONS), help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true", help="add albert-tf in mixed_bfloat16 (XLA)")
+    parser.add_argument("--only", nargs="+", choices=sorted(IMPLEMENTATIONS), help="implementations to time")
+    parser.add_argument("--worker", choices=sorted(IMPLEMENTATIONS), help=argparse.SUPPRESS)
     parser.add_argument("--write", help="also write the table (markdown) to this file")
     args = parser.parse_args()
-    if args.only:
-        return run_one(args.only, args.warmup, args.steps)
+    if args.worker:
+        return run_worker(args.worker, args.warmup, args.steps)
 
-    # Each implementation runs in its own process, one after the other, so no
-    # framework's thread pools compete with another's.
-    rows = []
-    for key, (name, _) in IMPLEMENTATIONS.items():
-        out = subprocess.run(
-            [sys.executable, __file__, "--only", key, "--steps", str(args.steps),
-             "--warmup", str(args.warmup)],
-            capture_output=True, text=True, check=True,
-        ).stdout
-        result = json.loads(out.split("RESULT ", 1)[1])
-        rows.append((name, result["train"], result["infer"]))
-        print(f"{name}: train step {result['train']:.0f} ms, inference {result['infer']:.1f} ms",
-              flush=True)
+    ceilings = measure_ceilings()
+    keys = args.only or [k for k in IMPLEMENTATIONS if args.bf16 or k != "albert-tf-bf16-xla"]
+    results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--warmup", str(args.warmup)])
+    peers = [k for k in keys if IMPLEMENTATIONS[k][2]]
 
     import tensorflow as tf
     import torch
     import transformers
     import keras_hub
 
+    flops = {
+        "train": albert_flops(768, 12, 3072, 128, 30000, BATCH, SEQ, PREDICTIONS, train=True),
+        "infer": albert_flops(768, 12, 3072, 128, 30000, 1, SEQ),
+    }
     table = [
-        f"ALBERT-base on {os.cpu_count()} CPU cores; median of {args.steps} steps "
-        f"(inference {3 * args.steps}). TensorFlow {tf.__version__}, keras-hub "
-        f"{keras_hub.__version__}, transformers {transformers.__version__}, torch {torch.__version__}.",
+        f"ALBERT-base; {machine_line(ceilings)}",
+        f"Median of {args.steps} steps (inference {3 * args.steps}) per round, {args.rounds} rounds in turns. "
+        f"TensorFlow {tf.__version__}, keras-hub {keras_hub.__version__}, transformers "
+        f"{transformers.__version__}, torch {torch.__version__}. Ratio: time / the fastest peer's time "
+        "(median over rounds, [min, max]); ceiling: model matmul FLOPs / time / the row precision's ceiling.",
         "",
-        f"| implementation | pretraining step, batch {BATCH} x seq {SEQ} (ms) | inference, batch 1 x seq {SEQ} (ms) |",
-        "|---|---:|---:|",
+        f"| implementation | precision | train step b{BATCH} x s{SEQ} (ms) | vs fastest peer | ceiling | "
+        f"inference b1 x s{SEQ} (ms) | vs fastest peer | ceiling |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
-    table += [f"| {name} | {train:.0f} | {infer:.1f} |" for name, train, infer in rows]
+    for key in keys:
+        name, precision = IMPLEMENTATIONS[key][:2]
+        cells = [name, precision]
+        for measurement in ("train", "infer"):
+            ms = statistics.median(r[measurement] for r in results[key])
+            cells.append(f"{ms:.1f}")
+            if peers:
+                fastest, ratio, (low, high) = ratio_stats(results, key, peers, measurement)
+                cells.append(f"{ratio:.2f} [{low:.2f}, {high:.2f}]")
+            else:
+                cells.append("")
+            cells.append(f"{flops[measurement] / (ms / 1000) / (ceilings[precision] * 1e9):.0%}")
+        table.append("| " + " | ".join(cells) + " |")
+    if peers:
+        table += ["", "Fastest peer: " + ", ".join(
+            f"{m} {IMPLEMENTATIONS[ratio_stats(results, keys[0], peers, m)[0]][0]}" for m in ("train", "infer")
+        ) + "."]
     text = "\n".join(table)
     print()
     emit_table(text, args.write)

@@ -62,8 +62,10 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
     assert os.path.isfile(os.path.join(run, "tokenizer", "spiece.model"))
     assert os.path.isdir(os.path.join(run, "tensorboard"))
     capsys.readouterr()
-    assert cli.main([*flags, "--steps", "3"]) == 0
-    assert "at step 2" in capsys.readouterr().out
+    # Resuming with --remat: same weights, recomputed activations.
+    assert cli.main([*flags, "--steps", "3", "--remat"]) == 0
+    out = capsys.readouterr().out
+    assert "at step 2" in out and "Precision: float32; remat: on" in out
 
 
 def test_demo_boolean_flags_parse_both_ways():

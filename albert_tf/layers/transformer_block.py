@@ -90,6 +90,10 @@ class TransformerBlock(keras.layers.Layer):
     Args:
         attention: a `SelfAttention` layer.
         feed_forward: a `FeedForward` layer.
+        remat: keep only the block's input for the backward pass and
+            recompute its activations there (`keras.remat`): about one more
+            forward pass of compute for activation memory that no longer
+            grows with the number of layers the block is applied to.
 
     Call arguments:
         x: float tensor (batch, seq, H).
@@ -99,10 +103,13 @@ class TransformerBlock(keras.layers.Layer):
         Float tensor (batch, seq, H).
     """
 
-    def __init__(self, *, attention, feed_forward, **kwargs):
+    def __init__(self, *, attention, feed_forward, remat=False, **kwargs):
         super().__init__(**kwargs)
+        if not isinstance(remat, bool):
+            raise ValueError(f"`remat` must be True or False. Received: remat={remat!r}")
         self.attention = attention
         self.feed_forward = feed_forward
+        self.remat = remat
 
     def build(self, x_shape, attention_bias_shape=None):
         if not self.attention.built:
@@ -112,8 +119,12 @@ class TransformerBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, x, attention_bias, training=None):
-        x = self.attention(x, attention_bias, training=training)
-        return self.feed_forward(x, training=training)
+        def block(x, attention_bias):
+            return self.feed_forward(self.attention(x, attention_bias, training=training), training=training)
+
+        if self.remat:
+            return keras.remat(block)(x, attention_bias)
+        return block(x, attention_bias)
 
     def compute_output_shape(self, x_shape, attention_bias_shape=None):
         return x_shape
@@ -123,6 +134,7 @@ class TransformerBlock(keras.layers.Layer):
         config.update(
             attention=keras.saving.serialize_keras_object(self.attention),
             feed_forward=keras.saving.serialize_keras_object(self.feed_forward),
+            remat=self.remat,
         )
         return config
 

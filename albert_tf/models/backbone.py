@@ -32,6 +32,11 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
     Args:
         config: an `AlbertConfig` (or a dict of its fields).
         dtype: a dtype policy name, e.g. "mixed_bfloat16".
+        remat: recompute each application of a shared block in the backward
+            pass instead of keeping its activations (see `TransformerBlock`).
+            A training memory/compute trade-off, not part of the model, so
+            it is an argument here and not an `AlbertConfig` field: the
+            config, the weights and the outputs are the same either way.
 
     Inputs (dict):
         token_ids, segment_ids, padding_mask: int32 (batch, seq), seq up to
@@ -45,7 +50,7 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "backbone"
 
-    def __init__(self, config, dtype=None, **kwargs):
+    def __init__(self, config, dtype=None, remat=False, **kwargs):
         if isinstance(config, dict):
             config = AlbertConfig.from_dict(config)
         if not isinstance(config, AlbertConfig):
@@ -53,6 +58,13 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
                 f"`config` must be an AlbertConfig or a dict. Received: {type(config).__name__}"
             )
         c = config
+        if remat and (c.hidden_dropout or c.attention_dropout):
+            # The recomputation would draw new dropout masks, so the gradient
+            # would belong to another forward pass than the loss.
+            raise ValueError(
+                "`remat=True` needs a model without dropout (the v2 presets). Received: "
+                f"hidden_dropout={c.hidden_dropout}, attention_dropout={c.attention_dropout}"
+            )
 
         # === Layers ===
         embedding = AlbertEmbedding(
@@ -69,7 +81,7 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
         projection = dense(
             units=c.hidden_size, stddev=c.initializer_range, name="embedding_hidden_mapping_in", dtype=dtype
         )
-        blocks = _build_blocks(c, dtype)
+        blocks = _build_blocks(c, dtype, remat)
         pooler = dense(units=c.hidden_size, stddev=c.initializer_range, name="pooler", activation="tanh", dtype=dtype)
 
         # === Functional graph ===
@@ -97,6 +109,7 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
 
         # === Config and handles ===
         self.config = c
+        self.remat = remat
         self.embeddings = embedding
         self.embedding_projection = projection
         self.blocks = tuple(tuple(group) for group in blocks)
@@ -108,7 +121,7 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
         return self.embeddings.word_embeddings
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "name": self.name, "trainable": self.trainable,
+        return {"config": self.config.to_dict(), "remat": self.remat, "name": self.name, "trainable": self.trainable,
                 "dtype": keras.saving.serialize_keras_object(self.dtype_policy)}
 
     @classmethod
@@ -126,7 +139,7 @@ def _block_list_index(config, layer_index):
     return layer_index
 
 
-def _build_blocks(c, dtype):
+def _build_blocks(c, dtype, remat):
     """The distinct transformer blocks, as lists (see `AlbertBackbone`)."""
 
     def attention(name):
@@ -159,7 +172,7 @@ def _build_blocks(c, dtype):
                 TransformerBlock(
                     attention=attention(f"group_{g}_inner_{i}_attention"),
                     feed_forward=feed_forward(f"group_{g}_inner_{i}_ffn"),
-                    dtype=dtype, name=f"group_{g}_inner_{i}",
+                    remat=remat, dtype=dtype, name=f"group_{g}_inner_{i}",
                 )
                 for i in range(c.inner_group_num)
             ]
@@ -172,7 +185,7 @@ def _build_blocks(c, dtype):
             TransformerBlock(
                 attention=shared_attention or attention(f"layer_{l}_attention"),
                 feed_forward=shared_ffn or feed_forward(f"layer_{l}_ffn"),
-                dtype=dtype, name=f"layer_{l}",
+                remat=remat, dtype=dtype, name=f"layer_{l}",
             )
         ]
         for l in range(c.num_hidden_layers)

@@ -67,7 +67,7 @@ FINAL_STEP_FILE = "trainer_step.json"
 # TrainerConfig fields a resumed run may change: the schedule (extend a run,
 # or lower the learning rate after a divergence) and bookkeeping. Anything
 # else would continue the checkpoint under a different recipe.
-RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "jit_compile", "checkpoint_every",
+RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "jit_compile", "remat", "checkpoint_every",
                      "keep_checkpoints", "log_every")
 
 
@@ -94,15 +94,16 @@ def trainer_optimizer(config, clip_in_optimizer=False):
     )
 
 
-def build_pretrainer(model_config, mixed_precision="float32"):
+def build_pretrainer(model_config, mixed_precision="float32", remat=False):
     """An `AlbertPretrainer` under the dtype policy `mixed_precision`.
 
     Under a mixed policy the weights stay float32 and the matmuls run in
     bfloat16/float16; LayerNorm (Keras upcasts it), the attention softmax,
     the logits and the losses are float32 (see the layers and heads).
+    `remat` recomputes the shared blocks' activations in the backward pass.
     """
     policy = None if mixed_precision == "float32" else mixed_precision
-    return AlbertPretrainer(AlbertBackbone(model_config, dtype=policy))
+    return AlbertPretrainer(AlbertBackbone(model_config, dtype=policy, remat=remat))
 
 
 class Trainer:
@@ -154,7 +155,7 @@ class Trainer:
         # === Model, optimizer and step, mirrored on every replica ===
         with self.strategy.scope():
             keras.utils.set_random_seed(config.seed)
-            self.model = build_pretrainer(model_config, config.mixed_precision)
+            self.model = build_pretrainer(model_config, config.mixed_precision, config.remat)
             self.optimizer = trainer_optimizer(config)
             self.optimizer.build(self.model.trainable_variables)
             skip_optimizer_all_reduce(self.optimizer)
