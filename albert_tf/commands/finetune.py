@@ -39,10 +39,13 @@ def add_parser(subparsers):
     parser.add_argument("--batch-size", type=int, default=d.batch_size)
     parser.add_argument("--eval-batch-size", type=int, default=d.eval_batch_size)
     parser.add_argument("--epochs", type=int, default=d.epochs)
-    parser.add_argument("--learning-rate", type=float, default=d.learning_rate)
+    parser.add_argument("--learning-rate", type=float, default=d.learning_rate,
+                        help="Peak rate (default: 2e-5 * max(1, 768 / hidden_size) ** 2, by model width).")
     parser.add_argument("--warmup-fraction", type=float, default=d.warmup_fraction)
     parser.add_argument("--weight-decay", type=float, default=d.weight_decay)
     parser.add_argument("--dropout", type=float, default=None, help="Head dropout (default: the model config's).")
+    parser.add_argument("--pooling", choices=("cls", "mean"), default=d.pooling,
+                        help="Sentence heads read the pooled [CLS] (default) or the mean token state.")
     parser.add_argument("--seed", type=int, default=d.seed)
     parser.add_argument("--truncate", action="store_true",
                         help="Cut texts longer than --max-seq-length (counted) instead of failing.")
@@ -80,6 +83,7 @@ def run(args):
         task=args.task, max_seq_length=args.max_seq_length, batch_size=args.batch_size,
         eval_batch_size=args.eval_batch_size, epochs=args.epochs, learning_rate=args.learning_rate,
         warmup_fraction=args.warmup_fraction, weight_decay=args.weight_decay, dropout=args.dropout,
+        pooling=args.pooling,
         seed=args.seed, truncate=args.truncate, skip_invalid=args.skip_invalid, bucket=args.bucket,
         text_column=args.text_column, text_pair_column=args.text_pair_column,
         label_column=args.label_column, label_names=tuple(args.labels) if args.labels else None,

@@ -3,6 +3,34 @@
 import dataclasses
 import json
 
+# The original's GLUE rate for ALBERT-base (H 768); the paper used 1e-5 to 5e-5
+# up to xxlarge.
+_BASE_LEARNING_RATE = 2e-5
+_BASE_HIDDEN_SIZE = 768
+_NARROW_EXPONENT = 2.0
+
+
+def default_learning_rate(hidden_size):
+    """The fine-tuning rate used when none is given: 2e-5 * max(1, 768 / H) ** 2.
+
+    2e-5 is the original recipe for H >= 768 (base to xxlarge). Narrower
+    models need far larger steps: at 2e-5 a demo-sized model (H 128) barely
+    moves in a few epochs, and Adam's update to an H x H matrix changes its
+    output by a fraction that shrinks with width, so the rate grows as the
+    width falls. The exponent 2 comes from Rotten Tomatoes sweeps of H 128
+    models (docs/finetuning.md): 2e-5 * 36 = 7.2e-4 for H 128, 1.8e-4 for
+    H 256, 4.5e-5 for H 512.
+
+    Args:
+        hidden_size: the backbone's H.
+
+    Returns:
+        float, the peak learning rate.
+    """
+    if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
+        raise ValueError(f"`hidden_size` must be a positive integer. Received: hidden_size={hidden_size!r}")
+    return _BASE_LEARNING_RATE * max(1.0, _BASE_HIDDEN_SIZE / hidden_size) ** _NARROW_EXPONENT
+
 
 @dataclasses.dataclass(frozen=True)
 class FinetuneConfig:
@@ -17,10 +45,14 @@ class FinetuneConfig:
             only to the batch's longest; this is the cap).
         batch_size, eval_batch_size: examples per training / evaluation batch.
         epochs: passes over the training data; evaluation after each.
-        learning_rate: peak rate of the warmup + linear decay schedule.
+        learning_rate: peak rate of the warmup + linear decay schedule;
+            None picks `default_learning_rate(hidden_size)` for the model
+            (see `resolved`).
         warmup_fraction: fraction of all steps spent warming up.
         weight_decay: AdamW decay; LayerNorm and bias variables are excluded.
         dropout: dropout before the head; None keeps the model config's.
+        pooling: what a sentence-level head reads: "cls" (the pooler on
+            [CLS], the original) or "mean" (mean of the token states).
         seed: weight init of the head, shuffling and dropout.
         truncate: cut texts longer than `max_seq_length` (counted and
             reported) instead of failing on them.
@@ -41,10 +73,11 @@ class FinetuneConfig:
     batch_size: int = 32
     eval_batch_size: int = 64
     epochs: int = 3
-    learning_rate: float = 2e-5
+    learning_rate: float | None = None
     warmup_fraction: float = 0.1
     weight_decay: float = 0.01
     dropout: float | None = None
+    pooling: str = "cls"
     seed: int = 0
     truncate: bool = False
     skip_invalid: bool = False
@@ -70,8 +103,19 @@ class FinetuneConfig:
                 raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
         if not 0.0 <= self.warmup_fraction <= 1.0:
             raise ValueError(f"`warmup_fraction` must be in [0, 1]. Received: {self.warmup_fraction}")
-        if self.learning_rate <= 0:
-            raise ValueError(f"`learning_rate` must be positive. Received: {self.learning_rate}")
+        if self.learning_rate is not None and not (
+            isinstance(self.learning_rate, (int, float)) and self.learning_rate > 0
+        ):
+            raise ValueError(f"`learning_rate` must be positive or None. Received: {self.learning_rate!r}")
+        from albert_tf.models.classifier import check_pooling
+
+        check_pooling(self.pooling)
+
+    def resolved(self, model_config):
+        """This config with `learning_rate` fixed for `model_config` (an `AlbertConfig`)."""
+        if self.learning_rate is not None:
+            return self
+        return self.replace(learning_rate=default_learning_rate(model_config.hidden_size))
 
     @property
     def on_error(self):
