@@ -11,8 +11,8 @@ the optimizer formulas here, independently of `albert_tf.optimizers`:
 - AdamW as Keras computes it: decay `w -= lr * wd * w` first (LayerNorm and
   bias variables excluded), then `w -= lr * sqrt(1 - b2^t) / (1 - b1^t) * m /
   (sqrt(v) + eps)`. `torch.optim.AdamW` puts eps inside the bias correction
-  (`sqrt(v / (1 - b2^t)) + eps`), a different optimizer for small v; it is
-  run too, to show how much that alone moves the curve.
+  (`sqrt(v / (1 - b2^t)) + eps`), a different optimizer for small v;
+  `--torch-adamw` runs it too, to show how much that alone moves the curve.
 - LAMB as the original `lamb_optimizer.py`: no bias correction, decay inside
   the trust ratio, LayerNorm/bias excluded from both.
 
@@ -311,6 +311,9 @@ def main():
     parser.add_argument("--every", type=int, default=25, help="Table rows every this many steps.")
     parser.add_argument("--write", help="Also write the tables to this Markdown file.")
     parser.add_argument("--plot", help="Write the curves to this PNG.")
+    parser.add_argument("--torch-adamw", action="store_true",
+                        help="Also run torch.optim.AdamW (eps inside the bias correction) against Keras' AdamW.")
+    parser.add_argument("--cache", help="Keep each run's curve here as .npy and reuse it (same flags only).")
     args = parser.parse_args()
 
     import tensorflow as tf
@@ -319,7 +322,9 @@ def main():
 
     from albert_tf.convert.hf import to_hf
 
-    torch.set_num_threads(2)
+    # One thread: on a loaded machine torch's spinning OpenMP threads made a
+    # 300-step run 20x slower than the same run with TensorFlow.
+    torch.set_num_threads(1)
     start = time.perf_counter()
     batches, vocab_size = make_batches(args)
     config = model_config(args, vocab_size)
@@ -337,15 +342,23 @@ def main():
         "Trainer adamw XLA": lambda: run_trainer(args, config, weights, batches, "adamw", jit_compile=True),
         "Trainer adamw accum 2": lambda: run_trainer(args, config, weights, batches, "adamw", accumulation_steps=2),
         "fit adamw": lambda: run_fit(args, config, weights, batches, "adamw"),
-        "HF torch.optim.AdamW": lambda: run_hf(args, hf_dir, batches, "torch_adamw"),
         "HF lamb": lambda: run_hf(args, hf_dir, batches, "lamb"),
         "Trainer lamb": lambda: run_trainer(args, config, weights, batches, "lamb"),
     }
+    if args.torch_adamw:
+        runs["HF torch.optim.AdamW"] = lambda: run_hf(args, hf_dir, batches, "torch_adamw")
     curves = {}
     for name, run in runs.items():
         mark = time.perf_counter()
-        curves[name] = run()
-        print(f"{name}: {time.perf_counter() - mark:.0f}s, final loss {curves[name][-1, 0]:.5f}")
+        cached = os.path.join(args.cache, name.replace(" ", "_") + ".npy") if args.cache else None
+        if cached and os.path.isfile(cached):
+            curves[name] = np.load(cached)
+        else:
+            curves[name] = run()
+            if cached:
+                os.makedirs(args.cache, exist_ok=True)
+                np.save(cached, curves[name])
+        print(f"{name}: {time.perf_counter() - mark:.0f}s, final loss {curves[name][-1, 0]:.5f}", flush=True)
     pairs = [
         ("Trainer adamw", "Trainer adamw XLA"),
         ("Trainer adamw", "HF adamw"),
@@ -354,8 +367,7 @@ def main():
         ("fit adamw", "HF adamw"),
         ("Trainer adamw", "fit adamw"),
         ("Trainer lamb", "HF lamb"),
-        ("HF torch.optim.AdamW", "HF adamw"),
-    ]
+    ] + ([("HF torch.optim.AdamW", "HF adamw")] if args.torch_adamw else [])
     text = "\n\n".join([
         f"Same start (converted with `to_hf`), same {args.steps} batches of {args.batch_size} x {args.seq} "
         f"(IMDB, dynamic masking, {args.max_predictions} masked slots), dropout 0. Model E {args.embedding_size}, "
