@@ -49,23 +49,40 @@ def _densify(gradient):
     Embedding lookups on the TensorFlow backend give `IndexedSlices` that
     repeat a row once per occurrence of a token in the batch. keras.ops apply
     elementwise functions to each repeat separately, so `square(g)` would be
-    the sum of squares instead of the square of the summed row (Keras' own
-    Adam and Lamb have this bug). The original densified every gradient.
+    the sum of squares instead of the square of the summed row: Keras' own
+    Adam and Lamb have this bug in their moments, and Keras' `global_clipnorm`
+    and `clipnorm` in the norm they clip by. The original densified every
+    gradient.
 
     Args:
-        gradient: a dense tensor, or `tf.IndexedSlices` shaped like the
+        gradient: None, a dense tensor, or `tf.IndexedSlices` shaped like the
             variable (e.g. (vocab_size, embedding_size)).
 
     Returns:
-        A dense tensor shaped like the variable.
+        None or a dense tensor shaped like the variable.
     """
     if isinstance(gradient, tf.IndexedSlices):
         return tf.convert_to_tensor(gradient)
     return gradient
 
 
+class _DenseGradients:
+    """Densifies gradients in `apply`, before Keras clips them or any update sees them.
+
+    Densifying later, in `update_step`, is too late for clipping: with
+    `global_clipnorm=1.0` (what `model.fit` uses for the recipe) Keras
+    measured the token-type and position embedding gradients, repeated rows
+    of `IndexedSlices`, with the wrong norm, and 30 AdamW steps of `fit` then
+    drifted 2e-4 in loss from the same steps in HF transformers
+    (bench/reference_curve.py).
+    """
+
+    def apply(self, grads, trainable_variables=None):
+        return super().apply([_densify(g) for g in grads], trainable_variables)
+
+
 @keras.saving.register_keras_serializable(package="albert_tf")
-class Lamb(keras.optimizers.Optimizer):
+class Lamb(_DenseGradients, keras.optimizers.Optimizer):
     """LAMB exactly as ALBERT's `lamb_optimizer.py` (google-research/albert).
 
     For each variable `w` with gradient `g`:
@@ -190,13 +207,13 @@ class Lamb(keras.optimizers.Optimizer):
         """Applies one LAMB update to `variable`.
 
         Args:
-            gradient: tensor shaped like `variable` (clipped and unscaled
-                already by the base class).
+            gradient: dense tensor shaped like `variable` (densified,
+                clipped and unscaled already).
             variable: the model variable to update.
             learning_rate: scalar tensor for this step.
         """
         dtype = variable.dtype
-        gradient = ops.cast(_densify(gradient), dtype)
+        gradient = ops.cast(gradient, dtype)
         learning_rate = ops.cast(learning_rate, dtype)
         index = self._get_variable_index(variable)
         m = self._momentums[index]
@@ -242,7 +259,7 @@ class Lamb(keras.optimizers.Optimizer):
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AdamW(keras.optimizers.AdamW):
+class AdamW(_DenseGradients, keras.optimizers.AdamW):
     """Keras AdamW whose weight-decay exclusions match `variable.path`.
 
     Adam with bias correction and decoupled weight decay
@@ -313,16 +330,6 @@ class AdamW(keras.optimizers.AdamW):
         # the TF backend handing it replica-local copies under a strategy.
         super().exclude_from_weight_decay(var_list=excluded)
         super().build(var_list)
-
-    def update_step(self, gradient, variable, learning_rate):
-        """Applies one AdamW update, densifying sparse gradients first.
-
-        Args:
-            gradient: tensor or `tf.IndexedSlices` shaped like `variable`.
-            variable: the model variable to update.
-            learning_rate: scalar tensor for this step.
-        """
-        super().update_step(_densify(gradient), variable, learning_rate)
 
     def get_config(self):
         config = super().get_config()

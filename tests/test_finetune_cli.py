@@ -8,6 +8,7 @@ import pytest
 from albert_tf import AlbertBackbone
 from albert_tf.cli import main
 from albert_tf.tasks import load_run
+from albert_tf.tasks.config import default_learning_rate
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
 from input_pipeline import corpora
@@ -87,3 +88,18 @@ def test_squad_v2_end_to_end(model_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["predict", "--model", str(out), "--input", str(path)]) == 0
     assert [json.loads(l)["id"] for l in capsys.readouterr().out.splitlines()] == ["a", "b"]
+
+
+@pytest.mark.slow
+def test_pooling_flag_and_width_rule_reach_the_run(model_dir, tmp_path, capsys):
+    train = write_csv(tmp_path / "train.csv", [("a gorgeous film", "pos"), ("flat and dull", "neg")] * 4)
+    out = tmp_path / "run"
+    assert main(["finetune", "--model", model_dir, "--train", train, "--eval", train, "--out", str(out),
+                 "--task", "classification", "--epochs", "1", "--max-seq-length", "32", "--pooling", "mean"]) == 0
+    run = json.loads((out / "finetune.json").read_text())
+    hidden_size = AlbertBackbone.from_pretrained(model_dir).config.hidden_size
+    # No --learning-rate: the width rule's rate is used and recorded.
+    assert run["config"]["learning_rate"] == pytest.approx(default_learning_rate(hidden_size))
+    assert f"learning rate {default_learning_rate(hidden_size):.3g}" in capsys.readouterr().out
+    _, model, _ = load_run(str(out))
+    assert model.pooling == "mean"

@@ -115,15 +115,17 @@ def test_lamb_matches_original_update_rule(use_schedule, clip_norm):
 
 
 @pytest.mark.parametrize("optimizer_class", [Lamb, AdamW])
-def test_sparse_embedding_gradient_matches_dense(optimizer_class):
+# 0.1 clips every step: the clipping norm must be the dense one too.
+@pytest.mark.parametrize("global_clipnorm", [None, 0.1])
+def test_sparse_embedding_gradient_matches_dense(optimizer_class, global_clipnorm):
     rng = np.random.default_rng(2)
     table = rng.standard_normal((10, 4)).astype("float32")
     embedding = keras.layers.Embedding(10, 4, name="word_embeddings")
     embedding.build(None)
     embedding.embeddings.assign(table)
     dense_table = keras.Variable(table, name="dense_table")
-    sparse_optimizer = optimizer_class(learning_rate=0.01)
-    dense_optimizer = optimizer_class(learning_rate=0.01)
+    sparse_optimizer = optimizer_class(learning_rate=0.01, global_clipnorm=global_clipnorm)
+    dense_optimizer = optimizer_class(learning_rate=0.01, global_clipnorm=global_clipnorm)
 
     @tf.function
     def train_step():

@@ -135,3 +135,35 @@ def test_bad_arguments_are_named(bad, message):
         AlbertClassifier(backbone(), **bad)
     with pytest.raises(ValueError, match="no `label_names`"):
         AlbertQuestionAnswerer(backbone(), label_names=["x"])
+
+
+@pytest.mark.parametrize("cls, args", [(AlbertClassifier, (3,)), (AlbertRegressor, ())])
+def test_mean_pooling_reads_the_mean_of_real_tokens(cls, args):
+    model = cls(backbone(), *args, pooling="mean")
+    inputs = backbone_batch(model.config, batch=BATCH, seq=SEQ)
+    inputs[features.PADDING_MASK][0, 3:] = 0  # a padded row: padding must not count
+    sequence = np.asarray(model.backbone(inputs)["sequence_output"])
+    mask = inputs[features.PADDING_MASK][..., None].astype("float32")
+    mean = (sequence * mask).sum(1) / mask.sum(1)
+    out = np.asarray(next(iter(model(inputs).values())))
+    kernel, bias = (np.asarray(w) for w in model.head.weights)
+    np.testing.assert_allclose(out.reshape(BATCH, -1), mean @ kernel + bias, atol=1e-5)
+    # Changing a padding token's id changes nothing.
+    changed = {k: v.copy() for k, v in inputs.items()}
+    changed[features.TOKEN_IDS][0, 5] = (changed[features.TOKEN_IDS][0, 5] + 1) % model.config.vocab_size
+    np.testing.assert_allclose(np.asarray(next(iter(model(changed).values()))), out, atol=1e-6)
+
+
+def test_pooling_survives_save_and_load(tmp_path):
+    model = AlbertClassifier(backbone(), 2, pooling="mean")
+    assert model.get_config()["pooling"] == "mean"
+    inputs = backbone_batch(model.config, batch=BATCH, seq=SEQ)
+    loaded = assert_pretrained_round_trip(model, inputs, tmp_path)
+    assert loaded.pooling == "mean"
+    # The default is the original's pooled [CLS].
+    assert AlbertClassifier(backbone(), 2).get_config()["pooling"] == "cls"
+
+
+def test_bad_pooling_is_named():
+    with pytest.raises(ValueError, match="pooling='max'"):
+        AlbertClassifier(backbone(), 2, pooling="max")

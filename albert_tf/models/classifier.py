@@ -3,19 +3,57 @@
 import keras
 from keras import ops
 
+from input_pipeline import features
 from albert_tf.models.task import (
     AlbertTask, backbone_inputs, check_backbone, check_label_names, check_positive,
     head_dropout, output_dense, weighted_mean,
 )
 
 
+POOLINGS = ("cls", "mean")
+
+
+def check_pooling(pooling):
+    if pooling not in POOLINGS:
+        raise ValueError(f"`pooling` must be one of {POOLINGS}. Received: pooling={pooling!r}")
+    return pooling
+
+
+def pool(encoded, padding_mask, pooling):
+    """One vector per example for a sentence-level head.
+
+    "cls" is the original's: the pooler (dense + tanh) on the [CLS] position.
+    "mean" averages the sequence output over real tokens; it does not depend
+    on the pooler, which only SOP trains in pretraining and which a short
+    pretraining run can leave nearly constant across inputs.
+
+    Args:
+        encoded: the backbone's outputs, sequence_output (batch, seq, H) and
+            pooled_output (batch, H).
+        padding_mask: int (batch, seq), 1 at real tokens.
+        pooling: "cls" or "mean".
+
+    Returns:
+        Float tensor (batch, H).
+    """
+    if pooling == "cls":
+        return encoded["pooled_output"]
+    # Summed in float32: a bfloat16 sum over hundreds of tokens loses the mean's low bits.
+    sequence = ops.cast(encoded["sequence_output"], "float32")
+    mask = ops.expand_dims(ops.cast(padding_mask, "float32"), -1)  # (batch, seq, 1)
+    # Every example has at least [CLS]; the maximum only guards all-padding rows.
+    count = ops.maximum(ops.sum(mask, axis=1), 1.0)  # (batch, 1)
+    return ops.sum(sequence * mask, axis=1) / count
+
+
 @keras.saving.register_keras_serializable(package="albert_tf")
 class AlbertClassifier(AlbertTask):
-    """ALBERT with a classification head on the pooled [CLS] output.
+    """ALBERT with a classification head on the pooled [CLS] output (or the mean token).
 
     pooled_output -> dropout -> dense(num_classes), as the original
-    `run_classifier.py`. Single sentences use segment 0 only; pairs are
-    `[CLS] A [SEP] B [SEP]` with segment 1 for B.
+    `run_classifier.py`; `pooling="mean"` feeds the mean of the sequence
+    output over real tokens instead. Single sentences use segment 0 only;
+    pairs are `[CLS] A [SEP] B [SEP]` with segment 1 for B.
 
     Args:
         backbone: an `AlbertBackbone`.
@@ -24,6 +62,7 @@ class AlbertClassifier(AlbertTask):
             class id (kept in the config so exports can map ids to labels).
         dropout: float, dropout before the head; None takes the backbone
             config's `classifier_dropout`.
+        pooling: "cls" (the pooler on [CLS]) or "mean" (see `pool`).
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq).
     Outputs (dict): logits: float32 (batch, num_classes).
@@ -33,10 +72,11 @@ class AlbertClassifier(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "classifier"
 
-    def __init__(self, backbone, num_classes, label_names=None, dropout=None, **kwargs):
+    def __init__(self, backbone, num_classes, label_names=None, dropout=None, pooling="cls", **kwargs):
         check_backbone(backbone)
         check_positive("num_classes", num_classes)
         label_names = check_label_names(label_names, num_classes, "num_classes")
+        check_pooling(pooling)
 
         # === Layers ===
         dropout_layer, rate = head_dropout(backbone, dropout)
@@ -44,16 +84,18 @@ class AlbertClassifier(AlbertTask):
 
         # === Functional graph ===
         inputs = backbone_inputs()
-        pooled = backbone(inputs)["pooled_output"]  # (batch, H)
+        pooled = pool(backbone(inputs), inputs[features.PADDING_MASK], pooling)  # (batch, H)
         logits = head(dropout_layer(pooled))  # (batch, num_classes)
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 
         self.num_classes = num_classes
         self.dropout = rate
+        self.pooling = pooling
         self.head = head
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         self._init_task(
-            backbone, label_names, [self.accuracy], num_classes=num_classes, dropout=dropout
+            backbone, label_names, [self.accuracy], num_classes=num_classes, dropout=dropout,
+            pooling=pooling,
         )
 
     def task_loss(self, y, y_pred, sample_weight=None, x=None):
@@ -75,6 +117,7 @@ class AlbertRegressor(AlbertTask):
         backbone: an `AlbertBackbone`.
         label_names: optional list of one string, the name of the predicted score.
         dropout: float, dropout before the head; None takes `classifier_dropout`.
+        pooling: "cls" (the pooler on [CLS]) or "mean" (see `pool`).
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq).
     Outputs (dict): predictions: float32 (batch,) — one score per example,
@@ -85,22 +128,26 @@ class AlbertRegressor(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "regressor"
 
-    def __init__(self, backbone, label_names=None, dropout=None, **kwargs):
+    def __init__(self, backbone, label_names=None, dropout=None, pooling="cls", **kwargs):
         check_backbone(backbone)
         label_names = check_label_names(label_names, 1, "outputs")
+        check_pooling(pooling)
 
         dropout_layer, rate = head_dropout(backbone, dropout)
         head = output_dense(1, backbone, "regressor")
 
         inputs = backbone_inputs()
-        pooled = backbone(inputs)["pooled_output"]  # (batch, H)
+        pooled = pool(backbone(inputs), inputs[features.PADDING_MASK], pooling)  # (batch, H)
         predictions = ops.squeeze(head(dropout_layer(pooled)), axis=-1)  # (batch,)
         super().__init__(inputs=inputs, outputs={"predictions": predictions}, **kwargs)
 
         self.dropout = rate
+        self.pooling = pooling
         self.head = head
         self.mean_squared_error = keras.metrics.MeanSquaredError(name="mse")
-        self._init_task(backbone, label_names, [self.mean_squared_error], dropout=dropout)
+        self._init_task(
+            backbone, label_names, [self.mean_squared_error], dropout=dropout, pooling=pooling
+        )
 
     def task_loss(self, y, y_pred, sample_weight=None, x=None):
         error = ops.square(ops.cast(y, "float32") - y_pred["predictions"])

@@ -54,6 +54,8 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if not isinstance(backbone, AlbertBackbone):
         raise ValueError(f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}")
     check_lengths(config, backbone, tokenizer)
+    config = config.resolved(backbone.config)
+    log(f"learning rate {config.learning_rate:.3g}")
     task = get_task(config.task)
     keras.utils.set_random_seed(config.seed)
 

@@ -79,8 +79,10 @@ class SentenceTask:
 
     def build_model(self, backbone, label_names, config):
         if self.regression:
-            return AlbertRegressor(backbone, dropout=config.dropout)
-        return AlbertClassifier(backbone, len(label_names), label_names=label_names, dropout=config.dropout)
+            return AlbertRegressor(backbone, dropout=config.dropout, pooling=config.pooling)
+        return AlbertClassifier(
+            backbone, len(label_names), label_names=label_names, dropout=config.dropout, pooling=config.pooling
+        )
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):
         result = self.read(path, config, labelled, label_names)

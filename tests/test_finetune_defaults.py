@@ -1,0 +1,36 @@
+import pytest
+
+from albert_tf import AlbertConfig
+from albert_tf.tasks import FinetuneConfig
+from albert_tf.tasks.config import default_learning_rate
+
+
+@pytest.mark.parametrize("hidden_size, expected", [
+    (4096, 2e-5), (1024, 2e-5), (768, 2e-5), (512, 4.5e-5), (256, 1.8e-4), (128, 7.2e-4), (64, 2.88e-3),
+])
+def test_default_learning_rate_follows_the_width_rule(hidden_size, expected):
+    assert default_learning_rate(hidden_size) == pytest.approx(expected)
+
+
+def test_no_learning_rate_resolves_by_model_width_and_an_explicit_one_is_kept():
+    small = AlbertConfig(hidden_size=128, num_attention_heads=2, intermediate_size=512)
+    config = FinetuneConfig(task="sst2")
+    assert config.learning_rate is None
+    assert config.resolved(small).learning_rate == pytest.approx(7.2e-4)
+    assert config.resolved(AlbertConfig()).learning_rate == pytest.approx(2e-5)
+    explicit = FinetuneConfig(task="sst2", learning_rate=3e-5)
+    assert explicit.resolved(small) is explicit
+    # The resolved rate round-trips through the run file.
+    assert FinetuneConfig.from_dict(config.resolved(small).to_dict()).learning_rate == pytest.approx(7.2e-4)
+
+
+@pytest.mark.parametrize("bad, message", [
+    (dict(learning_rate=0.0), "learning_rate"),
+    (dict(learning_rate=-1e-5), "learning_rate"),
+    (dict(pooling="max"), "pooling='max'"),
+])
+def test_bad_settings_are_named(bad, message):
+    with pytest.raises(ValueError, match=message):
+        FinetuneConfig(task="sst2", **bad)
+    with pytest.raises(ValueError, match="hidden_size"):
+        default_learning_rate(0)
