@@ -101,5 +101,5 @@ def test_pooling_flag_and_width_rule_reach_the_run(model_dir, tmp_path, capsys):
     # No --learning-rate: the width rule's rate is used and recorded.
     assert run["config"]["learning_rate"] == pytest.approx(default_learning_rate(hidden_size))
     assert f"learning rate {default_learning_rate(hidden_size):.3g}" in capsys.readouterr().out
-    _, model, _ = load_run(str(out))
+    _, model, _, _ = load_run(str(out))
     assert model.pooling == "mean"
