@@ -109,7 +109,7 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
     start = time.perf_counter()
     run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], out, log=lambda line: None)
     seconds = time.perf_counter() - start
-    resolved, model, _ = load_run(out)
+    resolved, model, _, _ = load_run(out)
     task = get_task("classification")
     test = task.encode(paths["test"], tokenizer, resolved, model.label_names)
     accuracy = task.evaluate(model, test, resolved)["accuracy"]
@@ -138,7 +138,7 @@ def main():
 
     import keras
 
-    from albert_tf.commands.finetune import find_tokenizer
+    from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
 
     models = [spec.split("=", 1) for spec in args.model]
