@@ -104,9 +104,18 @@ def main(argv=None):
     # Only the flags before the command are albert-tf's own (finetune has a --verbose too).
     own_flags = argv[: next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))]
     if "--verbose" in own_flags:
-        return _run(argv)
-    with QuietStderr():
-        return _run(argv)
+        code = _run(argv)
+    else:
+        with QuietStderr():
+            code = _run(argv)
+    if code == EXIT_INTERRUPTED:
+        # Ctrl-C can stop TensorFlow's input threads mid-op; tearing the
+        # interpreter down around them crashed once (SIGSEGV instead of 130),
+        # so leave without teardown once the messages are out.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _run(argv):
