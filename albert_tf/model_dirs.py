@@ -13,11 +13,17 @@ data and the models, always under the one name `TOKENIZER_DIR`:
 
 so a model directory copied on its own still tokenizes, and any of the run
 directory, `final/` or `best/` names the same model.
+
+A HuggingFace `save_pretrained` directory of an ALBERT model (config.json
+with model.safetensors or pytorch_model.bin, `spiece.model` and
+tokenizer_config.json beside them) is a model directory too: `load_pretrained`
+converts it on load, and its tokenizer follows its tokenizer_config.json.
 """
 
 import os
 
 from albert_tf.saving import CONFIG_FILE, MODEL_FILE
+from input_pipeline.tokenizer import CONFIG_FILE as CONFIG_FILE_OF_TOKENIZER
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import AlbertTokenizer
 
@@ -27,7 +33,18 @@ BEST_DIR = "best"
 
 
 def is_model_dir(path):
-    return os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isfile(os.path.join(path, MODEL_FILE))
+    """Whether `path` holds a model `load_pretrained` reads: albert-tf's own or a HF one."""
+    # albert_tf.convert.hf imports this module: imported here, on first use.
+    from albert_tf.convert.hf import is_hf_dir
+
+    return (
+        os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isfile(os.path.join(path, MODEL_FILE))
+    ) or is_hf_dir(path)
+
+
+def holds_model(path):
+    """Whether `resolve_model_dir(path)` finds a model (without raising)."""
+    return any(is_model_dir(p) for p in (path, os.path.join(path, BEST_DIR), os.path.join(path, FINAL_DIR)))
 
 
 def resolve_model_dir(path):
@@ -43,8 +60,11 @@ def resolve_model_dir(path):
     for sub in (BEST_DIR, FINAL_DIR):
         if is_model_dir(os.path.join(path, sub)):
             return os.path.join(path, sub)
+    from albert_tf.convert.hf import WEIGHT_FILES
+
     raise ValueError(
-        f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} there or in its "
+        f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
+        f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) there, or an albert-tf model in its "
         f"{BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
     )
 
@@ -65,23 +85,59 @@ def tokenizer_candidates(path):
 def find_tokenizer(path, tokenizer_dir=None, required=True):
     """The tokenizer that goes with the model, run or data directory `path`.
 
+    A HF directory's tokenizer (`spiece.model` with its tokenizer_config.json)
+    is read as `albert-tf convert --from hf` reads it: `do_lower_case`,
+    `keep_accents` and `remove_space` become its preprocessing.
+
     Args:
-        path: a model directory, a run directory, or a create-data directory.
-        tokenizer_dir: an explicit tokenizer directory; wins when given.
+        path: a model directory (albert-tf or HF), a run directory, or a
+            create-data directory.
+        tokenizer_dir: an explicit tokenizer directory (albert-tf or HF); wins when given.
         required: raise when none is found (else return None).
 
     Returns:
         An `AlbertTokenizer`, or None when not `required` and none is found.
     """
     if tokenizer_dir is not None:
-        return AlbertTokenizer.load(tokenizer_dir)
+        return load_tokenizer(tokenizer_dir)
     candidates = tokenizer_candidates(path)
     for candidate in candidates:
         if os.path.isfile(os.path.join(candidate, SPIECE_FILE)):
-            return AlbertTokenizer.load(candidate)
+            return load_tokenizer(candidate)
     if required:
         raise ValueError(
             f"No tokenizer for {path}: no {SPIECE_FILE} in {', '.join(candidates)}. Pass --tokenizer DIR "
-            "(a train-tokenizer output)."
+            f"(a train-tokenizer output, or a HF directory with {SPIECE_FILE}).{_hf_hint(path)}"
         )
     return None
+
+
+def load_tokenizer(directory):
+    """The `AlbertTokenizer` in `directory`: a `train-tokenizer` output or a HF directory.
+
+    Raises:
+        ValueError: naming `directory` when it holds no `spiece.model`.
+    """
+    from albert_tf.convert.hf import hf_tokenizer, is_hf_tokenizer_dir
+
+    if not os.path.isfile(os.path.join(directory, SPIECE_FILE)):
+        raise ValueError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
+    if is_hf_tokenizer_dir(directory):
+        return hf_tokenizer(directory)
+    return AlbertTokenizer.load(directory)
+
+
+def _hf_hint(directory):
+    """What to do about a HF directory without spiece.model, for error messages; "" for other directories."""
+    from albert_tf.convert.hf import is_hf_tokenizer_dir
+
+    if not is_hf_tokenizer_dir(directory):
+        return ""
+    if os.path.isfile(os.path.join(directory, CONFIG_FILE_OF_TOKENIZER)):
+        found = f" {directory} has transformers' {CONFIG_FILE_OF_TOKENIZER} only (transformers 5 saves no {SPIECE_FILE});"
+    else:
+        found = ""
+    return (
+        f"{found} albert-tf tokenizes with the SentencePiece model: copy {SPIECE_FILE} from where the "
+        f"model came from (its hub page has it) into {directory}."
+    )

@@ -4,11 +4,15 @@ Layout of a directory written by `save_pretrained`:
     config.json          the `AlbertConfig` (original / HF field names)
     albert_tf.json       the Keras config of the whole model (its class, heads, ...)
     model.weights.h5     the weights
+
+`load_pretrained` also takes a HuggingFace `save_pretrained` directory of an
+ALBERT model and converts it on load (`albert_tf.convert.hf`).
 """
 
 import importlib
 import json
 import os
+import warnings
 
 import keras
 
@@ -35,24 +39,41 @@ def save_pretrained(model, directory):
 
 
 def load_pretrained(directory):
-    """Rebuilds the model saved in `directory` by `save_pretrained` (or `albert-tf convert`).
+    """Rebuilds the model in `directory`: albert-tf's own, or a HuggingFace one.
+
+    `directory` is either what `save_pretrained` (or `albert-tf convert`)
+    wrote, or a HF transformers `save_pretrained` directory of an ALBERT model
+    (config.json with model.safetensors, pytorch_model.bin or a sharded index
+    of either, and no albert_tf.json), which is converted in memory as
+    `albert-tf convert --from hf` converts it.
 
     Returns:
         The model that was saved: an `AlbertBackbone`, an `AlbertPretrainer`
-        or a task model.
+        or a task model. From a HF directory: an `AlbertPretrainer` for
+        AlbertForPreTraining / AlbertForMaskedLM weights (the latter with a
+        freshly initialized SOP head and pooler, with a warning that lists
+        them), an `AlbertBackbone` for AlbertModel.
 
     Raises:
         ValueError: naming the file and what is wrong with it: missing files,
             bytes that are not UTF-8, invalid JSON, an unknown config, a
-            corrupt or truncated weights file, weights that do not fit the config.
+            corrupt or truncated weights file, weights that do not fit the
+            config; for a HF directory also a `model_type` other than "albert"
+            and tensors the converter does not know (a task head, for one).
     """
+    # albert_tf.convert.hf imports this module: imported here, on first use.
+    from albert_tf.convert import hf
+
+    if hf.is_hf_dir(directory):
+        return _load_hf(directory)
     missing = [
         name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
         if not os.path.isfile(os.path.join(directory, name))
     ]
     if missing:
         raise ValueError(
-            f"{directory} is not an albert-tf pretrained directory: missing {missing}. "
+            f"{directory} is not an albert-tf pretrained directory: missing {missing}; nor a HuggingFace "
+            f"one: no {' or '.join(hf.WEIGHT_FILES)} beside a {CONFIG_FILE}. "
             "Write one with `save_pretrained` or `albert-tf convert`."
         )
     config_path, model_path, weights_path = (os.path.join(directory, n) for n in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE))
@@ -84,6 +105,23 @@ def load_pretrained(directory):
             f"and {MODEL_FILE}: {e}"
         ) from e
     return model
+
+
+def _load_hf(directory):
+    """The model of a HF directory, warning about weights its checkpoint did not hold."""
+    from albert_tf.convert import hf
+
+    report = hf.load_hf(directory)
+    if report.newly_initialized:
+        # Usable (MLM works; fine-tuning trains the pooler), so a warning rather
+        # than an error, as transformers gives for the same checkpoints.
+        warnings.warn(
+            f"{directory} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
+            f"{len(report.newly_initialized)} weights are newly initialized and need training "
+            f"before use: {', '.join(report.newly_initialized)}",
+            stacklevel=3,
+        )
+    return report.model
 
 
 def _read_json(path):

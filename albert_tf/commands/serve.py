@@ -16,7 +16,7 @@ import tempfile
 
 from albert_tf.commands.flags import add_command
 from albert_tf.export.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
-from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, is_model_dir, resolve_model_dir
+from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
 
 
 def add_parser(subparsers):
@@ -39,8 +39,7 @@ def run(args):
     path = os.path.normpath(args.model or args.model_base_path)
     name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)
     with tempfile.TemporaryDirectory() as tmp:
-        if is_model_dir(path) or is_model_dir(os.path.join(path, BEST_DIR)) or is_model_dir(
-                os.path.join(path, FINAL_DIR)):
+        if holds_model(path):
             path = _export(path, os.path.join(tmp, name))
         return _serve(path, args.model_name or name, args)
 

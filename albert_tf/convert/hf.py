@@ -12,6 +12,9 @@ tokenizer_config.json whose AlbertTokenizer options (`remove_space`,
 `keep_accents`, `do_lower_case`) are our `Preprocessing` (whitespace
 collapse, accent stripping, lowercasing), so `AutoTokenizer.from_pretrained`
 encodes text as `AlbertTokenizer.encode` does.
+
+`albert_tf.load_pretrained` and the `--model` of every command take a HF
+directory as it is (`is_hf_dir`), converting it in memory with `load_hf`.
 """
 
 import json
@@ -27,6 +30,7 @@ from albert_tf.convert import mapping
 from albert_tf.convert.output import check_output_dir, write_dir
 from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.model_dirs import TOKENIZER_DIR
+from albert_tf.saving import MODEL_FILE as ALBERT_TF_MODEL_FILE
 from albert_tf.saving import load_pretrained, save_pretrained
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE, AlbertTokenizer
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
@@ -37,12 +41,42 @@ TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
+INDEX_SUFFIX = ".index.json"
+# What `_open_weights` reads, in its order of preference.
+WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + INDEX_SUFFIX, TORCH_FILE, TORCH_FILE + INDEX_SUFFIX)
 _BACKBONE_PREFIX = "albert."
 # Non-persistent buffers that older transformers versions saved.
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
 # Tied to `albert.embeddings.word_embeddings.weight` and `predictions.bias`;
 # transformers 5 does not save them, older versions did.
 _DECODER_WEIGHT, _DECODER_BIAS = "predictions.decoder.weight", "predictions.decoder.bias"
+
+
+def is_hf_dir(path):
+    """Whether `path` is a HF `save_pretrained` directory, read by `load_hf`.
+
+    That is: a config.json beside HF weights (any of `WEIGHT_FILES`), and no
+    albert_tf.json (which marks albert-tf's own directories, whose config.json
+    says `model_type` "albert" too). Whether the config describes an ALBERT
+    model is `load_hf`'s check, so that another model type is an error naming
+    config.json rather than a directory that holds "no model".
+    """
+    return (
+        os.path.isfile(os.path.join(path, CONFIG_FILE))
+        and not os.path.isfile(os.path.join(path, ALBERT_TF_MODEL_FILE))
+        and any(os.path.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
+    )
+
+
+def is_hf_tokenizer_dir(path):
+    """Whether the tokenizer in `path` is a HF one (read by `hf_tokenizer`, not `AlbertTokenizer.load`).
+
+    transformers writes tokenizer_config.json, which albert-tf's tokenizer
+    directories never hold; a hub download may lack it, but then sits in a
+    HF model directory. Its tokenizer.json, if any, is transformers' own
+    format, not albert-tf's.
+    """
+    return os.path.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
 
 
 def from_hf(src_dir):
@@ -106,11 +140,13 @@ def hf_tokenizer(src_dir):
     options = {}
     config_path = os.path.join(src_dir, TOKENIZER_CONFIG_FILE)
     if os.path.isfile(config_path):
-        with open(config_path, encoding="utf-8") as f:
+        with open(config_path, "rb") as f:
             try:
-                options = json.load(f)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{config_path} is not valid JSON: {e}") from e
+                options = json.loads(f.read().decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
+        if not isinstance(options, dict):
+            raise ValueError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
     preprocessing = Preprocessing(
         collapse_whitespace=bool(options.get("remove_space", True)),
         strip_accents=not options.get("keep_accents", False),
@@ -209,11 +245,11 @@ def _read_config(src_dir):
     path = os.path.join(src_dir, CONFIG_FILE)
     if not os.path.isfile(path):
         raise ValueError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
-    with open(path) as f:
+    with open(path, "rb") as f:
         try:
-            values = json.load(f)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from e
+            values = json.loads(f.read().decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from e
     if isinstance(values, dict) and values.get("model_type", "albert") != "albert":
         raise ValueError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
     # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
@@ -226,10 +262,10 @@ def _read_config(src_dir):
 def _open_weights(src_dir):
     """(shapes, read, source) for the weight files of `src_dir`."""
     for index_name, reader in (
-        (SAFETENSORS_FILE + ".index.json", _open_safetensors),
-        (TORCH_FILE + ".index.json", _open_torch),
+        (SAFETENSORS_FILE + INDEX_SUFFIX, _open_safetensors),
+        (TORCH_FILE + INDEX_SUFFIX, _open_torch),
     ):
-        single = os.path.join(src_dir, index_name[: -len(".index.json")])
+        single = os.path.join(src_dir, index_name[: -len(INDEX_SUFFIX)])
         index = os.path.join(src_dir, index_name)
         if os.path.isfile(single):
             return (*reader([single]), single)
