@@ -147,10 +147,16 @@ def hf_tokenizer(src_dir):
                 raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
         if not isinstance(options, dict):
             raise ValueError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
+    # transformers 5 writes `"remove_space": null` (its tokenizer always splits
+    # on whitespace): null, like an absent key, takes transformers' default.
+    def option(name, default):
+        value = options.get(name)
+        return default if value is None else bool(value)
+
     preprocessing = Preprocessing(
-        collapse_whitespace=bool(options.get("remove_space", True)),
-        strip_accents=not options.get("keep_accents", False),
-        lower_case=bool(options.get("do_lower_case", True)),
+        collapse_whitespace=option("remove_space", True),
+        strip_accents=not option("keep_accents", False),
+        lower_case=option("do_lower_case", True),
     )
     with open(model_path, "rb") as f:
         return AlbertTokenizer(f.read(), preprocessing)

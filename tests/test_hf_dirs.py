@@ -1,0 +1,163 @@
+"""HuggingFace `save_pretrained` directories used directly: `load_pretrained`,
+`from_pretrained`, `resolve_model_dir` and `find_tokenizer` read them as
+`albert-tf convert --from hf` would have converted them."""
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import transformers
+
+from albert_tf import AlbertBackbone, AlbertPretrainer, load_pretrained
+from albert_tf.convert import convert_from_hf
+from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from input_pipeline import corpora
+from input_pipeline.tokenizer import AlbertTokenizer
+import hf_reference as ref
+
+
+def hf_model_dir(tmp_path, cls, **save_kwargs):
+    directory = tmp_path / "hf"
+    ref.make_hf_model(cls).save_pretrained(directory, **save_kwargs)
+    return directory
+
+
+def torch_bin_dir(tmp_path, cls):
+    """As transformers 4 saved without safetensors: config.json + pytorch_model.bin."""
+    directory = tmp_path / "hf"
+    model = ref.make_hf_model(cls)
+    model.config.save_pretrained(directory)
+    torch.save(model.state_dict(), directory / "pytorch_model.bin")
+    return directory
+
+
+def assert_identical_models(a, b):
+    assert type(a) is type(b)
+    assert getattr(a, "backbone", a).config == getattr(b, "backbone", b).config
+    weights_a, weights_b = a.get_weights(), b.get_weights()
+    assert len(weights_a) == len(weights_b)
+    for x, y in zip(weights_a, weights_b):
+        assert x.dtype == y.dtype and np.array_equal(x, y)
+    inputs = ref.batch(ref.TINY["vocab_size"])
+    outputs_a, outputs_b = ref.our_outputs(a, inputs), ref.our_outputs(b, inputs)
+    for name in outputs_b:
+        assert np.array_equal(outputs_a[name], outputs_b[name]), name
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("cls, expected, layout", [
+    (transformers.AlbertForPreTraining, AlbertPretrainer, "safetensors"),
+    (transformers.AlbertModel, AlbertBackbone, "safetensors"),
+    (transformers.AlbertForPreTraining, AlbertPretrainer, "sharded"),
+    (transformers.AlbertModel, AlbertBackbone, "pytorch_model.bin"),
+])
+def test_loading_a_hf_dir_equals_converting_it_first(cls, expected, layout, tmp_path):
+    if layout == "pytorch_model.bin":
+        directory = torch_bin_dir(tmp_path, cls)
+    else:
+        directory = hf_model_dir(tmp_path, cls, **({"max_shard_size": "50KB"} if layout == "sharded" else {}))
+    if layout == "sharded":
+        assert (directory / "model.safetensors.index.json").is_file()
+
+    direct = load_pretrained(directory)
+    convert_from_hf(directory, tmp_path / "converted")
+    converted = load_pretrained(tmp_path / "converted")
+
+    assert isinstance(direct, expected)
+    assert_identical_models(direct, converted)
+    assert resolve_model_dir(str(directory)) == str(directory)
+    # from_pretrained reads it too; a backbone comes out of a pretraining checkpoint.
+    assert_identical_models(AlbertBackbone.from_pretrained(directory), converted.backbone
+                            if expected is AlbertPretrainer else converted)
+
+
+def test_hf_masked_lm_dir_warns_about_its_fresh_heads(tmp_path):
+    directory = hf_model_dir(tmp_path, transformers.AlbertForMaskedLM)
+    with pytest.warns(UserWarning, match="newly initialized.*sop_head/dense/kernel"):
+        model = load_pretrained(directory)
+    assert isinstance(model, AlbertPretrainer)
+
+
+@pytest.fixture(scope="module")
+def spiece_model(tmp_path_factory):
+    """A small SentencePiece model trained on real reviews, as a HF directory ships it."""
+    sentences = [s for document in corpora.imdb_documents("pretrain", limit=300) for s in document]
+    tokenizer = AlbertTokenizer.train(sentences, vocab_size=ref.TINY["vocab_size"])
+    return tokenizer.model_proto
+
+
+def real_sentences():
+    sentences = [s for document in corpora.imdb_documents("heldout", limit=10) for s in document]
+    return sentences + ["  Café CRÈME,   naïve ``quoted'' text\tand TABS  ", "Ｆｕｌｌ-width ＡＢＣ and ﬁne ligatures"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("options", [
+    {},  # a hub download with no tokenizer_config.json: transformers' defaults
+    {"do_lower_case": True, "keep_accents": False},
+    {"do_lower_case": False, "keep_accents": True},
+])
+def test_hf_dir_tokenizer_encodes_as_transformers_does(options, spiece_model, tmp_path):
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    (directory / "spiece.model").write_bytes(spiece_model)
+    if options:
+        (directory / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "AlbertTokenizer", **options}))
+        # transformers 5 rewrites tokenizer_config.json (with "remove_space": null)
+        # and adds its own tokenizer.json, which is not albert-tf's tokenizer.json.
+        transformers.AutoTokenizer.from_pretrained(str(directory)).save_pretrained(str(directory))
+        assert (directory / "tokenizer.json").is_file()
+    theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
+
+    ours = find_tokenizer(str(directory))
+
+    for sentence in real_sentences():
+        assert list(ours.encode(sentence)) == theirs(sentence, add_special_tokens=False)["input_ids"], sentence
+
+
+def test_hf_dir_with_another_model_type_names_config_json(tmp_path):
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    values = json.loads((directory / "config.json").read_text())
+    (directory / "config.json").write_text(json.dumps({**values, "model_type": "bert"}))
+    with pytest.raises(ValueError, match=r"config\.json describes a 'bert' model, not 'albert'"):
+        load_pretrained(directory)
+
+
+def test_hf_dir_without_weights_says_what_it_expected(tmp_path, spiece_model):
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    (directory / "model.safetensors").unlink()
+    (directory / "spiece.model").write_bytes(spiece_model)
+    for load in (load_pretrained, resolve_model_dir):
+        with pytest.raises(ValueError) as error:
+            load(str(directory))
+        message = str(error.value)
+        assert str(directory) in message and "model.safetensors" in message and "pytorch_model.bin" in message
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_corrupt_hf_safetensors_names_the_file(damage, tmp_path):
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    path = directory / "model.safetensors"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a safetensors file")
+    with pytest.raises(ValueError, match=f"{path} is not a readable safetensors file"):
+        load_pretrained(directory)
+
+
+def test_hf_task_head_is_listed_not_dropped(tmp_path):
+    directory = hf_model_dir(tmp_path, transformers.AlbertForSequenceClassification)
+    with pytest.raises(ValueError, match=r"unexpected 2 HF tensors: \['classifier.bias', 'classifier.weight'\]"):
+        load_pretrained(directory)
+
+
+def test_hf_dir_without_spiece_model_explains_what_to_copy(tmp_path, spiece_model):
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    (directory / "spiece.model").write_bytes(spiece_model)
+    transformers.AutoTokenizer.from_pretrained(str(directory)).save_pretrained(str(tmp_path / "saved"))
+    (directory / "spiece.model").unlink()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(tmp_path / "saved" / name, directory / name)
+    with pytest.raises(ValueError, match="transformers' tokenizer.json only.*copy spiece.model"):
+        find_tokenizer(str(directory))
+    assert find_tokenizer(str(directory), required=False) is None
