@@ -323,3 +323,70 @@ def test_version_and_help_print_no_start_up_noise(tmp_path):
         assert done.stdout.startswith("usage: albert-tf") and done.stderr == "", (command, done.stderr)
     pretrain_help = " ".join(run_cli("pretrain", "--help", cwd=tmp_path).stdout.split())
     assert "(default: 0.025)" in pretrain_help and "(default: lamb)" in pretrain_help
+
+
+@pytest.fixture(scope="module")
+def hf_user_dir(tour, pretrained):
+    """A HF directory as a user brings it (transformers' own save_pretrained, spiece.model beside).
+
+    Made with transformers alone: a random AlbertForPreTraining over the tour's
+    vocabulary, and the tokenizer as a hub download holds it (transformers 5
+    writes tokenizer.json and tokenizer_config.json; the hub also has spiece.model).
+    """
+    import shutil
+
+    import torch
+    from transformers import AlbertConfig, AlbertForPreTraining, AlbertTokenizer
+
+    directory = tour / "hf_user"
+    torch.manual_seed(0)
+    config = AlbertConfig(vocab_size=400, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+                          num_attention_heads=2, intermediate_size=64, max_position_embeddings=128)
+    AlbertForPreTraining(config).save_pretrained(directory)
+    AlbertTokenizer(vocab_file=str(tour / "tok" / "spiece.model")).save_pretrained(directory)
+    shutil.copy(tour / "tok" / "spiece.model", directory / "spiece.model")
+    return directory
+
+
+def test_hf_directory_as_model_for_finetune_predict_export_and_convert(tour, hf_user_dir):
+    # README: any --model also takes a HF save_pretrained directory, converted on load.
+    done = run_cli("finetune", "--task", "sst2", "--model", "hf_user", "--train", "SST-2/train.tsv",
+                   "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_hf", "--batch-size", "16", "--epochs", "1",
+                   cwd=tour)
+    assert "Fine-tuning sst2 from hf_user" in done.stdout
+    predicted = strict_json_lines(run_cli("predict", "--model", "runs/sst2_hf", cwd=tour,
+                                          input="\n".join(STDIN_TEXTS) + "\n").stdout)
+    assert [row["index"] for row in predicted] == [0, 1, 2] and predicted[0]["label"] in ("0", "1")
+    # The run carries the HF directory's tokenizer, in albert-tf's format.
+    from input_pipeline.tokenizer import AlbertTokenizer
+
+    carried = AlbertTokenizer.load(str(tour / "runs" / "sst2_hf" / "best" / "tokenizer"))
+    assert carried.model_proto == (hf_user_dir / "spiece.model").read_bytes()
+
+    done = run_cli("export", "--model", "hf_user", "--format", "saved_model", "--out", "saved_models/hf_user",
+                   cwd=tour)
+    assert "Wrote AlbertPretrainer SavedModel" in done.stdout
+    assert (tour / "saved_models" / "hf_user" / "1" / "saved_model.pb").is_file()
+    server = Server("--model", "hf_user", cwd=tour)
+    try:
+        answer = server.request(server.model_url + ":predict",
+                                {"signature_name": "serve_text",
+                                 "instances": [{"text": STDIN_TEXTS[0], "mask_positions": [1, 2]}]})
+    finally:
+        server.stop()
+    assert server.model_url.endswith("/v1/models/hf_user")
+    prediction = answer["predictions"][0]
+    assert np.shape(prediction["mlm_logits"]) == (2, 400) and len(prediction["sop_logits"]) == 2
+
+    # Through albert-tf and back to transformers: the same tensors.
+    run_cli("convert", "--to", "hf", "--model", "hf_user", "--out", "hf_user_again", cwd=tour)
+    from transformers import AlbertForPreTraining
+
+    before = AlbertForPreTraining.from_pretrained(str(hf_user_dir)).state_dict()
+    after = AlbertForPreTraining.from_pretrained(str(tour / "hf_user_again")).state_dict()
+    assert before.keys() == after.keys()
+    assert all(np.array_equal(before[k].numpy(), after[k].numpy()) for k in before)
+
+    # predict needs a fine-tuned run, and says so.
+    refused = run_cli("predict", "--model", "hf_user", cwd=tour, input="a film\n", expect_rc=None)
+    assert_one_line_error(refused, "hf_user", "not a fine-tuning output directory")
