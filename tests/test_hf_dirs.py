@@ -46,7 +46,6 @@ def assert_identical_models(a, b):
         assert np.array_equal(outputs_a[name], outputs_b[name]), name
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("cls, expected, layout", [
     (transformers.AlbertForPreTraining, AlbertPretrainer, "safetensors"),
     (transformers.AlbertModel, AlbertBackbone, "safetensors"),
@@ -93,7 +92,6 @@ def real_sentences():
     return sentences + ["  Café CRÈME,   naïve ``quoted'' text\tand TABS  ", "Ｆｕｌｌ-width ＡＢＣ and ﬁne ligatures"]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("options", [
     {},  # a hub download with no tokenizer_config.json: transformers' defaults
     {"do_lower_case": True, "keep_accents": False},
@@ -116,12 +114,19 @@ def test_hf_dir_tokenizer_encodes_as_transformers_does(options, spiece_model, tm
         assert list(ours.encode(sentence)) == theirs(sentence, add_special_tokens=False)["input_ids"], sentence
 
 
-def test_hf_dir_with_another_model_type_names_config_json(tmp_path):
+@pytest.mark.parametrize("damage, what", [
+    (lambda values: json.dumps({**values, "model_type": "bert"}).encode(), "describes a 'bert' model, not 'albert'"),
+    (lambda values: b'{"model_type": "albert",', "is not valid UTF-8 JSON"),
+    (lambda values: b'{"model_type": "alb\xe9rt"}', "is not valid UTF-8 JSON"),
+    (lambda values: json.dumps({**values, "hidden_size": 65}).encode(), "hidden_size"),
+])
+def test_bad_hf_config_is_an_error_naming_config_json(damage, what, tmp_path):
     directory = hf_model_dir(tmp_path, transformers.AlbertModel)
-    values = json.loads((directory / "config.json").read_text())
-    (directory / "config.json").write_text(json.dumps({**values, "model_type": "bert"}))
-    with pytest.raises(ValueError, match=r"config\.json describes a 'bert' model, not 'albert'"):
+    path = directory / "config.json"
+    path.write_bytes(damage(json.loads(path.read_text())))
+    with pytest.raises(ValueError) as error:
         load_pretrained(directory)
+    assert str(path) in str(error.value) and what in str(error.value), error.value
 
 
 def test_hf_dir_without_weights_says_what_it_expected(tmp_path, spiece_model):
