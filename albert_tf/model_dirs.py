@@ -23,7 +23,7 @@ converts it on load, and its tokenizer follows its tokenizer_config.json.
 import os
 
 from albert_tf.saving import CONFIG_FILE, MODEL_FILE
-from input_pipeline.tokenizer import CONFIG_FILE as CONFIG_FILE_OF_TOKENIZER
+from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import AlbertTokenizer
 
@@ -133,8 +133,8 @@ def _hf_hint(directory):
 
     if not is_hf_tokenizer_dir(directory):
         return ""
-    if os.path.isfile(os.path.join(directory, CONFIG_FILE_OF_TOKENIZER)):
-        found = f" {directory} has transformers' {CONFIG_FILE_OF_TOKENIZER} only (transformers 5 saves no {SPIECE_FILE});"
+    if os.path.isfile(os.path.join(directory, TOKENIZER_JSON)):
+        found = f" {directory} has transformers' {TOKENIZER_JSON} only (transformers 5 saves no {SPIECE_FILE});"
     else:
         found = ""
     return (

@@ -65,7 +65,17 @@ def load_pretrained(directory):
     from albert_tf.convert import hf
 
     if hf.is_hf_dir(directory):
-        return _load_hf(directory)
+        report = hf.load_hf(directory)
+        if report.newly_initialized:
+            # Usable (MLM works; fine-tuning trains the pooler), so a warning
+            # rather than an error, as transformers gives for the same checkpoints.
+            warnings.warn(
+                f"{directory} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
+                f"{len(report.newly_initialized)} weights are newly initialized and need training "
+                f"before use: {', '.join(report.newly_initialized)}",
+                stacklevel=2,
+            )
+        return report.model
     missing = [
         name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
         if not os.path.isfile(os.path.join(directory, name))
@@ -105,23 +115,6 @@ def load_pretrained(directory):
             f"and {MODEL_FILE}: {e}"
         ) from e
     return model
-
-
-def _load_hf(directory):
-    """The model of a HF directory, warning about weights its checkpoint did not hold."""
-    from albert_tf.convert import hf
-
-    report = hf.load_hf(directory)
-    if report.newly_initialized:
-        # Usable (MLM works; fine-tuning trains the pooler), so a warning rather
-        # than an error, as transformers gives for the same checkpoints.
-        warnings.warn(
-            f"{directory} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
-            f"{len(report.newly_initialized)} weights are newly initialized and need training "
-            f"before use: {', '.join(report.newly_initialized)}",
-            stacklevel=3,
-        )
-    return report.model
 
 
 def _read_json(path):

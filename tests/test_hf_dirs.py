@@ -89,7 +89,9 @@ def spiece_model(tmp_path_factory):
 
 def real_sentences():
     sentences = [s for document in corpora.imdb_documents("heldout", limit=10) for s in document]
-    return sentences + ["  Café CRÈME,   naïve ``quoted'' text\tand TABS  ", "Ｆｕｌｌ-width ＡＢＣ and ﬁne ligatures"]
+    # Plus whitespace runs, LaTeX quotes, accents, case and NFKC-folded forms.
+    return sentences + ["  Café CRÈME,   naïve ``quoted'' text\tand TABS  ",
+                        "Ｆｕｌｌ-width ＡＢＣ and ﬁne ligatures"]
 
 
 @pytest.mark.parametrize("options", [
