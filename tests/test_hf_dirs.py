@@ -112,8 +112,11 @@ def test_hf_dir_tokenizer_encodes_as_transformers_does(options, spiece_model, tm
 
     ours = find_tokenizer(str(directory))
 
-    for sentence in real_sentences():
+    sentences = real_sentences()
+    for sentence in sentences:
         assert list(ours.encode(sentence)) == theirs(sentence, add_special_tokens=False)["input_ids"], sentence
+    # The in-graph tokenizer of exports and tf.data gives the same ids.
+    assert ours.tf_encode(sentences).to_list() == [ours.encode(s) for s in sentences]
 
 
 @pytest.mark.parametrize("damage, what", [
