@@ -4,9 +4,10 @@
     albert-tf convert --from tf1 --model CKPT_PREFIX --config albert_config.json --out DIR
     albert-tf convert --to hf --model runs/base --out HF_DIR
 
---to hf takes a model or run directory (its final/ or best/) and writes its
-tokenizer too (spiece.model + tokenizer_config.json), so transformers'
-`AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf does. --from hf
+--to hf takes a model or run directory (its final/ or best/), or a HF
+directory, and writes its tokenizer too (spiece.model + tokenizer_config.json),
+so transformers' `AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf
+does. --from hf
 keeps the source's spiece.model as DIR/tokenizer. The model may also be given
 positionally (SRC), as in earlier versions.
 """

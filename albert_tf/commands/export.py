@@ -3,7 +3,8 @@
     albert-tf export --model DIR --format saved_model --out saved_models/NAME
     albert-tf export --model DIR --format tflite --quantize dynamic --out OUT_DIR
 
---model is a model directory or a run directory (its best/ or final/). The
+--model is a model directory or a run directory (its best/ or final/), or a
+HuggingFace save_pretrained directory (converted on load). The
 tokenizer is `--tokenizer DIR` when given, else the model's own (see
 `albert_tf.model_dirs`). Without one, the SavedModel has only the id signature
 and the TFLite model ships without tokenizer files.
@@ -25,7 +26,8 @@ DEFAULT_CALIBRATION_EXAMPLES = 200
 def add_parser(subparsers):
     parser = add_command(subparsers, "export", help="Export a model for TF-Serving (SavedModel) or on-device (TFLite).",
                          description=__doc__)
-    parser.add_argument("--model", required=True, metavar="DIR", help="A model directory, or a run directory.")
+    parser.add_argument("--model", required=True, metavar="DIR",
+                        help="A model directory, a run directory, or a HF directory.")
     parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), help="What to write.")
     parser.add_argument(
         "--out", required=True, metavar="DIR",

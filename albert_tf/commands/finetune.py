@@ -29,7 +29,8 @@ def add_parser(subparsers):
                          description=__doc__)
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="The task (and its file format).")
     parser.add_argument("--model", required=True, metavar="DIR",
-                        help="A pretrained model directory or run directory (pretrain, convert or finetune output).")
+                        help="A pretrained model directory or run directory (pretrain, convert or finetune output), "
+                        "or a HuggingFace save_pretrained directory.")
     parser.add_argument("--random-init", action="store_true",
                         help="Use only the model's config, with freshly initialised weights (a baseline).")
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (default: the model's own).")

@@ -6,7 +6,7 @@
         http://localhost:8501/v1/models/NAME:predict
 
 BASE_PATH is a TF-Serving base path (versions 1/, 2/, ...), or an albert-tf
-model or run directory, which is exported to a temporary SavedModel first
+model or run directory or a HuggingFace directory, which is exported to a temporary SavedModel first
 (with its tokenizer's text signatures). For trying request formats without
 Docker; production serving is TF-Serving (see docs/deployment.md).
 """
