@@ -111,6 +111,8 @@ def test_hf_dir_tokenizer_encodes_as_transformers_does(options, spiece_model, tm
     theirs = transformers.AutoTokenizer.from_pretrained(str(directory))
 
     ours = find_tokenizer(str(directory))
+    # As --tokenizer DIR too.
+    assert find_tokenizer(str(tmp_path), tokenizer_dir=str(directory)).preprocessing == ours.preprocessing
 
     sentences = real_sentences()
     for sentence in sentences:
@@ -157,8 +159,11 @@ def test_corrupt_hf_safetensors_names_the_file(damage, tmp_path):
 
 def test_hf_task_head_is_listed_not_dropped(tmp_path):
     directory = hf_model_dir(tmp_path, transformers.AlbertForSequenceClassification)
-    with pytest.raises(ValueError, match=r"unexpected 2 HF tensors: \['classifier.bias', 'classifier.weight'\]"):
+    with pytest.raises(ValueError) as error:
         load_pretrained(directory)
+    message = str(error.value)
+    assert "unexpected 2 HF tensors: ['classifier.bias', 'classifier.weight']" in message, message
+    assert "names ['AlbertForSequenceClassification']" in message and "not task heads" in message, message
 
 
 def test_hf_dir_without_spiece_model_explains_what_to_copy(tmp_path, spiece_model):

@@ -44,6 +44,8 @@ TORCH_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"
 # What `_open_weights` reads, in its order of preference.
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + INDEX_SUFFIX, TORCH_FILE, TORCH_FILE + INDEX_SUFFIX)
+# The HF classes whose checkpoints `load_hf` reads (config.json's "architectures").
+READ_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM")
 _BACKBONE_PREFIX = "albert."
 # Non-persistent buffers that older transformers versions saved.
 _BUFFERS = ("embeddings.position_ids", "embeddings.token_type_ids")
@@ -103,7 +105,17 @@ def load_hf(src_dir):
     shapes = {n: s for n, s in shapes.items() if n.removeprefix(prefix) not in _BUFFERS}
     _check_tied_decoder(shapes, read, prefix, source)
     shapes = {n: s for n, s in shapes.items() if n not in (_DECODER_WEIGHT, _DECODER_BIAS)}
-    return mapping.build_from_checkpoint(config, shapes, read, mapping.hf_scheme(prefix), source)
+    try:
+        return mapping.build_from_checkpoint(config, shapes, read, mapping.hf_scheme(prefix), source)
+    except ValueError as e:
+        # A task model's head shows up as unexpected tensors: say why.
+        others = sorted(set(_architectures(src_dir)) - set(READ_ARCHITECTURES))
+        if not others:
+            raise
+        raise ValueError(
+            f"{e}\n  {os.path.join(src_dir, CONFIG_FILE)} names {others}: albert-tf reads the weights of "
+            f"{', '.join(READ_ARCHITECTURES)}, not task heads."
+        ) from e
 
 
 def convert_from_hf(src_dir, out_dir):
@@ -263,6 +275,13 @@ def _read_config(src_dir):
         return AlbertConfig.from_dict(values, gelu_is_tanh=False)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
+
+
+def _architectures(src_dir):
+    """config.json's "architectures" (checked to be readable JSON by `_read_config`)."""
+    with open(os.path.join(src_dir, CONFIG_FILE), "rb") as f:
+        architectures = json.loads(f.read().decode("utf-8")).get("architectures")
+    return architectures if isinstance(architectures, list) else []
 
 
 def _open_weights(src_dir):
