@@ -9,8 +9,8 @@ import time
 
 from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
-from albert_tf.model_dirs import TOKENIZER_DIR
-from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, write_pretraining_tfrecords
+from albert_tf.model_dirs import TOKENIZER_DIR, load_tokenizer
+from input_pipeline import Corpus, PretrainingDataConfig, write_pretraining_tfrecords
 from input_pipeline.corpus import FORMATS
 
 
@@ -34,7 +34,7 @@ def add_parser(subparsers):
 
 def run(args):
     config = PretrainingDataConfig(**config_kwargs(PretrainingDataConfig, args))
-    tokenizer = AlbertTokenizer.load(args.tokenizer)
+    tokenizer = load_tokenizer(args.tokenizer)
     corpus = Corpus(args.input, format=args.format, column=args.column)
     start = time.perf_counter()
     with fresh_output_dir(args.out, args.overwrite) as staging:

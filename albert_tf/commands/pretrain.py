@@ -16,9 +16,9 @@ from albert_tf.cli import EXIT_INTERRUPTED
 from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
-from albert_tf.model_dirs import find_tokenizer
+from albert_tf.model_dirs import find_tokenizer, load_tokenizer
 from albert_tf.training.config import TrainerConfig
-from input_pipeline import AlbertTokenizer, Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
+from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline.dataset import pretraining_dataset_fn
 
 # Model fields a flag may override (the preset's or --config's value otherwise);
@@ -106,7 +106,7 @@ def run(args):
 
 def _load_data(args):
     """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files)."""
-    tokenizer = AlbertTokenizer.load(args.tokenizer) if args.tokenizer else None
+    tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     for path in args.data:
         if not os.path.exists(path):
             raise ValueError(f"--data {path}: no such file or directory.")
