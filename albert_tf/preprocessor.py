@@ -146,6 +146,11 @@ class AlbertPreprocessor(keras.layers.Layer):
         choices = pairs is not None and pairs.shape.rank == 2
         if pairs is not None:
             _check_texts(pairs, "text_pairs", rank=2 if choices else 1)
+            if None not in (texts.shape[0], pairs.shape[0]) and texts.shape[0] != pairs.shape[0]:
+                raise ValueError(
+                    "`texts` and `text_pairs` must hold the same number of rows. "
+                    f"Received: {texts.shape[0]} and {pairs.shape[0]}"
+                )
         with text_errors_as_value_errors() if tf.executing_eagerly() else contextlib.nullcontext():
             if choices:
                 packed = text_lib.tf_pack_choices(self.tokenizer, texts, pairs, self.max_length)
