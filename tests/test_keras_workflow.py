@@ -98,6 +98,9 @@ def test_config_round_trip_is_exact_and_json():
     assert rebuilt.tokenizer.preprocessing == tokenizer().preprocessing
     texts, pairs = texts_and_pairs()
     assert_same_ids(rebuilt((texts, pairs)), layer((texts, pairs)))
+    mixed = AlbertPreprocessor(tokenizer(), sequence_length=LENGTH, dtype="mixed_bfloat16")
+    assert_same_ids(mixed(texts), layer(texts))  # ids stay int32 under any dtype policy
+    assert not layer.weights
 
 
 @pytest.mark.parametrize("x, message", [

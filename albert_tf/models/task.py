@@ -275,9 +275,9 @@ class AlbertTask(PretrainedMixin, keras.Model):
                 dataset = dataset.shuffle(dataset.cardinality(), reshuffle_each_iteration=True)
             dataset = dataset.batch(batch_size or DEFAULT_BATCH_SIZE)
 
-        def preprocess(*element):
-            # One component is `x` alone; a tuple x (a text pair) arrives as one component too.
-            x, y, sample_weight = (element + (None, None))[:3] if len(element) > 1 else (element[0], None, None)
+        # tf.data passes an element's components as arguments: `x` (a text pair
+        # is one component, a tuple), then `y` and `sample_weight` if present.
+        def preprocess(x, y=None, sample_weight=None):
             return keras.utils.pack_x_y_sample_weight(self.preprocessor(x), y, sample_weight)
 
         return dataset.map(preprocess, num_parallel_calls=tf.data.AUTOTUNE).prefetch(tf.data.AUTOTUNE)
