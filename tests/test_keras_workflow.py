@@ -15,7 +15,7 @@ from albert_tf import (
     AlbertBackbone, AlbertClassifier, AlbertMultipleChoice, AlbertPreprocessor, AlbertPretrainer,
     AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger, load_pretrained,
 )
-from albert_tf.export import export_saved_model, load_saved_model, pack_texts
+from albert_tf.export import export_saved_model, export_tflite, load_saved_model, pack_texts
 from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
 from cli_helpers import user_environment
 from export_fixtures import VOCAB_SIZE, real_texts, texts_and_pairs, tokenizer
@@ -244,12 +244,15 @@ def test_from_pretrained_builds_the_task_on_a_pretrain_run_with_its_tokenizer(tm
         AlbertClassifier.from_pretrained(str(tmp_path / "clf"), num_classes=2)
 
 
+@pytest.mark.slow
 def test_export_defaults_to_the_preprocessors_tokenizer(tmp_path):
     texts, _ = texts_and_pairs()
     model = AlbertClassifier(backbone(), 2, preprocessor=preprocessor())
     version = export_saved_model(model, str(tmp_path / "export"), max_length=LENGTH)
     served = load_saved_model(version).signatures["serve_text"](text=tf.constant(texts))
     assert max_abs_diff(served["logits"].numpy(), model.predict(texts, verbose=0)["logits"]) <= 1e-5
+    export_tflite(model, str(tmp_path / "tflite"), max_length=LENGTH)
+    assert AlbertTokenizer.load(str(tmp_path / "tflite")).model_proto == tokenizer().model_proto
 
 
 @pytest.mark.slow
