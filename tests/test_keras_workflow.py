@@ -238,6 +238,11 @@ def test_from_pretrained_builds_the_task_on_a_pretrain_run_with_its_tokenizer(tm
     qa = AlbertQuestionAnswerer.from_pretrained(str(tmp_path / "run"))
     assert qa.preprocessor.max_first_length == 64  # as the serve_text signature
 
+    bare = AlbertClassifier(backbone(), 2)  # as `albert-tf finetune` leaves best/: tokenizer beside it
+    bare.save_pretrained(str(tmp_path / "best"))
+    tokenizer().save(str(tmp_path / "best" / TOKENIZER_DIR))
+    assert AlbertClassifier.from_pretrained(str(tmp_path / "best")).preprocessor.tokenizer.vocab_size == VOCAB_SIZE
+
     model.save_pretrained(str(tmp_path / "clf"))
     assert AlbertClassifier.from_pretrained(str(tmp_path / "clf"), num_classes=3).num_classes == 3
     with pytest.raises(ValueError, match="num_classes"):
