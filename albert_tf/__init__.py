@@ -16,6 +16,7 @@ _EXPORTS = {
     "AlbertBackbone": "albert_tf.models",
     "AlbertClassifier": "albert_tf.models",
     "AlbertMultipleChoice": "albert_tf.models",
+    "AlbertPreprocessor": "albert_tf.preprocessor",
     "AlbertPretrainer": "albert_tf.models",
     "AlbertQuestionAnswerer": "albert_tf.models",
     "AlbertRegressor": "albert_tf.models",

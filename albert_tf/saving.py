@@ -149,17 +149,32 @@ class PretrainedMixin:
     """`save_pretrained` / `from_pretrained` for the models of this package."""
 
     def save_pretrained(self, directory):
-        """Writes this model to `directory`; see `albert_tf.saving`."""
+        """Writes this model to `directory`; see `albert_tf.saving`.
+
+        A model with a preprocessor also gets its tokenizer in
+        `directory/tokenizer/`, where every command looks for it (the
+        preprocessor itself, SentencePiece model included, is in the model's
+        config, so loading re-attaches it).
+        """
         save_pretrained(self, directory)
+        preprocessor = getattr(self, "preprocessor", None)
+        if preprocessor is not None:
+            # Imported here: model_dirs imports this module.
+            from albert_tf.model_dirs import TOKENIZER_DIR
+
+            preprocessor.tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
 
     @classmethod
     def from_pretrained(cls, directory):
-        """Loads `directory` as this class.
+        """Loads `directory` (a model directory, or a run's) as this class.
 
         A backbone can be taken from any saved model built on one (a
         pretrainer, a task model); other classes must match what was saved.
+        Task models override this to build a new head on a saved backbone.
         """
-        model = load_pretrained(directory)
+        from albert_tf.model_dirs import resolve_model_dir
+
+        model = load_pretrained(resolve_model_dir(directory))
         if isinstance(model, cls):
             return model
         backbone = getattr(model, "backbone", None)

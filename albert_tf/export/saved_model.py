@@ -109,8 +109,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     Args:
         model: an `AlbertBackbone`, `AlbertPretrainer` or task model.
         base_dir: the model's base path (TF-Serving's `--model_base_path`).
-        tokenizer: an `AlbertTokenizer`; without one only `serving_default`
-            is exported.
+        tokenizer: an `AlbertTokenizer`; default: the model's preprocessor's.
+            Without one only `serving_default` is exported.
         max_length: longest sequence the signatures accept (ids) or produce
             (text, by truncation); at most `max_position_embeddings`.
         version: the version number; default: one more than the highest present.
@@ -121,6 +121,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     """
     interface = signatures_lib.describe_model(model, label_names)
     check_max_length(interface, max_length)
+    tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     existing = version_dirs(base_dir)
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
     if version < 1 or version in existing:

@@ -123,6 +123,14 @@ def describe_model(model, label_names=None):
     )
 
 
+def model_tokenizer(model, tokenizer=None):
+    """`tokenizer`, else the tokenizer of the model's preprocessor (None when it has none)."""
+    if tokenizer is not None:
+        return tokenizer
+    preprocessor = getattr(model, "preprocessor", None)
+    return preprocessor.tokenizer if preprocessor is not None else None
+
+
 def _kind(model):
     kind = getattr(type(model), "export_kind", None)
     if kind not in KINDS:
@@ -285,14 +293,7 @@ class _TextOutputs:
 
     def choices(self, texts, choices, extra_inputs):
         """texts (batch,), choices (batch, C): pack each (text, choice) pair, then (batch, C, seq)."""
-        shape = tf.shape(choices)  # (batch, C)
-        repeated = tf.reshape(tf.repeat(tf.expand_dims(texts, 1), shape[1], axis=1), [-1])
-        packed = text_lib.tf_pack_texts(
-            self.tokenizer, repeated, tf.reshape(choices, [-1]), self.max_length
-        )
-        inputs = {
-            name: tf.reshape(value, tf.concat([shape, [-1]], 0)) for name, value in packed.items()
-        }
+        inputs = text_lib.tf_pack_choices(self.tokenizer, texts, choices, self.max_length)
         inputs.update(extra_inputs)
         return self._postprocess(inputs, self._run(inputs))
 

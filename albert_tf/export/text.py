@@ -100,6 +100,25 @@ def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_l
     return tf_pack(segments)
 
 
+def tf_pack_choices(tokenizer, texts, choices, max_length=128):
+    """Multiple choice in-graph: each (text, choice) pair packed as `tf_pack_texts` does.
+
+    Args:
+        tokenizer: an `AlbertTokenizer`.
+        texts: tf.string (batch,), the shared segment A (context).
+        choices: tf.string (batch, num_choices), segment B of each choice.
+        max_length: Python int.
+
+    Returns:
+        dict of int32 tensors (batch, num_choices, seq): token_ids,
+        segment_ids, padding_mask, padded to the longest pair of the batch.
+    """
+    shape = tf.shape(choices)  # (batch, num_choices)
+    repeated = tf.reshape(tf.repeat(tf.expand_dims(texts, 1), shape[1], axis=1), [-1])
+    packed = tf_pack_texts(tokenizer, repeated, tf.reshape(choices, [-1]), max_length)
+    return {name: tf.reshape(value, tf.concat([shape, [-1]], 0)) for name, value in packed.items()}
+
+
 def assert_rank(tensor, rank, name):
     """A runtime rank check that constant folding cannot remove.
 

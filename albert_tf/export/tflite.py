@@ -51,7 +51,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     Args:
         model: an `AlbertBackbone`, `AlbertPretrainer` or task model.
         out_dir: output directory (created).
-        tokenizer: an `AlbertTokenizer` to ship next to the model; needed for int8.
+        tokenizer: an `AlbertTokenizer` to ship next to the model; needed for
+            int8. Default: the model's preprocessor's.
         max_length: the fixed sequence length.
         quantize: one of QUANTIZE_MODES.
         representative_texts: for int8, real text to calibrate on: a list of
@@ -67,6 +68,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}. Received: quantize={quantize!r}")
     interface = signatures_lib.describe_model(model, label_names)
     check_max_length(interface, max_length)
+    tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     if tokenizer is not None:
         tokenizer.check_vocab_size(interface.config.vocab_size)
     if quantize == "int8" and (tokenizer is None or not representative_texts):

@@ -63,6 +63,9 @@ class AlbertClassifier(AlbertTask):
         dropout: float, dropout before the head; None takes the backbone
             config's `classifier_dropout`.
         pooling: "cls" (the pooler on [CLS]) or "mean" (see `pool`).
+        preprocessor: optional `AlbertPreprocessor`; with it `fit`,
+            `evaluate` and `predict` also take raw strings: texts (batch,), or pairs as a tuple
+            (texts, text_pairs).
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq).
     Outputs (dict): logits: float32 (batch, num_classes).
@@ -72,7 +75,8 @@ class AlbertClassifier(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "classifier"
 
-    def __init__(self, backbone, num_classes, label_names=None, dropout=None, pooling="cls", **kwargs):
+    def __init__(self, backbone, num_classes, label_names=None, dropout=None, pooling="cls",
+                 preprocessor=None, **kwargs):
         check_backbone(backbone)
         check_positive("num_classes", num_classes)
         label_names = check_label_names(label_names, num_classes, "num_classes")
@@ -94,8 +98,8 @@ class AlbertClassifier(AlbertTask):
         self.head = head
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         self._init_task(
-            backbone, label_names, [self.accuracy], num_classes=num_classes, dropout=dropout,
-            pooling=pooling,
+            backbone, label_names, [self.accuracy], preprocessor, num_classes=num_classes,
+            dropout=dropout, pooling=pooling,
         )
 
     def task_loss(self, y, y_pred, sample_weight=None, x=None):
@@ -118,6 +122,9 @@ class AlbertRegressor(AlbertTask):
         label_names: optional list of one string, the name of the predicted score.
         dropout: float, dropout before the head; None takes `classifier_dropout`.
         pooling: "cls" (the pooler on [CLS]) or "mean" (see `pool`).
+        preprocessor: optional `AlbertPreprocessor`; with it `fit`,
+            `evaluate` and `predict` also take raw strings: texts (batch,), or pairs as a tuple
+            (texts, text_pairs).
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq).
     Outputs (dict): predictions: float32 (batch,) — one score per example,
@@ -128,7 +135,8 @@ class AlbertRegressor(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "regressor"
 
-    def __init__(self, backbone, label_names=None, dropout=None, pooling="cls", **kwargs):
+    def __init__(self, backbone, label_names=None, dropout=None, pooling="cls", preprocessor=None,
+                 **kwargs):
         check_backbone(backbone)
         label_names = check_label_names(label_names, 1, "outputs")
         check_pooling(pooling)
@@ -146,7 +154,8 @@ class AlbertRegressor(AlbertTask):
         self.head = head
         self.mean_squared_error = keras.metrics.MeanSquaredError(name="mse")
         self._init_task(
-            backbone, label_names, [self.mean_squared_error], dropout=dropout, pooling=pooling
+            backbone, label_names, [self.mean_squared_error], preprocessor, dropout=dropout,
+            pooling=pooling,
         )
 
     def task_loss(self, y, y_pred, sample_weight=None, x=None):

@@ -46,6 +46,10 @@ class AlbertMultipleChoice(AlbertTask):
         label_names: always None (choice ids are positions); accepted so every
             task model has the same config key.
         dropout: float, dropout before the head; None takes `classifier_dropout`.
+        preprocessor: optional `AlbertPreprocessor`; with it `fit`,
+            `evaluate` and `predict` also take raw strings: a tuple (contexts (batch,), choices
+            (batch, num_choices)), each choice the question + option, packed
+            `[CLS] context [SEP] choice [SEP]` as the `serve_text` signature.
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32
         (batch, num_choices, seq).
@@ -56,7 +60,7 @@ class AlbertMultipleChoice(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "multiple_choice"
 
-    def __init__(self, backbone, label_names=None, dropout=None, **kwargs):
+    def __init__(self, backbone, label_names=None, dropout=None, preprocessor=None, **kwargs):
         check_backbone(backbone)
         check_no_label_names("AlbertMultipleChoice", label_names, "choices have no labels")
 
@@ -74,7 +78,7 @@ class AlbertMultipleChoice(AlbertTask):
         self.dropout = rate
         self.head = head
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
-        self._init_task(backbone, None, [self.accuracy], dropout=dropout)
+        self._init_task(backbone, None, [self.accuracy], preprocessor, dropout=dropout)
 
     def task_loss(self, y, y_pred, sample_weight=None, x=None):
         ce = keras.losses.sparse_categorical_crossentropy(y, y_pred["logits"], from_logits=True)

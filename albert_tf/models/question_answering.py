@@ -27,6 +27,11 @@ class AlbertQuestionAnswerer(AlbertTask):
         backbone: an `AlbertBackbone`.
         label_names: always None (spans have no label set); accepted so every
             task model has the same config key.
+        preprocessor: optional `AlbertPreprocessor` (`max_first_length=64`
+            packs as the `serve_text` signature); with it `predict` takes a
+            tuple (questions, contexts) of raw strings and returns the logits
+            over the packed pieces. `fit` and `evaluate` take token ids only:
+            see `text_labels_reason`.
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq),
         laid out as `[CLS] question [SEP] context [SEP]`.
@@ -36,8 +41,12 @@ class AlbertQuestionAnswerer(AlbertTask):
 
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "question_answering"
+    text_labels_reason = (
+        "its labels are answer positions in word pieces, found by the SQuAD featurizer "
+        "(character spans, document windows); fit on its token ids."
+    )
 
-    def __init__(self, backbone, label_names=None, **kwargs):
+    def __init__(self, backbone, label_names=None, preprocessor=None, **kwargs):
         check_backbone(backbone)
         check_no_label_names("AlbertQuestionAnswerer", label_names, "spans have no labels")
 
@@ -58,7 +67,16 @@ class AlbertQuestionAnswerer(AlbertTask):
         self.head = head
         self.start_accuracy = keras.metrics.SparseCategoricalAccuracy(name="start_accuracy")
         self.end_accuracy = keras.metrics.SparseCategoricalAccuracy(name="end_accuracy")
-        self._init_task(backbone, None, [self.start_accuracy, self.end_accuracy])
+        self._init_task(backbone, None, [self.start_accuracy, self.end_accuracy], preprocessor)
+
+    def default_preprocessor(self, tokenizer):
+        """As the task's, with the question cut first as the `serve_text` signature cuts it."""
+        from albert_tf.export.signatures import MAX_QUESTION_TOKENS
+
+        preprocessor = super().default_preprocessor(tokenizer)
+        return type(preprocessor).from_config(
+            {**preprocessor.get_config(), "max_first_length": MAX_QUESTION_TOKENS}
+        )
 
     def _check_labels(self, y):
         if not isinstance(y, dict) or START_POSITIONS not in y or END_POSITIONS not in y:

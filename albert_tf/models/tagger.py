@@ -23,6 +23,10 @@ class AlbertTagger(AlbertTask):
         num_labels: int, number of tags.
         label_names: optional list of `num_labels` tag names (e.g. "B-PER").
         dropout: float, dropout before the head; None takes `classifier_dropout`.
+        preprocessor: optional `AlbertPreprocessor`; with it `predict` takes
+            raw strings (batch,) and returns logits over the packed pieces
+            (`preprocessor(texts)` gives those pieces). `fit` and `evaluate`
+            take token ids only: see `text_labels_reason`.
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq).
     Outputs (dict): logits: float32 (batch, seq, num_labels).
@@ -31,8 +35,13 @@ class AlbertTagger(AlbertTask):
 
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "tagger"
+    text_labels_reason = (
+        "its labels are one tag per word piece, a layout raw strings do not have; tokenize and "
+        "label with the featurizer (`albert-tf finetune` data) and fit on token ids."
+    )
 
-    def __init__(self, backbone, num_labels, label_names=None, dropout=None, **kwargs):
+    def __init__(self, backbone, num_labels, label_names=None, dropout=None, preprocessor=None,
+                 **kwargs):
         check_backbone(backbone)
         check_positive("num_labels", num_labels)
         label_names = check_label_names(label_names, num_labels, "num_labels")
@@ -50,7 +59,8 @@ class AlbertTagger(AlbertTask):
         self.head = head
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         self._init_task(
-            backbone, label_names, [self.accuracy], num_labels=num_labels, dropout=dropout
+            backbone, label_names, [self.accuracy], preprocessor, num_labels=num_labels,
+            dropout=dropout,
         )
 
     def _labels_and_weights(self, y, x, sample_weight):
