@@ -4,6 +4,7 @@ Layout of a directory written by `save_pretrained`:
     config.json          the `AlbertConfig` (original / HF field names)
     albert_tf.json       the Keras config of the whole model (its class, heads, ...)
     model.weights.h5     the weights
+    tokenizer/           the preprocessor's tokenizer, for a model that has one
 
 `load_pretrained` also takes a HuggingFace `save_pretrained` directory of an
 ALBERT model and converts it on load (`albert_tf.convert.hf`).
@@ -36,6 +37,14 @@ def save_pretrained(model, directory):
     with open(os.path.join(directory, MODEL_FILE), "w") as f:
         json.dump(keras.saving.serialize_keras_object(model), f, indent=2)
     model.save_weights(os.path.join(directory, WEIGHTS_FILE))
+    preprocessor = getattr(model, "preprocessor", None)
+    if preprocessor is not None:
+        # Where every command looks for a model's tokenizer; the preprocessor
+        # itself (SentencePiece model included) is in the model's config.
+        # Imported here: model_dirs imports this module.
+        from albert_tf.model_dirs import TOKENIZER_DIR
+
+        preprocessor.tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
 
 
 def load_pretrained(directory):
@@ -149,20 +158,8 @@ class PretrainedMixin:
     """`save_pretrained` / `from_pretrained` for the models of this package."""
 
     def save_pretrained(self, directory):
-        """Writes this model to `directory`; see `albert_tf.saving`.
-
-        A model with a preprocessor also gets its tokenizer in
-        `directory/tokenizer/`, where every command looks for it (the
-        preprocessor itself, SentencePiece model included, is in the model's
-        config, so loading re-attaches it).
-        """
+        """Writes this model (and its preprocessor's tokenizer) to `directory`; see `save_pretrained`."""
         save_pretrained(self, directory)
-        preprocessor = getattr(self, "preprocessor", None)
-        if preprocessor is not None:
-            # Imported here: model_dirs imports this module.
-            from albert_tf.model_dirs import TOKENIZER_DIR
-
-            preprocessor.tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
 
     @classmethod
     def from_pretrained(cls, directory):
