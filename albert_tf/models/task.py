@@ -11,6 +11,7 @@ import keras
 from keras import ops
 
 from albert_tf.models.backbone import AlbertBackbone
+from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.saving import PretrainedMixin
 from input_pipeline import features
 
@@ -108,7 +109,7 @@ def _share_of_replicas(loss):
     return loss if replicas == 1 else loss * (1.0 / replicas)
 
 
-class AlbertTask(PretrainedMixin, keras.Model):
+class AlbertTask(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
     """Base of the task models: loss, metrics, config and the backbone handle.
 
     Every subclass sets the class attribute `export_kind` (one of
