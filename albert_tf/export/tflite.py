@@ -16,6 +16,9 @@ Quantization (`quantize`):
     int8     int8 weights and activations, calibrated on a representative
              dataset of real text; ids stay int32 and outputs float32, and ops
              without an int8 kernel stay float.
+    16x8     int8 weights and int16 activations ("16x8"), calibrated like
+             int8: integer kernels throughout, with 256x finer activations than
+             int8 (LayerNorm, softmax and GELU inputs keep their resolution).
 
 The converter only gets TFLite builtin ops (`TFLITE_BUILTINS`, plus
 `TFLITE_BUILTINS_INT8` for int8): a model that would need the Flex delegate
@@ -35,7 +38,9 @@ from albert_tf.export import text as text_lib
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
 from input_pipeline import features
 
-QUANTIZE_MODES = ("none", "float16", "dynamic", "int8")
+QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "16x8")
+# The modes that calibrate activation ranges on real text.
+CALIBRATED_MODES = ("int8", "16x8")
 MODEL_FILE = "model.tflite"
 METADATA_FILE = "export.json"
 # Masked positions the pretrainer's TFLite model takes (the original's
@@ -69,9 +74,9 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     check_max_length(interface, max_length)
     if tokenizer is not None:
         tokenizer.check_vocab_size(interface.config.vocab_size)
-    if quantize == "int8" and (tokenizer is None or not representative_texts):
+    if quantize in CALIBRATED_MODES and (tokenizer is None or not representative_texts):
         raise ValueError(
-            "`quantize='int8'` needs a tokenizer and `representative_texts` (real text to "
+            f"`quantize={quantize!r}` needs a tokenizer and `representative_texts` (real text to "
             "calibrate activation ranges on)."
         )
     specs = signatures_lib.id_input_specs(interface, batch_size, max_length)
@@ -91,6 +96,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     concrete = serve.get_concrete_function(**specs)
     frozen = convert_variables_to_constants_v2(concrete)
     input_order = [t.name.split(":")[0] for t in frozen.inputs]
+    if quantize == "16x8":
+        frozen = _int16_compatible(frozen)
 
     @tf.function
     def frozen_serve(**inputs):
@@ -110,10 +117,12 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantize == "float16":
             converter.target_spec.supported_types = [tf.float16]
-        if quantize == "int8":
-            converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS
-            ]
+        if quantize in CALIBRATED_MODES:
+            integer_ops = (
+                tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quantize == "int8"
+                else tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+            )
+            converter.target_spec.supported_ops = [integer_ops, tf.lite.OpsSet.TFLITE_BUILTINS]
             converter.representative_dataset = _representative_dataset(
                 interface, tokenizer, representative_texts, specs, max_length
             )
@@ -144,6 +153,50 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
         json.dump(metadata, f, indent=2)
     return path
+
+
+def _int16_compatible(frozen):
+    """`frozen` with two graph rewrites the 16x8 quantizer needs; same outputs.
+
+    That quantizer (TFLite's older one: the MLIR quantizer does not do 16x8)
+    quantizes every op that has an int16 kernel and fails on two patterns:
+      * Keras' `ops.take` wraps negative indices, `where(ids < 0, ids + n, ids)`,
+        an int32 ADD it tries to quantize without a calibrated range ("Empty
+        min/max for tensor serving_default_segment_ids"). The ids fed to an
+        exported model are never negative (the SELECT always picks `ids`), so
+        the SELECT becomes an identity of the input.
+      * LayerNorm's SQUARED_DIFFERENCE gets int16 tensors, which LiteRT's
+        kernel rejects at run time; SUB then MUL computes the same with int16
+        kernels.
+    """
+    graph_def = frozen.graph.as_graph_def()
+    nodes = {node.name: node for node in graph_def.node}
+
+    def source(name):
+        return nodes[name.split(":")[0].lstrip("^")]
+
+    for node in list(graph_def.node):
+        if node.op == "SelectV2":
+            condition, wrapped, ids = (source(name) for name in node.input)
+            if (condition.op == "Less" and wrapped.op == "AddV2" and ids.op == "Placeholder"
+                    and source(condition.input[0]) is ids):
+                dtype = node.attr["T"]
+                node.op = "Identity"
+                node.ClearField("input")
+                node.input.append(ids.name)
+                node.ClearField("attr")
+                node.attr["T"].CopyFrom(dtype)
+        elif node.op == "SquaredDifference":
+            diff = graph_def.node.add(name=f"{node.name}/difference", op="Sub", input=node.input)
+            diff.attr["T"].CopyFrom(node.attr["T"])
+            node.op = "Mul"
+            node.ClearField("input")
+            node.input.extend([diff.name, diff.name])
+    graph = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+    return graph.prune(
+        [graph.graph.get_tensor_by_name(t.name) for t in frozen.inputs],
+        [graph.graph.get_tensor_by_name(t.name) for t in frozen.outputs],
+    )
 
 
 def _representative_dataset(interface, tokenizer, texts, specs, max_length):
