@@ -77,11 +77,6 @@ def main():
 
     from input_pipeline import corpora
 
-    # A fine-tuned model's compile config names our optimizer and schedule:
-    # Keras finds them by the names their modules register on import.
-    import albert_tf.optimizers  # noqa: F401
-    import albert_tf.schedules  # noqa: F401
-
     model_dir = resolve_model_dir(args.model)
     model = load_pretrained(model_dir)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)

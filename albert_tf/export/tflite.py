@@ -16,12 +16,17 @@ Quantization (`quantize`):
     int8     int8 weights and activations, calibrated on a representative
              dataset of real text; ids stay int32 and outputs float32, and ops
              without an int8 kernel stay float.
+    int8-mixed  int8 with the ops int8 handles badly kept in float
+             (`INT8_MIXED_FLOAT_OPS`): the matmuls (FULLY_CONNECTED,
+             BATCH_MATMUL) run in int8, LayerNorm, softmax, GELU and the
+             attention scores' scaling and padding bias in float.
     16x8     int8 weights and int16 activations ("16x8"), calibrated like
              int8: integer kernels throughout, with 256x finer activations than
-             int8 (LayerNorm, softmax and GELU inputs keep their resolution).
+             int8. Accurate, but LiteRT's int16 kernels are reference code:
+             ~15x slower than float32 on x86 (bench/results/tflite_accuracy.md).
 
 The converter only gets TFLite builtin ops (`TFLITE_BUILTINS`, plus
-`TFLITE_BUILTINS_INT8` for int8): a model that would need the Flex delegate
+`TFLITE_BUILTINS_INT8` for int8 and int8-mixed, or the 16x8 op set): a model that would need the Flex delegate
 fails to export instead of producing a file the plain runtime cannot run.
 """
 
@@ -38,9 +43,17 @@ from albert_tf.export import text as text_lib
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
 from input_pipeline import features
 
-QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "16x8")
+QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
 # The modes that calibrate activation ranges on real text.
-CALIBRATED_MODES = ("int8", "16x8")
+CALIBRATED_MODES = ("int8", "int8-mixed", "16x8")
+# What int8-mixed leaves in float. The attention adds a -10000 padding bias to
+# the scores: calibrated on padded text, that ADD's int8 range is about
+# [-10000, 10], a step of ~40, so every real score rounds to the same value
+# (full int8 lost 9-18 points of sentiment accuracy, mostly from this); the
+# scaling MUL shares its range. LayerNorm (MEAN, SQUARED_DIFFERENCE, RSQRT,
+# SUB, MUL), SOFTMAX and GELU lose the rest. Keeping all of them float brought
+# the fine-tuned sentiment classifier back within 1 point of float32.
+INT8_MIXED_FLOAT_OPS = ("ADD", "MUL", "SUB", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU")
 MODEL_FILE = "model.tflite"
 METADATA_FILE = "export.json"
 # Masked positions the pretrainer's TFLite model takes (the original's
@@ -119,15 +132,26 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             converter.target_spec.supported_types = [tf.float16]
         if quantize in CALIBRATED_MODES:
             integer_ops = (
-                tf.lite.OpsSet.TFLITE_BUILTINS_INT8 if quantize == "int8"
-                else tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8 if quantize == "16x8"
+                else tf.lite.OpsSet.TFLITE_BUILTINS_INT8
             )
             converter.target_spec.supported_ops = [integer_ops, tf.lite.OpsSet.TFLITE_BUILTINS]
             converter.representative_dataset = _representative_dataset(
                 interface, tokenizer, representative_texts, specs, max_length
             )
         try:
-            flatbuffer = converter.convert()
+            if quantize == "int8-mixed":
+                # The quantization debugger's public options are TFLite's way
+                # to leave chosen op types out of full-integer quantization.
+                debugger = tf.lite.experimental.QuantizationDebugger(
+                    converter=converter, debug_dataset=converter.representative_dataset,
+                    debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                        denylisted_ops=list(INT8_MIXED_FLOAT_OPS)
+                    ),
+                )
+                flatbuffer = debugger.get_nondebug_quantized_model()
+            else:
+                flatbuffer = converter.convert()
         except Exception as e:  # the converter raises its own ConverterError
             raise ValueError(
                 f"TFLite conversion with builtin ops only failed (an op would need the Flex "
