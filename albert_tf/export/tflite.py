@@ -21,9 +21,10 @@ Quantization (`quantize`):
              BATCH_MATMUL) run in int8, LayerNorm, softmax, GELU and the
              attention scores' scaling and padding bias in float.
     16x8     int8 weights and int16 activations ("16x8"), calibrated like
-             int8: integer kernels throughout, with 256x finer activations than
-             int8. Accurate, but LiteRT's int16 kernels are reference code:
-             ~15x slower than float32 on x86 (bench/results/tflite_accuracy.md).
+             int8: int16 activations (256x finer than int8) wherever LiteRT
+             has an int16 kernel. Accurate, but those kernels are reference
+             code: ~15-20x slower than float32 on x86
+             (bench/results/tflite_accuracy.md).
 
 The converter only gets TFLite builtin ops (`TFLITE_BUILTINS`, plus
 `TFLITE_BUILTINS_INT8` for int8 and int8-mixed, or the 16x8 op set): a model that would need the Flex delegate
