@@ -105,6 +105,9 @@ def load_pretrained(directory):
     # modules load; `albert_tf` loads them lazily, and albert_tf.models imports
     # this module (PretrainedMixin), so they are loaded here, on first use.
     importlib.import_module("albert_tf.models")
+    # A fine-tuned model's compile config names our optimizer and schedule.
+    importlib.import_module("albert_tf.optimizers")
+    importlib.import_module("albert_tf.schedules")
     try:
         model = keras.saving.deserialize_keras_object(model_values)
     except (ValueError, TypeError, KeyError) as e:

@@ -2,7 +2,7 @@
 
 Rows: albert-tf Keras (tf.function, with and without XLA), the exported
 SavedModel (`serving_default`), TFLite float32 / float16 / dynamic-range int8
-(and full int8 with --tokenizer, which calibrates on real text), HF
+(and full int8, int8-mixed and 16x8 with --tokenizer: they calibrate on real text), HF
 transformers AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
 weights: latency does not depend on them. Every row runs in its own
 subprocess (no shared thread pools), with the same thread count, and the
@@ -34,6 +34,8 @@ ROWS = {
     "tflite-float16": "albert-tf TFLite float16 weights",
     "tflite-dynamic": "albert-tf TFLite dynamic-range int8",
     "tflite-int8": "albert-tf TFLite full int8",
+    "tflite-int8-mixed": "albert-tf TFLite int8-mixed (float LayerNorm/softmax/GELU)",
+    "tflite-16x8": "albert-tf TFLite 16x8 (int16 activations)",
     "hf": "HF transformers AlbertModel (PyTorch)",
     "keras-hub": "keras-hub AlbertBackbone (tf.function)",
 }
@@ -41,7 +43,8 @@ FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-
 # The precision each row's matmuls run in, for its ceiling share. float16
 # weights are dequantized to float32; dynamic range multiplies int8 weights
 # by activations quantized on the fly.
-PRECISION = {key: "int8" if key in ("tflite-dynamic", "tflite-int8") else "fp32" for key in ROWS}
+CALIBRATED = ("tflite-int8", "tflite-int8-mixed", "tflite-16x8")
+PRECISION = {key: "int8" if key in ("tflite-dynamic",) + CALIBRATED else "fp32" for key in ROWS}
 
 
 def inputs():
@@ -64,7 +67,7 @@ def prepare(workdir, tokenizer_dir):
     model = AlbertBackbone(AlbertConfig.from_preset("base"))
     model.save_pretrained(os.path.join(workdir, "model"))
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
-    modes = ["none", "float16", "dynamic"] + (["int8"] if tokenizer_dir else [])
+    modes = ["none", "float16", "dynamic"] + ([k[len("tflite-"):] for k in CALIBRATED] if tokenizer_dir else [])
     tokenizer = AlbertTokenizer.load(tokenizer_dir) if tokenizer_dir else None
     texts = None
     if tokenizer is not None:
@@ -148,7 +151,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=3, help="turns of timing every row")
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--tokenizer", help="A 30000-piece tokenizer dir: adds the full-int8 row (calibrated on IMDB text).")
+    parser.add_argument("--tokenizer", help="A 30000-piece tokenizer dir: adds the calibrated rows "
+                        "(int8, int8-mixed, 16x8; calibrated on IMDB text).")
     parser.add_argument("--only", nargs="+", choices=sorted(ROWS), help="rows to time")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
@@ -165,7 +169,7 @@ def main():
         start = time.time()
         sizes = prepare(workdir, args.tokenizer)
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
-        keys = [k for k in (args.only or ROWS) if k != "tflite-int8" or args.tokenizer]
+        keys = [k for k in (args.only or ROWS) if k not in CALIBRATED or args.tokenizer]
         results = alternate(__file__, keys, args.rounds, [
             "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
             "--steps", str(args.steps),

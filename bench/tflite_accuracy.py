@@ -1,9 +1,11 @@
 """Test accuracy and file size of a fine-tuned classifier: Keras vs its TFLite exports.
 
-Exports the classifier to TFLite float32, float16, dynamic-range int8 and
-full int8 (calibrated on IMDB reviews of the pretraining split, disjoint from
-the test set), runs each on the test set through LiteRT with the same Python
-tokenization (`albert_tf.export.pack_texts`, fixed length), and prints a table.
+Exports the classifier to TFLite float32, float16, dynamic-range int8, full
+int8 and 16x8 (int8 weights, int16 activations; the last two calibrated on IMDB
+reviews of the pretraining split, disjoint from the test set), runs each on the
+test set through LiteRT with the same Python tokenization
+(`albert_tf.export.pack_texts`, fixed length), and prints a table with the
+majority-class baseline.
 
     python bench/tflite_accuracy.py --model runs/sentiment/model [--tokenizer DIR] \\
         [--dataset imdb|rotten_tomatoes|FILE.csv] [--limit 1000] [--max-length 128]
@@ -19,6 +21,8 @@ import tempfile
 import time
 
 import numpy as np
+
+from bench_utils import cpu_flags, cpu_name, emit_table
 
 from albert_tf.export import QUANTIZE_MODES, export_tflite, pack_texts
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
@@ -68,6 +72,7 @@ def main():
     parser.add_argument("--max-length", type=int, default=128)
     parser.add_argument("--calibration-examples", type=int, default=200)
     parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
 
     from input_pipeline import corpora
@@ -80,7 +85,8 @@ def main():
     calibration = [t for t, _ in corpora.imdb_reviews("pretrain")[: args.calibration_examples]]
 
     keras_accuracy = float((keras_predictions(model, packed) == labels).mean())
-    rows = [("Keras (float32)", keras_accuracy, None, None)]
+    majority = float(max((labels == c).mean() for c in np.unique(labels)))
+    rows = [("majority class", majority, None, None), ("Keras (float32)", keras_accuracy, None, None)]
     with tempfile.TemporaryDirectory() as workdir:
         for mode in QUANTIZE_MODES:
             path = export_tflite(
@@ -92,14 +98,18 @@ def main():
             per_example = (time.perf_counter() - start) / len(texts) * 1000
             rows.append((f"TFLite {mode}", accuracy, os.path.getsize(path) / 2**20, per_example))
 
-    print(f"\n{args.dataset}: {len(texts)} examples, max length {args.max_length}, model {args.model}\n")
-    print("| model | accuracy | vs Keras (points) | file (MiB) | ms / example (batch 1) |")
-    print("|---|---|---|---|---|")
-    for name, accuracy, size, ms in rows:
-        print(
-            f"| {name} | {accuracy * 100:.2f} | {(accuracy - keras_accuracy) * 100:+.2f} | "
-            f"{'' if size is None else f'{size:.1f}'} | {'' if ms is None else f'{ms:.1f}'} |"
-        )
+    lines = [
+        f"{args.dataset}: {len(texts)} examples, max length {args.max_length}, model {args.model}, "
+        f"{args.threads} threads. {cpu_name()}, {os.cpu_count()} cores; flags: {' '.join(cpu_flags()) or 'none'}.",
+        "",
+        "| model | accuracy | vs Keras (points) | file (MiB) | ms / example (batch 1) |",
+        "|---|---:|---:|---:|---:|",
+    ] + [
+        f"| {name} | {accuracy * 100:.2f} | {(accuracy - keras_accuracy) * 100:+.2f} | "
+        f"{'' if size is None else f'{size:.1f}'} | {'' if ms is None else f'{ms:.1f}'} |"
+        for name, accuracy, size, ms in rows
+    ]
+    emit_table("\n".join(lines), args.write)
 
 
 if __name__ == "__main__":

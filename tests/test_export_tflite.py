@@ -42,7 +42,7 @@ def test_float_classifier_matches_keras_with_builtin_ops_only(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("quantize", ["float16", "dynamic", "int8"])
+@pytest.mark.parametrize("quantize", ["float16", "dynamic", "int8", "int8-mixed", "16x8"])
 def test_quantized_classifier_runs_close_to_keras(quantize, tmp_path):
     path = export_tflite(
         classifier(), str(tmp_path), tokenizer=tokenizer(), max_length=MAX_LENGTH, quantize=quantize,
@@ -54,9 +54,25 @@ def test_quantized_classifier_runs_close_to_keras(quantize, tmp_path):
     packed = pack_texts(tokenizer(), texts, None, MAX_LENGTH, pad_to=MAX_LENGTH)
     out = interpreter.get_signature_runner("serving_default")(**packed)  # dynamic batch of 8
     expected = np.asarray(classifier()(packed)["logits"])
-    tolerance = {"float16": 1e-2, "dynamic": 5e-2, "int8": 0.2}[quantize]
+    tolerance = {"float16": 1e-2, "dynamic": 5e-2, "int8": 0.2, "int8-mixed": 5e-2, "16x8": 1e-2}[quantize]
     assert out["logits"].shape == (8, 2)
     assert max_abs_diff(out["logits"], expected) <= tolerance
+
+
+@pytest.mark.slow
+def test_int8_mixed_keeps_matmuls_int8_and_the_denylisted_ops_float(tmp_path):
+    path = export_tflite(
+        classifier(), str(tmp_path), tokenizer=tokenizer(), max_length=MAX_LENGTH, quantize="int8-mixed",
+        representative_texts=list(real_texts(40)),
+    )
+    interpreter = Interpreter(model_path=path)
+    dtypes = {t["index"]: t["dtype"] for t in interpreter.get_tensor_details()}
+    kinds = {}
+    for op in interpreter._get_ops_details():
+        kinds.setdefault(op["op_name"], set()).update(dtypes[i] for i in op["outputs"])
+    assert kinds["FULLY_CONNECTED"] == {np.int8} and np.int8 in kinds["BATCH_MATMUL"]
+    for name in ("SOFTMAX", "GELU", "RSQRT", "SQUARED_DIFFERENCE"):
+        assert kinds[name] == {np.float32}, (name, kinds[name])
 
 
 def test_cli_pretrainer_with_tokenizer_subdir_and_dynamic_batch(tmp_path):

@@ -194,6 +194,29 @@ def test_export_tflite_runs_on_the_plain_runtime(tour, finetuned):
     assert np.all(np.isfinite(output))
 
 
+@pytest.mark.parametrize("quantize,tolerance", [("16x8", 0.05), ("int8-mixed", 0.1)])
+def test_export_tflite_calibrated_on_a_text_file(tour, finetuned, quantize, tolerance):
+    texts = [row.split("\t")[0] for row in (tour / "SST-2" / "dev.tsv").read_text().splitlines()[1:]]
+    (tour / "calibration.txt").write_text("\n".join(texts[:24]) + "\n")
+    run_cli("export", "--model", "runs/sst2/best", "--format", "tflite", "--quantize", quantize,
+            "--calibration-text", "calibration.txt", "--calibration-examples", "16",
+            "--max-length", "64", "--out", f"saved_models/sst2_{quantize}", cwd=tour)
+    folder = tour / "saved_models" / f"sst2_{quantize}"
+    assert json.loads((folder / "export.json").read_text())["quantize"] == quantize
+    from ai_edge_litert.interpreter import Interpreter
+
+    from albert_tf.export import pack_texts
+    from albert_tf.saving import load_pretrained
+    from input_pipeline import AlbertTokenizer
+
+    runner = Interpreter(model_path=str(folder / "model.tflite")).get_signature_runner("serving_default")
+    packed = pack_texts(AlbertTokenizer.load(str(folder)), texts[-4:], None, 64, pad_to=64)
+    expected = np.asarray(load_pretrained(str(tour / "runs" / "sst2" / "best"))(packed)["logits"])
+    for row in range(4):
+        logits = runner(**{k: v[row : row + 1] for k, v in packed.items()})["logits"]
+        assert np.abs(logits - expected[row : row + 1]).max() <= tolerance
+
+
 def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
     run_cli("convert", "--to", "hf", "--model", "runs/base", "--out", "hf_base", cwd=tour)
     from transformers import AlbertForPreTraining, AutoTokenizer

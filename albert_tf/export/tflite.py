@@ -16,9 +16,18 @@ Quantization (`quantize`):
     int8     int8 weights and activations, calibrated on a representative
              dataset of real text; ids stay int32 and outputs float32, and ops
              without an int8 kernel stay float.
+    int8-mixed  int8 with the ops int8 handles badly kept in float
+             (`INT8_MIXED_FLOAT_OPS`): the matmuls (FULLY_CONNECTED,
+             BATCH_MATMUL) run in int8, LayerNorm, softmax, GELU and the
+             attention scores' scaling and padding bias in float.
+    16x8     int8 weights and int16 activations ("16x8"), calibrated like
+             int8: int16 activations (256x finer than int8) wherever LiteRT
+             has an int16 kernel. Accurate, but those kernels are reference
+             code: ~15-20x slower than float32 on x86
+             (bench/results/tflite_accuracy.md).
 
 The converter only gets TFLite builtin ops (`TFLITE_BUILTINS`, plus
-`TFLITE_BUILTINS_INT8` for int8): a model that would need the Flex delegate
+`TFLITE_BUILTINS_INT8` for int8 and int8-mixed, or the 16x8 op set): a model that would need the Flex delegate
 fails to export instead of producing a file the plain runtime cannot run.
 """
 
@@ -35,7 +44,17 @@ from albert_tf.export import text as text_lib
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
 from input_pipeline import features
 
-QUANTIZE_MODES = ("none", "float16", "dynamic", "int8")
+QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
+# The modes that calibrate activation ranges on real text.
+CALIBRATED_MODES = ("int8", "int8-mixed", "16x8")
+# What int8-mixed leaves in float. The attention adds a -10000 padding bias to
+# the scores: calibrated on padded text, that ADD's int8 range is about
+# [-10000, 10], a step of ~40, so every real score rounds to the same value
+# (full int8 lost 9-18 points of sentiment accuracy, mostly from this); the
+# scaling MUL shares its range. LayerNorm (MEAN, SQUARED_DIFFERENCE, RSQRT,
+# SUB, MUL), SOFTMAX and GELU lose the rest. Keeping all of them float brought
+# the fine-tuned sentiment classifier back within 1 point of float32.
+INT8_MIXED_FLOAT_OPS = ("ADD", "MUL", "SUB", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU")
 MODEL_FILE = "model.tflite"
 METADATA_FILE = "export.json"
 # Masked positions the pretrainer's TFLite model takes (the original's
@@ -71,9 +90,9 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     if tokenizer is not None:
         tokenizer.check_vocab_size(interface.config.vocab_size)
-    if quantize == "int8" and (tokenizer is None or not representative_texts):
+    if quantize in CALIBRATED_MODES and (tokenizer is None or not representative_texts):
         raise ValueError(
-            "`quantize='int8'` needs a tokenizer and `representative_texts` (real text to "
+            f"`quantize={quantize!r}` needs a tokenizer and `representative_texts` (real text to "
             "calibrate activation ranges on)."
         )
     specs = signatures_lib.id_input_specs(interface, batch_size, max_length)
@@ -93,6 +112,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     concrete = serve.get_concrete_function(**specs)
     frozen = convert_variables_to_constants_v2(concrete)
     input_order = [t.name.split(":")[0] for t in frozen.inputs]
+    if quantize == "16x8":
+        frozen = _int16_compatible(frozen)
 
     @tf.function
     def frozen_serve(**inputs):
@@ -112,15 +133,28 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             converter.optimizations = [tf.lite.Optimize.DEFAULT]
         if quantize == "float16":
             converter.target_spec.supported_types = [tf.float16]
-        if quantize == "int8":
-            converter.target_spec.supported_ops = [
-                tf.lite.OpsSet.TFLITE_BUILTINS_INT8, tf.lite.OpsSet.TFLITE_BUILTINS
-            ]
+        if quantize in CALIBRATED_MODES:
+            integer_ops = (
+                tf.lite.OpsSet.EXPERIMENTAL_TFLITE_BUILTINS_ACTIVATIONS_INT16_WEIGHTS_INT8 if quantize == "16x8"
+                else tf.lite.OpsSet.TFLITE_BUILTINS_INT8
+            )
+            converter.target_spec.supported_ops = [integer_ops, tf.lite.OpsSet.TFLITE_BUILTINS]
             converter.representative_dataset = _representative_dataset(
                 interface, tokenizer, representative_texts, specs, max_length
             )
         try:
-            flatbuffer = converter.convert()
+            if quantize == "int8-mixed":
+                # The quantization debugger's public options are TFLite's way
+                # to leave chosen op types out of full-integer quantization.
+                debugger = tf.lite.experimental.QuantizationDebugger(
+                    converter=converter, debug_dataset=converter.representative_dataset,
+                    debug_options=tf.lite.experimental.QuantizationDebugOptions(
+                        denylisted_ops=list(INT8_MIXED_FLOAT_OPS)
+                    ),
+                )
+                flatbuffer = debugger.get_nondebug_quantized_model()
+            else:
+                flatbuffer = converter.convert()
         except Exception as e:  # the converter raises its own ConverterError
             raise ValueError(
                 f"TFLite conversion with builtin ops only failed (an op would need the Flex "
@@ -146,6 +180,50 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
         json.dump(metadata, f, indent=2)
     return path
+
+
+def _int16_compatible(frozen):
+    """`frozen` with two graph rewrites the 16x8 quantizer needs; same outputs.
+
+    That quantizer (TFLite's older one: the MLIR quantizer does not do 16x8)
+    quantizes every op that has an int16 kernel and fails on two patterns:
+      * Keras' `ops.take` wraps negative indices, `where(ids < 0, ids + n, ids)`,
+        an int32 ADD it tries to quantize without a calibrated range ("Empty
+        min/max for tensor serving_default_segment_ids"). The ids fed to an
+        exported model are never negative (the SELECT always picks `ids`), so
+        the SELECT becomes an identity of the input.
+      * LayerNorm's SQUARED_DIFFERENCE gets int16 tensors, which LiteRT's
+        kernel rejects at run time; SUB then MUL computes the same with int16
+        kernels.
+    """
+    graph_def = frozen.graph.as_graph_def()
+    nodes = {node.name: node for node in graph_def.node}
+
+    def source(name):
+        return nodes[name.split(":")[0].lstrip("^")]
+
+    for node in list(graph_def.node):
+        if node.op == "SelectV2":
+            condition, wrapped, ids = (source(name) for name in node.input)
+            if (condition.op == "Less" and wrapped.op == "AddV2" and ids.op == "Placeholder"
+                    and source(condition.input[0]) is ids):
+                dtype = node.attr["T"]
+                node.op = "Identity"
+                node.ClearField("input")
+                node.input.append(ids.name)
+                node.ClearField("attr")
+                node.attr["T"].CopyFrom(dtype)
+        elif node.op == "SquaredDifference":
+            diff = graph_def.node.add(name=f"{node.name}/difference", op="Sub", input=node.input)
+            diff.attr["T"].CopyFrom(node.attr["T"])
+            node.op = "Mul"
+            node.ClearField("input")
+            node.input.extend([diff.name, diff.name])
+    graph = tf.compat.v1.wrap_function(lambda: tf.compat.v1.import_graph_def(graph_def, name=""), [])
+    return graph.prune(
+        [graph.graph.get_tensor_by_name(t.name) for t in frozen.inputs],
+        [graph.graph.get_tensor_by_name(t.name) for t in frozen.outputs],
+    )
 
 
 def _representative_dataset(interface, tokenizer, texts, specs, max_length):

@@ -76,9 +76,14 @@ class SelfAttention(keras.layers.Layer):
         # One (H, 3H) matmul instead of three (H, H) ones: larger GEMMs, and the
         # backward pass gets dx from one matmul too. The query, key and value
         # Dense layers only hold the variables, under the checkpoints' names.
-        kernel = ops.concatenate([self.query.kernel, self.key.kernel, self.value.kernel], axis=-1)
-        bias = ops.concatenate([self.query.bias, self.key.bias, self.value.bias], axis=-1)
-        qkv = ops.matmul(x, ops.cast(kernel, self.compute_dtype)) + ops.cast(bias, self.compute_dtype)
+        if self.query.quantization_mode is None:
+            kernel = ops.concatenate([self.query.kernel, self.key.kernel, self.value.kernel], axis=-1)
+            bias = ops.concatenate([self.query.bias, self.key.bias, self.value.bias], axis=-1)
+            qkv = ops.matmul(x, ops.cast(kernel, self.compute_dtype)) + ops.cast(bias, self.compute_dtype)
+        else:
+            # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
+            # kernels plus scales that only their own call applies.
+            qkv = ops.concatenate([self.query(x), self.key(x), self.value(x)], axis=-1)
         # split (whose gradient is a concat), not slices (whose gradients are zero-padded copies).
         q, k, v = (
             ops.reshape(t, (batch, seq, heads, head_size)) for t in ops.split(qkv, 3, axis=-1)

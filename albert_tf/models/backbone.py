@@ -6,6 +6,7 @@ from keras import ops
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
 from albert_tf.layers.common import dense, padding_bias
+from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.saving import PretrainedMixin
 from input_pipeline import features
 
@@ -16,7 +17,7 @@ def attention_bias_from_padding_mask(padding_mask, dtype="float32"):
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertBackbone(PretrainedMixin, keras.Model):
+class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
     """The ALBERT encoder.
 
     Factorized embedding (V x E, then one E -> H projection), then
