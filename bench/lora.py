@@ -4,7 +4,7 @@ The split, data files and baselines are bench/transfer.py's (8,530 sentences,
 seeded 80/10/10 train / dev / test; majority label; TF-IDF + logistic
 regression). Each configuration runs `albert_tf.tasks.finetune` in its own
 process (so its peak RSS is its own) from the same pretrained directory with
-the CLI's defaults (3 epochs, batch 32, pooling "cls", the default learning
+the CLI's defaults (3 epochs, batch 32, pooling "cls" unless --pooling, the default learning
 rate of each mode unless --lora-learning-rate is given); the best epoch on
 dev is scored on test.
 
@@ -39,7 +39,7 @@ def run_one(args):
 
     config = FinetuneConfig(
         task="classification", truncate=True, label_names=("negative", "positive"), lora_rank=args.one_rank,
-        learning_rate=args.one_learning_rate, epochs=args.epochs,
+        learning_rate=args.one_learning_rate, epochs=args.epochs, pooling=args.pooling,
     )
     tokenizer = find_tokenizer(args.pretrained)
     paths = {name: os.path.join(args.out, f"{name}.csv") for name in ("train", "dev", "test")}
@@ -70,6 +70,7 @@ def main():
     parser.add_argument("--lora-learning-rate", type=float, nargs="+", default=[None],
                         help="LoRA peak rates to run (default: the CLI's LoRA default).")
     parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--pooling", choices=("cls", "mean"), default="cls")
     parser.add_argument("--out", default="runs/lora")
     parser.add_argument("--split-seed", type=int, default=20200209)
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
@@ -97,8 +98,8 @@ def main():
     results = {}
     for name, rank, lr in configurations:
         command = [sys.executable, os.path.abspath(__file__), "--pretrained", args.pretrained, "--out", args.out,
-                   "--epochs", str(args.epochs), "--one-rank", str(rank),
-                   "--one-out", os.path.join(args.out, f"rank{rank}_lr{lr}")]
+                   "--epochs", str(args.epochs), "--pooling", args.pooling, "--one-rank", str(rank),
+                   "--one-out", os.path.join(args.out, f"{args.pooling}_rank{rank}_lr{lr}")]
         if lr:
             command += ["--one-learning-rate", str(lr)]
         done = subprocess.run(command, capture_output=True, text=True)
@@ -113,7 +114,7 @@ def main():
     lines = [
         f"Rotten Tomatoes sentences, seeded split: " + ", ".join(f"{k} {v}" for k, v in sizes.items())
         + f" (one standard error at 50%: {math.sqrt(0.25 / sizes['test']) * 100:.1f} points). "
-        f"From `{args.pretrained}`; {args.epochs} epochs, batch 32, pooling cls, best epoch on dev. "
+        f"From `{args.pretrained}`; {args.epochs} epochs, batch 32, pooling {args.pooling}, best epoch on dev. "
         f"CPU: {cpu_name()} ({os.cpu_count()} cores; {' '.join(cpu_flags())}).",
         "",
         "| model | test accuracy | vs full | trainable parameters | % of total | lr | step (ms) | peak RSS (GiB) "

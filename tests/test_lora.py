@@ -154,3 +154,14 @@ def test_finetune_config_lora_rank():
     assert FinetuneConfig(task="sst2", lora_rank=8, learning_rate=1e-3).resolved(config).learning_rate == 1e-3
     with pytest.raises(ValueError, match="`lora_rank` must be a non-negative integer"):
         FinetuneConfig(task="sst2", lora_rank=-1)
+
+
+def test_conversion_to_hf_writes_the_merged_weights(tmp_path):
+    from albert_tf.convert.hf import from_hf, to_hf
+
+    backbone = AlbertBackbone(tiny_config())
+    backbone.enable_lora(RANK)
+    randomize_factors(backbone)
+    inputs = backbone_batch(backbone.config)
+    to_hf(backbone, str(tmp_path / "hf"))
+    assert max_abs_diff(backbone(inputs), from_hf(str(tmp_path / "hf"))(inputs)) <= 1e-6

@@ -187,7 +187,8 @@ class AlbertBackbone(PretrainedMixin, keras.Model):
         for attention in self.attention_layers():
             for projection in attention.projections():
                 projection.merge_lora()
-                # Its layer is trainable already, so setting `trainable` below would not reach the bias.
+                # Frozen on its own in `enable_lora`; the layer-wide `trainable = True` below did not
+                # reach it in a test (Keras 3.15), so it is set here.
                 projection.bias.trainable = True
         for layer in self._flatten_layers(include_self=False):
             layer.trainable = True
