@@ -1,6 +1,9 @@
 """LoRA on the shared attention projections: what trains, what is saved, what merging gives."""
 
 import math
+import os
+import subprocess
+import sys
 
 import keras
 import numpy as np
@@ -165,3 +168,35 @@ def test_conversion_to_hf_writes_the_merged_weights(tmp_path):
     inputs = backbone_batch(backbone.config)
     to_hf(backbone, str(tmp_path / "hf"))
     assert max_abs_diff(backbone(inputs), from_hf(str(tmp_path / "hf"))(inputs)) <= 1e-6
+
+
+JAX_SCRIPT = """
+import sys, numpy as np
+import albert_tf, keras
+assert keras.backend.backend() == "jax", keras.backend.backend()
+model = albert_tf.load_pretrained(sys.argv[1])
+inputs = dict(np.load(sys.argv[2]))
+unmerged = np.asarray(model(inputs)["sequence_output"])
+model.merge_lora()
+np.savez(sys.argv[3], unmerged=unmerged, merged=np.asarray(model(inputs)["sequence_output"]))
+"""
+
+
+@pytest.mark.slow
+def test_lora_model_loads_and_merges_on_jax(tmp_path):
+    backbone = AlbertBackbone(tiny_config(num_hidden_groups=2))
+    backbone.enable_lora(RANK)
+    randomize_factors(backbone)
+    inputs = backbone_batch(backbone.config)
+    backbone.save_pretrained(str(tmp_path / "model"))
+    np.savez(tmp_path / "inputs.npz", **inputs)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    subprocess.run(
+        [sys.executable, "-c", JAX_SCRIPT, str(tmp_path / "model"), str(tmp_path / "inputs.npz"),
+         str(tmp_path / "out.npz")],
+        check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)),
+    )
+    jax_out = np.load(tmp_path / "out.npz")
+    expected = np.asarray(backbone(inputs)["sequence_output"])
+    np.testing.assert_allclose(jax_out["unmerged"], expected, atol=1e-5)
+    np.testing.assert_allclose(jax_out["merged"], expected, atol=1e-5)
