@@ -96,7 +96,9 @@ class FinetuneConfig(JsonConfig):
             check_positive("learning_rate", self.learning_rate)
         check_choice("pooling", self.pooling, POOLINGS)
         if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
-            raise ValueError(f"`lora_rank` must be a non-negative integer (0: off). Received: lora_rank={self.lora_rank!r}")
+            raise ValueError(
+                f"`lora_rank` must be a non-negative integer (0: off). Received: lora_rank={self.lora_rank!r}"
+            )
         check_non_negative("weight_decay", self.weight_decay)
         if self.dropout is not None:
             check_fraction("dropout", self.dropout, high_open=True)
