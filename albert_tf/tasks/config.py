@@ -65,8 +65,8 @@ class FinetuneConfig(JsonConfig):
     pooling: str = doc("cls", "What a sentence-level head reads: cls (the pooler on [CLS], the original) or "
                        "mean (the mean token state).", choices=POOLINGS)
     lora_rank: int = doc(0, "Train only rank-R LoRA factors on the attention projections (and the head), the rest "
-                         "of the backbone frozen; 0 trains every weight. Raises the default learning rate "
-                         "(see resolved).")
+                         "of the backbone frozen; 0 trains every weight. The default learning rate is then 10x "
+                         "the width rule's.")
     seed: int = doc(0, "Weight init of the head, shuffling and dropout.")
     truncate: bool = doc(False, "Cut texts longer than max-seq-length (counted) instead of failing.")
     skip_invalid: bool = doc(False, "Skip bad rows (counted, first reason shown) instead of failing on the first.")
