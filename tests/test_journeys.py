@@ -217,6 +217,29 @@ def test_export_tflite_calibrated_on_a_text_file(tour, finetuned, quantize, tole
         assert np.abs(logits - expected[row : row + 1]).max() <= tolerance
 
 
+def test_lora_finetune_then_predict_and_export(tour, pretrained):
+    done = run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
+                   "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_lora", "--batch-size", "16", "--epochs", "1",
+                   "--lora-rank", "4", cwd=tour)
+    # H 32, one shared block: 4 projections x 4 x (32 + 32) LoRA weights + the 2-class head (32 x 2 + 2).
+    assert f"trainable parameters {4 * 4 * 64 + 66:,} of" in done.stdout, done.stdout
+    run = json.loads((tour / "runs" / "sst2_lora" / "finetune.json").read_text())
+    assert run["config"]["lora_rank"] == 4
+    predicted = run_cli("predict", "--model", "runs/sst2_lora", cwd=tour, input=STDIN_TEXTS[0] + "\n")
+    expected = json.loads(predicted.stdout.splitlines()[0])["probabilities"]
+    exported = run_cli("export", "--model", "runs/sst2_lora/best", "--format", "saved_model",
+                       "--out", "saved_models/sst2_lora", cwd=tour)
+    assert "Merging the LoRA factors (rank 4)" in exported.stdout
+    import tensorflow as tf
+
+    from albert_tf.export.saved_model import load_saved_model
+
+    loaded = load_saved_model(str(tour / "saved_models" / "sst2_lora" / "1"))
+    assert not any("lora" in v.name for v in loaded.model_variables)
+    answer = loaded.signatures["serve_text"](text=tf.constant([STDIN_TEXTS[0]]))
+    np.testing.assert_allclose(answer["probabilities"].numpy()[0], expected, atol=1e-5)
+
+
 def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
     run_cli("convert", "--to", "hf", "--model", "runs/base", "--out", "hf_base", cwd=tour)
     from transformers import AlbertForPreTraining, AutoTokenizer

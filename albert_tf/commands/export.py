@@ -7,7 +7,8 @@
 HuggingFace save_pretrained directory (converted on load). The
 tokenizer is `--tokenizer DIR` when given, else the model's own (see
 `albert_tf.model_dirs`). Without one, the SavedModel has only the id signature
-and the TFLite model ships without tokenizer files.
+and the TFLite model ships without tokenizer files. A LoRA fine-tuned model
+is exported with its factors merged into the kernels.
 """
 
 import os
@@ -71,6 +72,11 @@ def run(args):
         raise ValueError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(args.model)
     model = load_pretrained(model_dir)
+    backbone = getattr(model, "backbone", model)
+    if backbone.lora_rank is not None:
+        # Same outputs, and the exported graph has plain kernels: no LoRA matmuls.
+        print(f"Merging the LoRA factors (rank {backbone.lora_rank}) into the attention kernels.")
+        backbone.merge_lora()
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")

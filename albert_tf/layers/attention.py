@@ -5,7 +5,8 @@ import math
 import keras
 from keras import ops
 
-from albert_tf.layers.common import dense, layer_norm
+from albert_tf.layers.common import layer_norm, truncated_normal
+from albert_tf.layers.lora import LoraDense
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -16,6 +17,9 @@ class SelfAttention(keras.layers.Layer):
     original checkpoints (`attention_1/self/{query,key,value}`,
     `attention_1/output/dense`), so weights map one to one. The call
     concatenates the query, key and value kernels into one (H, 3H) matmul.
+    The four are `LoraDense` layers (`projections()`): with LoRA enabled their
+    `kernel` already includes the low-rank update, so the fused matmul and
+    the output projection apply it.
 
     Args:
         hidden_size: H.
@@ -57,13 +61,22 @@ class SelfAttention(keras.layers.Layer):
         self.layer_norm_eps = layer_norm_eps
         self.dropout_rate = dropout
         self.attention_dropout_rate = attention_dropout
-        self.query = dense(hidden_size, initializer_range, "query", dtype=self.dtype_policy)
-        self.key = dense(hidden_size, initializer_range, "key", dtype=self.dtype_policy)
-        self.value = dense(hidden_size, initializer_range, "value", dtype=self.dtype_policy)
-        self.output_dense = dense(hidden_size, initializer_range, "output_dense", dtype=self.dtype_policy)
+        self.query, self.key, self.value, self.output_dense = (
+            LoraDense(hidden_size, kernel_initializer=truncated_normal(initializer_range),
+                      dtype=self.dtype_policy, name=name)
+            for name in ("query", "key", "value", "output_dense")
+        )
         self.layer_norm = layer_norm(layer_norm_eps, "layer_norm", dtype=self.dtype_policy)
         self.attention_dropout = keras.layers.Dropout(attention_dropout, dtype=self.dtype_policy)
         self.output_dropout = keras.layers.Dropout(dropout, dtype=self.dtype_policy)
+
+    def projections(self):
+        """The (H, H) query, key, value and output `LoraDense` layers, the ones LoRA adapts.
+
+        A method, not a property: Keras' saving walks a layer's attributes,
+        and would store these layers under a second path.
+        """
+        return (self.query, self.key, self.value, self.output_dense)
 
     def build(self, input_shape):
         for layer in (self.query, self.key, self.value, self.output_dense, self.layer_norm):

@@ -6,6 +6,7 @@ from keras import ops
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
 from albert_tf.layers.common import dense, padding_bias
+from albert_tf.layers.lora import check_lora_args
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.saving import PretrainedMixin
 from input_pipeline import features
@@ -38,6 +39,9 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
             A training memory/compute trade-off, not part of the model, so
             it is an argument here and not an `AlbertConfig` field: the
             config, the weights and the outputs are the same either way.
+        lora_rank: if set, `enable_lora(lora_rank, lora_alpha)` at
+            construction (how a saved LoRA model is rebuilt; see `enable_lora`).
+        lora_alpha: LoRA scale numerator; None means `lora_rank`.
 
     Inputs (dict):
         token_ids, segment_ids, padding_mask: int32 (batch, seq), seq up to
@@ -51,7 +55,7 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "backbone"
 
-    def __init__(self, config, dtype=None, remat=False, **kwargs):
+    def __init__(self, config, dtype=None, remat=False, lora_rank=None, lora_alpha=None, **kwargs):
         if isinstance(config, dict):
             config = AlbertConfig.from_dict(config)
         if not isinstance(config, AlbertConfig):
@@ -115,6 +119,83 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
         self.embedding_projection = projection
         self.blocks = tuple(tuple(group) for group in blocks)
         self.pooler = pooler
+        self.lora_rank = None
+        self.lora_alpha = None
+        if lora_rank is not None:
+            self.enable_lora(lora_rank, lora_alpha)
+        elif lora_alpha is not None:
+            raise ValueError(f"`lora_alpha` needs a `lora_rank`. Received: lora_alpha={lora_alpha!r}, lora_rank=None")
+
+    def attention_layers(self):
+        """The distinct `SelfAttention` layers, each once however many layers share it."""
+        distinct = {}
+        for group in self.blocks:
+            for block in group:
+                distinct.setdefault(id(block.attention), block.attention)
+        return list(distinct.values())
+
+    def enable_lora(self, rank, lora_alpha=None):
+        """Freezes the backbone and adds LoRA factors to every attention projection.
+
+        Each query, key, value and output (H, H) kernel W gets trainable
+        A (H, rank) and B (rank, H) and computes with W + (lora_alpha / rank) * A @ B
+        (Keras' `Dense.enable_lora`: A random, B zero, so the outputs do not
+        change until B trains). Every other backbone weight is frozen,
+        the projections' biases and the pooler included; a task head built
+        on the backbone stays trainable. Factors belong to the distinct
+        attention layers: under full sharing one set of factors serves every
+        layer (`num_hidden_groups * inner_group_num` sets in all), so the
+        trainable count is `8 * rank * H` per distinct attention layer.
+
+        Call it before `compile`. Saving keeps the factors and the rank
+        (`get_config`); `merge_lora` folds them into the kernels for export.
+
+        Args:
+            rank: positive int, the rank of the update.
+            lora_alpha: positive number; the update is scaled by
+                `lora_alpha / rank`. None means `rank` (scale 1).
+        """
+        check_lora_args(rank, lora_alpha)
+        if rank > self.config.hidden_size:
+            raise ValueError(
+                f"`rank` must be at most hidden_size ({self.config.hidden_size}): a larger update is not "
+                f"low-rank. Received: rank={rank}"
+            )
+        if self.lora_rank is not None:
+            raise ValueError(
+                f"LoRA is already enabled on this backbone (rank {self.lora_rank}). Received: rank={rank}"
+            )
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = False
+        for attention in self.attention_layers():
+            for projection in attention.projections():
+                # Keras creates the factors frozen if the layer is not trainable.
+                projection.trainable = True
+                projection.enable_lora(rank, lora_alpha)
+                projection.bias.trainable = False
+        self.lora_rank = rank
+        self.lora_alpha = rank if lora_alpha is None else lora_alpha
+
+    def merge_lora(self):
+        """Folds the LoRA updates into the kernels and removes the factors, in place.
+
+        Afterwards the backbone is a plain one, every weight trainable, with
+        the outputs it had (to rounding: ~1e-7 in float32, one ulp under bfloat16): what `export` and
+        `convert` write. Returns the backbone.
+        """
+        if self.lora_rank is None:
+            raise ValueError("This backbone has no LoRA factors to merge (call `enable_lora` first).")
+        for attention in self.attention_layers():
+            for projection in attention.projections():
+                projection.merge_lora()
+                # Frozen on its own in `enable_lora`; the layer-wide `trainable = True` below did not
+                # reach it in a test (Keras 3.15), so it is set here.
+                projection.bias.trainable = True
+        for layer in self._flatten_layers(include_self=False):
+            layer.trainable = True
+        self.lora_rank = None
+        self.lora_alpha = None
+        return self
 
     @property
     def word_embeddings(self):
@@ -122,7 +203,8 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
         return self.embeddings.word_embeddings
 
     def get_config(self):
-        return {"config": self.config.to_dict(), "remat": self.remat, "name": self.name, "trainable": self.trainable,
+        return {"config": self.config.to_dict(), "remat": self.remat, "lora_rank": self.lora_rank,
+                "lora_alpha": self.lora_alpha, "name": self.name, "trainable": self.trainable,
                 "dtype": keras.saving.serialize_keras_object(self.dtype_policy)}
 
     @classmethod

@@ -41,7 +41,9 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
 
     Args:
         config: a `FinetuneConfig`.
-        backbone: an `AlbertBackbone` (pretrained, converted or freshly initialised).
+        backbone: an `AlbertBackbone` (pretrained, converted or freshly
+            initialised). With `config.lora_rank` it gets LoRA factors
+            (`AlbertBackbone.enable_lora`), in place.
         tokenizer: the `AlbertTokenizer` matching the backbone's vocabulary.
         train_path, eval_path: data files (or directories, for RACE).
         out_dir: where `best/`, `tokenizer/` and `finetune.json` go.
@@ -67,7 +69,18 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if not train.inputs or not evaluation.inputs:
         raise ValueError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
 
+    if backbone.lora_rank is not None:
+        # A LoRA fine-tuned model fine-tunes on from its merged weights, so
+        # `lora_rank` alone says what trains.
+        backbone.merge_lora()
     model = task.build_model(backbone, label_names, config)
+    if config.lora_rank:
+        # Before compile: the optimizer takes the trainable variables as they are then.
+        backbone.enable_lora(config.lora_rank)
+    trainable = sum(math.prod(v.shape) for v in model.trainable_weights)
+    total = model.count_params()
+    log(f"trainable parameters {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)"
+        + (f", LoRA rank {config.lora_rank}" if config.lora_rank else ""))
     steps_per_epoch = math.ceil(len(train.inputs) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     # AdamW (LayerNorm/bias not decayed), warmup then linear decay, gradients clipped to norm 1.
