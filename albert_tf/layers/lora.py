@@ -31,6 +31,13 @@ class LoraDense(keras.layers.Dense):
     what a Dense saves (kernel, bias), so checkpoints keep their layout.
     """
 
+    def quantize(self, mode=None, type_check=True, config=None):
+        # Keras' Dense refuses to quantize its subclasses; this one holds
+        # exactly Dense's variables, so Dense's quantization applies as it is.
+        if type_check and type(self) is not LoraDense:
+            raise self._not_implemented_error(self.quantize)
+        super().quantize(mode, type_check=False, config=config)
+
     def save_own_variables(self, store):
         if not (self.built and self.lora_enabled and self.quantization_mode is None):
             return super().save_own_variables(store)
