@@ -9,10 +9,9 @@ class TFLiteQuantizationOnly:
     Keras 3's `Model.quantize("int8")` swaps Dense/Embedding kernels for int8
     ones that quantize their inputs per token on every call. On the
     TensorFlow backend (bench/keras_quantize.py, bench/results/keras_quantize.md)
-    ALBERT-base then runs ~6x slower than float32 without XLA, and with XLA
-    ~2x slower than float32 with XLA on a quiet CPU (it came out ahead only
-    while other jobs starved the float run of its threads); outputs move by
-    ~2%. ALBERT's shared weights are small (~12M parameters for base), so
+    ALBERT-base then runs 6-7x slower than float32 without XLA, and with XLA
+    no faster than float32 with XLA (0.95x at batch 1, 1.02x at batch 8 on a
+    quiet AVX2 CPU); outputs move by ~2%. ALBERT's shared weights are small (~12M parameters for base), so
     the 4x smaller kernels buy little memory. The TFLite export's
     dynamic-range int8 runs LiteRT's integer GEMMs and is the CPU path to use.
     """
@@ -20,7 +19,8 @@ class TFLiteQuantizationOnly:
     def quantize(self, mode=None, config=None, filters=None, **kwargs):
         raise NotImplementedError(
             f"{type(self).__name__}.quantize(mode={mode!r}) is not supported: Keras' quantization "
-            "runs slower than float32 on this model (int8: bench/results/keras_quantize.md). "
+            "is no faster than float32 on this model and moves its outputs by ~2% "
+            "(int8: bench/results/keras_quantize.md). "
             f"Quantize for deployment with the TFLite export instead: `{TFLITE_QUANTIZE_COMMAND}` "
             "(or albert_tf.export.export_tflite(model, out_dir, quantize='dynamic'); see "
             "docs/deployment.md)."
