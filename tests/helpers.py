@@ -1,5 +1,9 @@
 """Shared test base: tiny configs, batches, and the round-trip checks every model gets."""
 
+import os
+import subprocess
+import sys
+
 import numpy as np
 
 from albert_tf.config import AlbertConfig
@@ -157,3 +161,30 @@ def run_layer_test(cls, init_kwargs, inputs, expected_output_shape, shared_kwarg
     optimizer.apply(tape.gradient(loss, layer.trainable_variables), layer.trainable_variables)
     unchanged = [v.path for v, old in zip(layer.trainable_variables, before) if np.array_equal(v.numpy(), old)]
     assert layer.trainable_variables and not unchanged, f"a training step left {unchanged} unchanged"
+
+
+# What every script run by `run_on_jax` starts with: `model` and `inputs` loaded on JAX.
+JAX_PRELUDE = """
+import sys, numpy as np
+import albert_tf, keras
+assert keras.backend.backend() == "jax", keras.backend.backend()
+model = albert_tf.load_pretrained(sys.argv[1])
+inputs = dict(np.load(sys.argv[2]))
+"""
+
+
+def run_on_jax(model, inputs, directory, script):
+    """Saves `model` and `inputs`, reloads them in a fresh process on the JAX backend, runs `script`.
+
+    `script` continues `JAX_PRELUDE` and must `np.savez(sys.argv[3], ...)`; the
+    arrays it saves are returned as a dict.
+    """
+    model.save_pretrained(str(directory / "model"))
+    np.savez(directory / "inputs.npz", **inputs)
+    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
+    subprocess.run(
+        [sys.executable, "-c", JAX_PRELUDE + script, str(directory / "model"), str(directory / "inputs.npz"),
+         str(directory / "out.npz")],
+        check=True, env=env, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+    )
+    return dict(np.load(directory / "out.npz"))

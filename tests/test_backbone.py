@@ -1,7 +1,3 @@
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 
@@ -12,6 +8,7 @@ from helpers import (
     assert_keras_archive_round_trip,
     assert_pretrained_round_trip,
     backbone_batch,
+    run_on_jax,
     tiny_config,
 )
 
@@ -111,11 +108,6 @@ def test_bad_config_argument():
 
 
 JAX_SCRIPT = """
-import sys, numpy as np
-import albert_tf, keras
-assert keras.backend.backend() == "jax", keras.backend.backend()
-model = albert_tf.load_pretrained(sys.argv[1])
-inputs = dict(np.load(sys.argv[2]))
 np.savez(sys.argv[3], **{k: np.asarray(v) for k, v in model(inputs).items()})
 """
 
@@ -125,15 +117,7 @@ def test_jax_backend_gives_the_same_outputs(tmp_path):
     config = tiny_config(num_hidden_groups=2, inner_group_num=2, hidden_act="gelu")
     backbone = AlbertBackbone(config)
     inputs = backbone_batch(config)
-    backbone.save_pretrained(str(tmp_path / "model"))
-    np.savez(tmp_path / "inputs.npz", **inputs)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    subprocess.run(
-        [sys.executable, "-c", JAX_SCRIPT, str(tmp_path / "model"), str(tmp_path / "inputs.npz"),
-         str(tmp_path / "out.npz")],
-        check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
-    jax_out = np.load(tmp_path / "out.npz")
+    jax_out = run_on_jax(backbone, inputs, tmp_path, JAX_SCRIPT)
     tf_out = backbone(inputs)
     for name in ("sequence_output", "pooled_output"):
         np.testing.assert_allclose(jax_out[name], tf_out[name], atol=1e-5)

@@ -1,9 +1,6 @@
 """LoRA on the shared attention projections: what trains, what is saved, what merging gives."""
 
 import math
-import os
-import subprocess
-import sys
 
 import keras
 import numpy as np
@@ -14,7 +11,7 @@ from albert_tf.models import AlbertClassifier
 from albert_tf.tasks import FinetuneConfig
 from albert_tf.tasks.config import LORA_LEARNING_RATE_FACTOR, default_learning_rate
 from helpers import assert_keras_archive_round_trip, assert_pretrained_round_trip, backbone_batch, max_abs_diff
-from helpers import tiny_config
+from helpers import run_on_jax, tiny_config
 
 RANK, CLASSES = 4, 3
 
@@ -171,11 +168,6 @@ def test_conversion_to_hf_writes_the_merged_weights(tmp_path):
 
 
 JAX_SCRIPT = """
-import sys, numpy as np
-import albert_tf, keras
-assert keras.backend.backend() == "jax", keras.backend.backend()
-model = albert_tf.load_pretrained(sys.argv[1])
-inputs = dict(np.load(sys.argv[2]))
 unmerged = np.asarray(model(inputs)["sequence_output"])
 model.merge_lora()
 np.savez(sys.argv[3], unmerged=unmerged, merged=np.asarray(model(inputs)["sequence_output"]))
@@ -188,15 +180,7 @@ def test_lora_model_loads_and_merges_on_jax(tmp_path):
     backbone.enable_lora(RANK)
     randomize_factors(backbone)
     inputs = backbone_batch(backbone.config)
-    backbone.save_pretrained(str(tmp_path / "model"))
-    np.savez(tmp_path / "inputs.npz", **inputs)
-    env = {**os.environ, "KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu"}
-    subprocess.run(
-        [sys.executable, "-c", JAX_SCRIPT, str(tmp_path / "model"), str(tmp_path / "inputs.npz"),
-         str(tmp_path / "out.npz")],
-        check=True, env=env, cwd=os.path.dirname(os.path.dirname(__file__)),
-    )
-    jax_out = np.load(tmp_path / "out.npz")
+    jax_out = run_on_jax(backbone, inputs, tmp_path, JAX_SCRIPT)
     expected = np.asarray(backbone(inputs)["sequence_output"])
     np.testing.assert_allclose(jax_out["unmerged"], expected, atol=1e-5)
     np.testing.assert_allclose(jax_out["merged"], expected, atol=1e-5)
