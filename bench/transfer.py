@@ -16,10 +16,16 @@ min count 2) + logistic regression (L2, full batch, written here in NumPy).
 
     python bench/transfer.py --model demo=runs/demo/final --model demo30=runs/demo30/final \\
         [--tasks rt imdb] [--train-limit N] [--write bench/results/transfer.md]
+
+A model may also be a pretraining checkpoint, RUN_DIR/checkpoints/ckpt-STEP
+(the run's config.json and tokenizer/ are used). `--plot PNG` draws test
+accuracy against pretraining steps for every model whose step is known
+(checkpoints, and `final/` of a run: its last step), with random init at 0.
 """
 
 import argparse
 import collections
+import json
 import math
 import os
 import re
@@ -59,7 +65,7 @@ def tfidf_logistic_regression(train, test, c=10.0):
     scikit-learn's formulation (sum of log losses * c + ||w||^2 / 2), solved
     with SciPy's L-BFGS; rows are L2-normalized TF-IDF vectors.
     """
-    from scipy import optimize, sparse
+    from scipy import sparse
 
     counts = collections.Counter(w for text, _ in train for w in set(_words(text)))
     vocab = {w: i for i, w in enumerate(w for w, c in counts.items() if c >= 2)}
@@ -75,8 +81,19 @@ def tfidf_logistic_regression(train, test, c=10.0):
             indptr.append(len(indices))
         return sparse.csr_matrix((data, indices, indptr), shape=(len(rows), len(vocab)))
 
-    x, y = features(train), np.array([label for _, label in train], np.float64)
-    sign = 2 * y - 1
+    test_y = np.array([label for _, label in test])
+    return logistic_regression_accuracy(features(train), np.array([label for _, label in train]), features(test),
+                                        test_y, c)
+
+
+def logistic_regression_accuracy(x, y, test_x, test_y, c):
+    """Test accuracy of L2 logistic regression (sum of log losses * c + ||w||^2 / 2) fit with L-BFGS.
+
+    x, test_x: (n, d) feature matrices, dense or SciPy sparse; y, test_y: 0/1 labels.
+    """
+    from scipy import optimize
+
+    sign = 2 * np.asarray(y, np.float64) - 1
 
     def loss_and_gradient(theta):
         w, b = theta[:-1], theta[-1]
@@ -87,8 +104,34 @@ def tfidf_logistic_regression(train, test, c=10.0):
 
     theta = optimize.minimize(loss_and_gradient, np.zeros(x.shape[1] + 1), jac=True, method="L-BFGS-B").x
     w, b = theta[:-1], theta[-1]
-    test_x, test_y = features(test), np.array([label for _, label in test])
-    return float(np.mean(((test_x @ w + b) > 0) == test_y))
+    return float(np.mean(((test_x @ w + b) > 0) == np.asarray(test_y)))
+
+
+def probe_accuracy(backbone, tokenizer, split, max_length, c=1.0):
+    """Linear probe: logistic regression on the frozen backbone's mean token state (standardized).
+
+    Says what the pretrained features hold before any fine-tuning moves them.
+    """
+    from input_pipeline import features as names
+
+    def mean_states(rows):
+        out = []
+        for start in range(0, len(rows), 64):
+            chunk = rows[start : start + 64]
+            ids = np.zeros((len(chunk), max_length), np.int32)
+            for i, (text, _) in enumerate(chunk):
+                pieces = [tokenizer.cls_id] + tokenizer.encode(text)[: max_length - 2] + [tokenizer.sep_id]
+                ids[i, : len(pieces)] = pieces
+            mask = (ids != 0).astype(np.int32)
+            states = np.asarray(backbone({names.TOKEN_IDS: ids, names.SEGMENT_IDS: np.zeros_like(ids),
+                                          names.PADDING_MASK: mask})["sequence_output"])
+            out.append((states * mask[..., None]).sum(1) / mask.sum(1, keepdims=True))
+        return np.concatenate(out)
+
+    x, test_x = mean_states(split["train"]), mean_states(split["test"])
+    mean, scale = x.mean(0), x.std(0) + 1e-6
+    return logistic_regression_accuracy((x - mean) / scale, [label for _, label in split["train"]],
+                                        (test_x - mean) / scale, [label for _, label in split["test"]], c)
 
 
 def majority(train, test):
@@ -119,6 +162,55 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
             "learning_rate": resolved.learning_rate}
 
 
+_CHECKPOINT = re.compile(r"^(?P<run>.*)/checkpoints/ckpt-(?P<step>\d+)$")
+
+
+def load_model(spec):
+    """(backbone, tokenizer, pretraining step or None) for a model directory or a run's checkpoint."""
+    from albert_tf import AlbertConfig
+    from albert_tf.model_dirs import find_tokenizer
+    from albert_tf.models import AlbertBackbone, AlbertPretrainer
+
+    match = _CHECKPOINT.match(spec.rstrip("/"))
+    if match is None:
+        run_dir = os.path.dirname(os.path.abspath(spec.rstrip("/")))
+        step = None
+        if os.path.basename(spec.rstrip("/")) == "final" and os.path.isfile(os.path.join(run_dir, "train_log.jsonl")):
+            with open(os.path.join(run_dir, "train_log.jsonl")) as f:
+                step = max(json.loads(line)["step"] for line in f if line.strip())
+        return AlbertBackbone.from_pretrained(spec), find_tokenizer(spec), step
+    import tensorflow as tf
+
+    run_dir = match["run"]
+    with open(os.path.join(run_dir, "config.json")) as f:
+        model_config = AlbertConfig.from_dict(json.load(f))
+    pretrainer = AlbertPretrainer(AlbertBackbone(model_config))
+    tf.train.Checkpoint(model=pretrainer).read(spec).expect_partial().assert_existing_objects_matched()
+    return pretrainer.backbone, find_tokenizer(run_dir), int(match["step"])
+
+
+def plot_steps(results, steps, tasks, path):
+    """Test accuracy against pretraining steps, one line per task; baselines dashed."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt
+
+    figure, axes = plt.subplots(figsize=(6, 4))
+    for task in tasks:
+        points = sorted((step, results[name][task]["test"]) for name, step in steps.items() if step is not None)
+        line, = axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=task)
+        axes.axhline(100 * results["TF-IDF + logistic regression"][task]["test"], color=line.get_color(),
+                     linestyle="--", linewidth=0.8, label=f"{task}: TF-IDF + LR")
+    axes.set_xlabel("pretraining steps (0 = random init)")
+    axes.set_ylabel("test accuracy (%)")
+    axes.legend(fontsize=8)
+    axes.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    print(f"Wrote {path}")
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR",
@@ -130,20 +222,23 @@ def main():
     parser.add_argument("--epochs", type=int, help="Default: the CLI's.")
     parser.add_argument("--learning-rate", type=float, help="Default: the CLI's width rule.")
     parser.add_argument("--max-seq-length", type=int, help="Default: the CLI's.")
-    parser.add_argument("--pooling", choices=("cls", "mean"), help="Default: the CLI's.")
+    parser.add_argument("--pooling", choices=("auto", "cls", "mean"), help="Default: the CLI's.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split-seed", type=int, default=20200209)
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
+    parser.add_argument("--probe", action="store_true",
+                        help="Also score a linear probe on each model's frozen mean token state.")
+    parser.add_argument("--plot", help="Also draw accuracy against pretraining steps into this PNG.")
     args = parser.parse_args()
 
     import keras
 
-    from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
 
     models = [spec.split("=", 1) for spec in args.model]
     results = collections.defaultdict(dict)
     sizes = {}
+    steps = {"random init": 0}
     for task in args.tasks:
         split = split_rows(task_rows(task), args.split_seed, args.train_limit)
         sizes[task] = {k: len(v) for k, v in split.items()}
@@ -155,21 +250,31 @@ def main():
         results["TF-IDF + logistic regression"][task] = {
             "test": tfidf_logistic_regression(split["train"], split["test"])
         }
-        first_dir = models[0][1]
-        tokenizer = find_tokenizer(first_dir)
+        first, tokenizer, _ = load_model(models[0][1])
         keras.utils.set_random_seed(args.seed)
-        random_backbone = AlbertBackbone(AlbertBackbone.from_pretrained(first_dir).config)
-        results["random init"][task] = finetune_and_test(
-            "random init", random_backbone, tokenizer, paths, args, os.path.join(task_dir, "random"))
-        for name, directory in models:
+        random_backbone = AlbertBackbone(first.config)
+        starts = [("random init", random_backbone, tokenizer)]
+        for name, spec in models:
+            backbone, model_tokenizer, steps[name] = load_model(spec)
+            starts.append((name, backbone, model_tokenizer))
+        for name, backbone, model_tokenizer in starts:
+            # Probed before fine-tuning changes the weights in place.
+            probe = (probe_accuracy(backbone, model_tokenizer, split, args.max_seq_length or 128)
+                     if args.probe else None)
             results[name][task] = finetune_and_test(
-                name, AlbertBackbone.from_pretrained(directory), find_tokenizer(directory), paths, args,
-                os.path.join(task_dir, name))
+                name, backbone, model_tokenizer, paths, args, os.path.join(task_dir, name.replace(" ", "_")))
+            results[name][task]["probe"] = probe
         keras.utils.clear_session()
 
     def cell(row, task):
         r = results[row].get(task)
         return "" if r is None else f"{r['test']:.4f}"
+
+    def probe_cell(row, task):
+        r = results[row].get(task) or {}
+        return "" if r.get("probe") is None else f"{r['probe']:.4f}"
+
+    probe_header = "".join(f" {t} probe |" for t in args.tasks) if args.probe else ""
 
     def se(task):
         n = sizes[task]["test"]
@@ -181,17 +286,23 @@ def main():
                   ("epochs", args.epochs), ("max_seq_length", args.max_seq_length), ("pooling", args.pooling))
                   if v is not None) + ". Splits: "
         + "; ".join(f"{t} " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in sizes.items())
-        + ". One standard error at 50%: " + ", ".join(f"{t} {se(t) * 100:.1f} points" for t in sizes) + ".",
+        + ". One standard error at 50%: " + ", ".join(f"{t} {se(t) * 100:.1f} points" for t in sizes) + "."
+        + (" Probe: L2 logistic regression (C 1) on the frozen model's standardized mean token state, no "
+           "fine-tuning." if args.probe else ""),
         "",
-        "| model | " + " | ".join(args.tasks) + " | fine-tuning lr | seconds |",
-        "|---|" + "---:|" * (len(args.tasks) + 2),
+        "| model | pretraining steps | " + " | ".join(args.tasks) + " |" + probe_header + " fine-tuning lr | seconds |",
+        "|---|" + "---:|" * (len(args.tasks) * (2 if args.probe else 1) + 3),
     ]
     for row in results:
         first = next(iter(results[row].values()))
         lr = f"{first['learning_rate']:.3g}" if "learning_rate" in first else ""
         seconds = " / ".join(f"{results[row][t]['seconds']:.0f}" for t in args.tasks if "seconds" in results[row].get(t, {}))
-        lines.append(f"| {row} | " + " | ".join(cell(row, t) for t in args.tasks) + f" | {lr} | {seconds} |")
+        step = "" if steps.get(row) is None else f"{steps[row]:,}"
+        probes = "".join(f" {probe_cell(row, t)} |" for t in args.tasks) if args.probe else ""
+        lines.append(f"| {row} | {step} | " + " | ".join(cell(row, t) for t in args.tasks) + f" |{probes} {lr} | {seconds} |")
     emit_table("\n".join(lines), args.write)
+    if args.plot:
+        plot_steps(results, steps, args.tasks, args.plot)
 
 
 if __name__ == "__main__":

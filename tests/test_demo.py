@@ -75,3 +75,21 @@ def test_demo_boolean_flags_parse_both_ways():
     assert DemoConfig.jit_compile is True
     assert parser.parse_args(["demo", "--out", "x"]).jit_compile is True
     assert parser.parse_args(["demo", "--out", "x", "--no-jit-compile"]).jit_compile is False
+
+
+def test_demo_recipe_flags_reach_the_trainer_and_the_data():
+    from albert_tf.apps.demo import DemoConfig
+    from albert_tf.commands.flags import config_kwargs
+
+    args = cli.build_parser().parse_args(
+        ["demo", "--out", "x", "--optimizer", "adamw", "--masked-lm-prob", "0.4", "--max-predictions-per-seq", "26",
+         "--keep-checkpoints", "50"])
+    config = DemoConfig(**config_kwargs(DemoConfig, args))
+    trainer = config.trainer_config()
+    assert (trainer.optimizer, trainer.keep_checkpoints) == ("adamw", 50)
+    data = config.data_config()
+    assert (data.masked_lm_prob, data.max_predictions_per_seq) == (0.4, 26)
+    # The defaults are the documented demo recipe.
+    default = DemoConfig()
+    assert default.trainer_config().optimizer == "lamb"
+    assert default.data_config().masked_lm_prob == 0.15

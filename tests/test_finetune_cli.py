@@ -91,15 +91,19 @@ def test_squad_v2_end_to_end(model_dir, tmp_path, capsys):
 
 
 @pytest.mark.slow
-def test_pooling_flag_and_width_rule_reach_the_run(model_dir, tmp_path, capsys):
+def test_default_pooling_and_width_rule_reach_the_run(model_dir, tmp_path, capsys):
     train = write_csv(tmp_path / "train.csv", [("a gorgeous film", "pos"), ("flat and dull", "neg")] * 4)
     out = tmp_path / "run"
     assert main(["finetune", "--model", model_dir, "--train", train, "--eval", train, "--out", str(out),
-                 "--task", "classification", "--epochs", "1", "--max-seq-length", "32", "--pooling", "mean"]) == 0
+                 "--task", "classification", "--epochs", "1", "--max-seq-length", "32"]) == 0
     run = json.loads((out / "finetune.json").read_text())
     hidden_size = AlbertBackbone.from_pretrained(model_dir).config.hidden_size
     # No --learning-rate: the width rule's rate is used and recorded.
     assert run["config"]["learning_rate"] == pytest.approx(default_learning_rate(hidden_size))
-    assert f"learning rate {default_learning_rate(hidden_size):.3g}" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert f"learning rate {default_learning_rate(hidden_size):.3g}" in printed
+    # No --pooling: "auto" resolves to mean for this narrow model, is printed and recorded.
+    assert hidden_size < 768 and run["config"]["pooling"] == "mean"
+    assert "pooling mean" in printed
     _, model, _, _ = load_run(str(out))
     assert model.pooling == "mean"

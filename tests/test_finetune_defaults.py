@@ -18,10 +18,25 @@ def test_no_learning_rate_resolves_by_model_width_and_an_explicit_one_is_kept():
     assert config.learning_rate is None
     assert config.resolved(small).learning_rate == pytest.approx(7.2e-4)
     assert config.resolved(AlbertConfig()).learning_rate == pytest.approx(2e-5)
-    explicit = FinetuneConfig(task="sst2", learning_rate=3e-5)
-    assert explicit.resolved(small) is explicit
+    explicit = FinetuneConfig(task="sst2", learning_rate=3e-5, pooling="cls")
+    assert explicit.resolved(small) == explicit
     # The resolved rate round-trips through the run file.
     assert FinetuneConfig.from_dict(config.resolved(small).to_dict()).learning_rate == pytest.approx(7.2e-4)
+
+
+def test_auto_pooling_resolves_by_model_width_and_an_explicit_one_is_kept():
+    config = FinetuneConfig(task="sst2")
+    assert config.pooling == "auto"
+    for hidden_size, expected in ((64, "mean"), (128, "mean"), (512, "mean"), (767, "mean"), (768, "cls"),
+                                  (4096, "cls")):
+        model_config = AlbertConfig(hidden_size=hidden_size, num_attention_heads=1, intermediate_size=4)
+        assert config.resolved(model_config).pooling == expected, hidden_size
+    narrow = AlbertConfig(hidden_size=128, num_attention_heads=2, intermediate_size=512)
+    assert FinetuneConfig(task="sst2", pooling="cls").resolved(narrow).pooling == "cls"
+    assert FinetuneConfig(task="sst2", pooling="mean").resolved(AlbertConfig()).pooling == "mean"
+    # The run file records what was used, not "auto".
+    resolved = config.resolved(narrow)
+    assert FinetuneConfig.from_dict(resolved.to_dict()).pooling == "mean"
 
 
 @pytest.mark.parametrize("bad, message", [

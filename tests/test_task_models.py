@@ -2,7 +2,7 @@ import keras
 import numpy as np
 import pytest
 
-from albert_tf import AlbertBackbone
+from albert_tf import AlbertBackbone, AlbertConfig
 from albert_tf.models import (
     AlbertClassifier, AlbertMultipleChoice, AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger,
 )
@@ -160,8 +160,21 @@ def test_pooling_survives_save_and_load(tmp_path):
     inputs = backbone_batch(model.config, batch=BATCH, seq=SEQ)
     loaded = assert_pretrained_round_trip(model, inputs, tmp_path)
     assert loaded.pooling == "mean"
-    # The default is the original's pooled [CLS].
-    assert AlbertClassifier(backbone(), 2).get_config()["pooling"] == "cls"
+    # The default "auto" resolves by width (mean below H 768) and the config keeps the result.
+    assert backbone().config.hidden_size < 768
+    assert AlbertClassifier(backbone(), 2).get_config()["pooling"] == "mean"
+    assert AlbertRegressor(backbone()).pooling == "mean"
+    assert AlbertClassifier(backbone(), 2, pooling="cls").get_config()["pooling"] == "cls"
+
+
+def test_auto_pooling_reads_cls_from_base_width_up():
+    from albert_tf.models.classifier import resolve_pooling
+
+    assert [resolve_pooling("auto", h) for h in (128, 767, 768, 1024, 4096)] == ["mean"] * 2 + ["cls"] * 3
+    assert resolve_pooling("cls", 128) == "cls" and resolve_pooling("mean", 4096) == "mean"
+    wide = AlbertBackbone(AlbertConfig(vocab_size=50, embedding_size=8, hidden_size=768, num_hidden_layers=1,
+                                       num_attention_heads=12, intermediate_size=16, max_position_embeddings=16))
+    assert AlbertClassifier(wide, 2).pooling == "cls"
 
 
 def test_bad_pooling_is_named():

@@ -48,7 +48,8 @@ class DemoConfig:
         tokenizer_documents: reviews the tokenizer is trained on.
         documents: pretraining reviews (IMDB "pretrain" split).
         heldout_documents: evaluation reviews (IMDB "heldout" split).
-        max_seq_length, max_predictions_per_seq: example layout.
+        max_seq_length, max_predictions_per_seq, masked_lm_prob: example
+            layout (held-out evaluation masks the same way).
         embedding_size, hidden_size, num_layers, num_heads, intermediate_size:
             the model (E, H, L, heads, FFN); one shared block, as ALBERT.
         batch_size, steps, learning_rate, warmup_fraction: LAMB optimization
@@ -63,7 +64,9 @@ class DemoConfig:
             (bench/sop_vs_nsp.py), beyond a few-minute budget.
         jit_compile: XLA for the forward and backward pass; ~1.8x faster
             here (about 180 vs 95 examples/s on 2 cores).
-        checkpoint_every, log_every: bookkeeping.
+        optimizer: "lamb" (ALBERT's) or "adamw".
+        checkpoint_every, keep_checkpoints, log_every: bookkeeping (keep
+            more checkpoints to fine-tune from intermediate steps).
         eval_batches: held-out batches evaluated.
         baseline_batches: training batches counted for the unigram baseline.
         seed: seed of the tokenizer, the initialization and the data.
@@ -75,6 +78,7 @@ class DemoConfig:
     heldout_documents: int = 600
     max_seq_length: int = 64
     max_predictions_per_seq: int = 10
+    masked_lm_prob: float = 0.15
     embedding_size: int = 64
     hidden_size: int = 128
     num_layers: int = 4
@@ -84,8 +88,10 @@ class DemoConfig:
     steps: int = 1500
     learning_rate: float = 0.005
     warmup_fraction: float = 0.02
+    optimizer: str = "lamb"
     jit_compile: bool = True
     checkpoint_every: int = 100
+    keep_checkpoints: int = 3
     log_every: int = 25
     eval_batches: int = 20
     baseline_batches: int = 20
@@ -108,15 +114,18 @@ class DemoConfig:
             num_steps=self.steps,
             learning_rate=self.learning_rate,
             warmup_fraction=self.warmup_fraction,
+            optimizer=self.optimizer,
             jit_compile=self.jit_compile,
             checkpoint_every=self.checkpoint_every,
+            keep_checkpoints=self.keep_checkpoints,
             log_every=self.log_every,
             seed=self.seed,
         )
 
     def data_config(self):
         return PretrainingDataConfig(
-            max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq, task="sop"
+            max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq,
+            masked_lm_prob=self.masked_lm_prob, task="sop",
         )
 
 

@@ -10,13 +10,26 @@ from albert_tf.models.task import (
 )
 
 
-POOLINGS = ("cls", "mean")
+POOLINGS = ("auto", "cls", "mean")
+
+# "auto" reads [CLS] from this width up: the released checkpoints (base to
+# xxlarge), whose pooler SOP trained for a million steps. Narrower models are
+# the ones a short run pretrains, and their pooled [CLS] is nearly the same
+# vector for every input (docs/pretraining.md#where-representations-collapse).
+AUTO_CLS_MIN_HIDDEN_SIZE = 768
 
 
 def check_pooling(pooling):
     if pooling not in POOLINGS:
         raise ValueError(f"`pooling` must be one of {POOLINGS}. Received: pooling={pooling!r}")
     return pooling
+
+
+def resolve_pooling(pooling, hidden_size):
+    """`pooling` with "auto" replaced: "cls" for H >= 768, "mean" below."""
+    if check_pooling(pooling) != "auto":
+        return pooling
+    return "cls" if hidden_size >= AUTO_CLS_MIN_HIDDEN_SIZE else "mean"
 
 
 def pool(encoded, padding_mask, pooling):
@@ -62,7 +75,9 @@ class AlbertClassifier(AlbertTask):
             class id (kept in the config so exports can map ids to labels).
         dropout: float, dropout before the head; None takes the backbone
             config's `classifier_dropout`.
-        pooling: "cls" (the pooler on [CLS]) or "mean" (see `pool`).
+        pooling: "cls" (the pooler on [CLS]), "mean" (see `pool`) or
+            "auto": "cls" for backbones of H >= 768, "mean" for narrower ones
+            (`resolve_pooling`); the config keeps the resolved choice.
         preprocessor: optional `AlbertPreprocessor`; with it `fit`,
             `evaluate` and `predict` also take raw strings: texts (batch,), or pairs as a tuple
             (texts, text_pairs).
@@ -75,12 +90,12 @@ class AlbertClassifier(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "classifier"
 
-    def __init__(self, backbone, num_classes, label_names=None, dropout=None, pooling="cls",
+    def __init__(self, backbone, num_classes, label_names=None, dropout=None, pooling="auto",
                  preprocessor=None, **kwargs):
         check_backbone(backbone)
         check_positive("num_classes", num_classes)
         label_names = check_label_names(label_names, num_classes, "num_classes")
-        check_pooling(pooling)
+        pooling = resolve_pooling(pooling, backbone.config.hidden_size)
 
         # === Layers ===
         dropout_layer, rate = head_dropout(backbone, dropout)
@@ -121,7 +136,9 @@ class AlbertRegressor(AlbertTask):
         backbone: an `AlbertBackbone`.
         label_names: optional list of one string, the name of the predicted score.
         dropout: float, dropout before the head; None takes `classifier_dropout`.
-        pooling: "cls" (the pooler on [CLS]) or "mean" (see `pool`).
+        pooling: "cls" (the pooler on [CLS]), "mean" (see `pool`) or
+            "auto": "cls" for backbones of H >= 768, "mean" for narrower ones
+            (`resolve_pooling`); the config keeps the resolved choice.
         preprocessor: optional `AlbertPreprocessor`; with it `fit`,
             `evaluate` and `predict` also take raw strings: texts (batch,), or pairs as a tuple
             (texts, text_pairs).
@@ -135,11 +152,11 @@ class AlbertRegressor(AlbertTask):
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "regressor"
 
-    def __init__(self, backbone, label_names=None, dropout=None, pooling="cls", preprocessor=None,
+    def __init__(self, backbone, label_names=None, dropout=None, pooling="auto", preprocessor=None,
                  **kwargs):
         check_backbone(backbone)
         label_names = check_label_names(label_names, 1, "outputs")
-        check_pooling(pooling)
+        pooling = resolve_pooling(pooling, backbone.config.hidden_size)
 
         dropout_layer, rate = head_dropout(backbone, dropout)
         head = output_dense(1, backbone, "regressor")

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from albert_tf.models.classifier import POOLINGS
+from albert_tf.models.classifier import POOLINGS, resolve_pooling
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
 
@@ -62,8 +62,9 @@ class FinetuneConfig(JsonConfig):
     warmup_fraction: float = doc(0.1, "Fraction of all steps spent warming up.")
     weight_decay: float = doc(0.01, "AdamW decay; LayerNorm and bias variables are excluded.")
     dropout: float | None = doc(None, "Dropout before the head (default: the model config's).")
-    pooling: str = doc("cls", "What a sentence-level head reads: cls (the pooler on [CLS], the original) or "
-                       "mean (the mean token state).", choices=POOLINGS)
+    pooling: str = doc("auto", "What a sentence-level head reads: cls (the pooler on [CLS], the original), mean "
+                       "(the mean token state) or auto (cls from H 768 up, mean below; see resolved).",
+                       choices=POOLINGS)
     lora_rank: int = doc(0, "Train only rank-R LoRA factors on the attention projections (and the head), the rest "
                          "of the backbone frozen; 0 trains every weight. The default learning rate is then 10x "
                          "the width rule's.")
@@ -106,13 +107,14 @@ class FinetuneConfig(JsonConfig):
             check_bool(name, getattr(self, name))
 
     def resolved(self, model_config):
-        """This config with `learning_rate` fixed for `model_config` (an `AlbertConfig`)."""
-        if self.learning_rate is not None:
-            return self
-        rate = default_learning_rate(model_config.hidden_size)
-        if self.lora_rank:
-            rate *= LORA_LEARNING_RATE_FACTOR
-        return dataclasses.replace(self, learning_rate=rate)
+        """This config with `learning_rate` and `pooling` fixed for `model_config` (an `AlbertConfig`)."""
+        pooling = resolve_pooling(self.pooling, model_config.hidden_size)
+        rate = self.learning_rate
+        if rate is None:
+            rate = default_learning_rate(model_config.hidden_size)
+            if self.lora_rank:
+                rate *= LORA_LEARNING_RATE_FACTOR
+        return dataclasses.replace(self, learning_rate=rate, pooling=pooling)
 
     @property
     def on_error(self):

@@ -21,7 +21,7 @@ from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
-from albert_tf.tasks.registry import get_task
+from albert_tf.tasks.registry import SentenceTask, get_task
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"
@@ -59,6 +59,8 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     config = config.resolved(backbone.config)
     log(f"learning rate {config.learning_rate:.3g}")
     task = get_task(config.task)
+    if isinstance(task, SentenceTask):  # the heads that read one vector per example
+        log(f"pooling {config.pooling}")
     keras.utils.set_random_seed(config.seed)
 
     label_names = task.label_names(train_path, config)
