@@ -21,6 +21,8 @@ A model may also be a pretraining checkpoint, RUN_DIR/checkpoints/ckpt-STEP
 (the run's config.json and tokenizer/ are used). `--plot PNG` draws test
 accuracy against pretraining steps for every model whose step is known
 (checkpoints, and `final/` of a run: its last step), with random init at 0.
+Each finished fine-tuning leaves its result in OUT/TASK/NAME/transfer_result.json;
+a rerun with the same settings reuses it, so a killed run picks up where it stopped.
 """
 
 import argparse
@@ -162,6 +164,19 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
             "learning_rate": resolved.learning_rate}
 
 
+RESULT_FILE = "transfer_result.json"
+
+
+def reused(out, key):
+    """The result a killed or earlier run left in `out` for exactly these settings, else None."""
+    path = os.path.join(out, RESULT_FILE)
+    if not os.path.isfile(path):
+        return None
+    with open(path) as f:
+        saved = json.load(f)
+    return saved["result"] if saved["settings"] == key else None
+
+
 _CHECKPOINT = re.compile(r"^(?P<run>.*)/checkpoints/ckpt-(?P<step>\d+)$")
 
 
@@ -236,6 +251,8 @@ def main():
     from albert_tf.models import AlbertBackbone
 
     models = [spec.split("=", 1) for spec in args.model]
+    settings = {k: getattr(args, k) for k in ("train_limit", "epochs", "learning_rate", "max_seq_length",
+                                              "pooling", "seed", "split_seed", "probe")}
     results = collections.defaultdict(dict)
     sizes = {}
     steps = {"random init": 0}
@@ -257,13 +274,21 @@ def main():
         for name, spec in models:
             backbone, model_tokenizer, steps[name] = load_model(spec)
             starts.append((name, backbone, model_tokenizer))
+        specs = dict(models, **{"random init": "random init of " + models[0][1]})
         for name, backbone, model_tokenizer in starts:
+            out = os.path.join(task_dir, name.replace(" ", "_"))
+            key = dict(settings, model=specs[name], task=task)
+            results[name][task] = reused(out, key)
+            if results[name][task] is not None:
+                print(f"  {name}: test {results[name][task]['test']:.4f} (reused from {out})")
+                continue
             # Probed before fine-tuning changes the weights in place.
             probe = (probe_accuracy(backbone, model_tokenizer, split, args.max_seq_length or 128)
                      if args.probe else None)
-            results[name][task] = finetune_and_test(
-                name, backbone, model_tokenizer, paths, args, os.path.join(task_dir, name.replace(" ", "_")))
+            results[name][task] = finetune_and_test(name, backbone, model_tokenizer, paths, args, out)
             results[name][task]["probe"] = probe
+            with open(os.path.join(out, RESULT_FILE), "w") as f:
+                json.dump({"settings": key, "result": results[name][task]}, f, indent=1)
         keras.utils.clear_session()
 
     def cell(row, task):
