@@ -4,7 +4,8 @@ Each (preset, remat, batch) runs in its own process, so each peak is that
 configuration's alone: the process's peak resident set size (ru_maxrss),
 model, Adam state, activations and framework included. With `--budget-gib`
 the script also finds, for each preset and remat setting, the largest
-power-of-two batch whose peak stays within the budget (a run that the
+power-of-two batch whose peak stays within the budget, one step per
+candidate (a run that passes the budget is stopped there, and one that the
 kernel kills for memory counts as not fitting).
 
     python bench/memory.py [--presets large xlarge] [--seq 512] [--batch 8] [--steps 3]
@@ -17,6 +18,7 @@ import resource
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
@@ -61,35 +63,71 @@ def run_one(preset, num_layers, seq, batch, remat, steps, jit):
         times.append(time.perf_counter() - start)
     # Linux reports ru_maxrss in KiB.
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    return {"peak_gib": peak, "step_ms": statistics.median(times[1:]) * 1000}
+    # With no timed steps (a batch search), the first step's time, tracing included.
+    return {"peak_gib": peak, "step_ms": statistics.median(times[1:] or times) * 1000}
 
 
-def measure(args, preset, batch, remat):
-    """`run_one` in a fresh process; None when the process dies (e.g. killed for memory)."""
+def peak_rss_gib(pid):
+    """A live process's peak resident set size so far (Linux VmHWM), or None."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def measure(args, preset, batch, remat, steps=None, stop_above_gib=None):
+    """`run_one` in a fresh process; None when the process dies (e.g. killed for memory).
+
+    With `stop_above_gib` the process is stopped as soon as its peak RSS passes
+    that much, and the result says so (`"stopped": True`): a batch search need
+    not wait minutes for a step whose memory already rules it out.
+    """
+    steps = args.steps if steps is None else steps
     command = [sys.executable, __file__, "--worker", "--presets", preset, "--seq", str(args.seq),
-               "--batch", str(batch), "--steps", str(args.steps)]
+               "--batch", str(batch), "--steps", str(steps)]
     command += ["--remat"] if remat else []
     command += ["--jit"] if args.jit else []
     command += ["--num-layers", str(args.num_layers)] if args.num_layers else []
-    done = subprocess.run(command, capture_output=True, text=True)
-    if done.returncode != 0:
-        print(f"{preset} batch {batch} remat={remat} failed (exit {done.returncode}): {done.stderr[-500:]}",
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen(command, stdout=out, stderr=err, text=True)
+        while process.poll() is None:
+            peak = peak_rss_gib(process.pid)
+            if stop_above_gib is not None and peak is not None and peak > stop_above_gib:
+                process.kill()
+                process.wait()
+                print(f"{preset} batch {batch} remat={remat}: stopped at {peak:.2f} GiB peak RSS",
+                      file=sys.stderr, flush=True)
+                return {"peak_gib": peak, "step_ms": None, "stopped": True}
+            time.sleep(0.2)
+        out.seek(0)
+        err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if process.returncode != 0:
+        print(f"{preset} batch {batch} remat={remat} failed (exit {process.returncode}): {stderr[-500:]}",
               file=sys.stderr)
         return None
-    result = json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(stdout.strip().splitlines()[-1])
     print(f"{preset} batch {batch} remat={remat}: {result}", file=sys.stderr, flush=True)
     return result
 
 
 def largest_batch(args, preset, remat):
-    """The largest power-of-two batch whose peak RSS is within `args.budget_gib`, or 0."""
-    batch, best = 1, 0
+    """The largest power-of-two batch whose peak RSS is within `args.budget_gib` (0 if none), with its result.
+
+    Each candidate trains one step (the first, where Adam's slots are made):
+    the peak is what matters here, not the step time.
+    """
+    batch, best, best_result = 1, 0, None
     while batch <= args.max_batch:
-        result = measure(args, preset, batch, remat)
+        result = measure(args, preset, batch, remat, steps=0, stop_above_gib=args.budget_gib)
         if result is None or result["peak_gib"] > args.budget_gib:
             break
-        best, batch = batch, batch * 2
-    return best
+        best, best_result, batch = batch, result, batch * 2
+    return best, best_result
 
 
 def main():
@@ -117,10 +155,16 @@ def main():
         f"Pretraining step (Adam), seq {args.seq}, batch {args.batch}{layers}, "
         f"{'XLA' if args.jit else 'no XLA'}, median of {args.steps} steps; peak = process peak RSS.",
         machine_line(ceilings),
+    ]
+    if args.budget_gib:
+        lines.append(f"Batch search: powers of two up to {args.max_batch}, one step each (the first: Adam's slots "
+                     f"made, tracing included), a run stopped as soon as its peak passes {args.budget_gib:g} GiB.")
+    lines += [
         "",
         "| preset | remat | peak RSS (GiB) | step (ms) | step vs no remat |"
-        + (f" largest batch within {args.budget_gib:g} GiB |" if args.budget_gib else ""),
-        "|---|---|---:|---:|---:|" + ("---:|" if args.budget_gib else ""),
+        + (f" largest batch within {args.budget_gib:g} GiB | its peak (GiB) | its first step (ms) |"
+           if args.budget_gib else ""),
+        "|---|---|---:|---:|---:|" + ("---:|---:|---:|" if args.budget_gib else ""),
     ]
     for preset in args.presets:
         plain = None
@@ -134,7 +178,9 @@ def main():
                 ratio = f"{result['step_ms'] / plain['step_ms']:.2f}x" if remat and plain else ""
                 cells += [f"{result['peak_gib']:.2f}", f"{result['step_ms']:.0f}", ratio]
             if args.budget_gib:
-                cells.append(str(largest_batch(args, preset, remat)))
+                best, found = largest_batch(args, preset, remat)
+                cells += [str(best), f"{found['peak_gib']:.2f}" if found else "",
+                          f"{found['step_ms']:.0f}" if found else ""]
             lines.append("| " + " | ".join(cells) + " |")
     print()
     emit_table("\n".join(lines), args.write)
