@@ -6,6 +6,7 @@ when chaining commands show up here first.
 """
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +21,17 @@ def albert_tf_command():
     if script.exists():
         return [str(script)]
     return [sys.executable, "-m", "albert_tf.cli"]
+
+
+def ctrl_c_reaches_it():
+    """`preexec_fn` for a command a test interrupts with SIGINT, as Ctrl-C does.
+
+    A shell without job control starts background jobs with SIGINT ignored,
+    and a child inherits that; Python then installs no KeyboardInterrupt
+    handler, so a test suite launched with `&` saw Ctrl-C do nothing. The
+    user's terminal never ignores it: restore the default before exec.
+    """
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def user_environment(**overrides):

@@ -18,7 +18,7 @@ import urllib.request
 import numpy as np
 import pytest
 
-from cli_helpers import albert_tf_command, run_cli, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
 from input_pipeline import corpora
 
 pytestmark = pytest.mark.slow
@@ -317,7 +317,7 @@ def test_ctrl_c_in_pretrain_says_where_it_stopped_and_resumes(tour, pretrained):
                                      "--batch-size", "8", "--steps", "400", "--log-every", "1",
                                      "--checkpoint-every", "2"]
     process = subprocess.Popen(command, cwd=tour, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=user_environment())
+                               env=user_environment(), preexec_fn=ctrl_c_reaches_it)
     for line in process.stdout:
         if line.startswith("step") and int(line.split()[1].split("/")[0]) >= 3:
             break

@@ -15,7 +15,7 @@ import urllib.request
 import pytest
 
 from albert_tf.export import custom_ops, export_saved_model
-from cli_helpers import albert_tf_command, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, user_environment
 from export_fixtures import LABELS, config, exported_classifier, tokenizer
 
 DOCS = "docs/deployment.md"
@@ -28,6 +28,7 @@ def test_serve_starts_in_a_fresh_process_and_answers_text(tmp_path):
     process = subprocess.Popen(
         albert_tf_command() + ["serve", base, "--port", "0"],
         stdout=subprocess.PIPE, stderr=stderr, text=True, env=user_environment(),
+        preexec_fn=ctrl_c_reaches_it,
     )
     lines = queue.Queue()
     threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
