@@ -5,6 +5,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import keras
 import numpy as np
@@ -18,7 +19,7 @@ from albert_tf import (
 from albert_tf.export import export_saved_model, export_tflite, load_saved_model, pack_texts
 from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
 from cli_helpers import user_environment
-from export_fixtures import VOCAB_SIZE, real_texts, texts_and_pairs, tokenizer
+from export_fixtures import VOCAB_SIZE, texts_and_pairs, tokenizer
 from helpers import max_abs_diff, tiny_config
 from input_pipeline import corpora
 from input_pipeline.tokenizer import AlbertTokenizer
@@ -152,6 +153,21 @@ def test_fit_on_raw_strings_lowers_the_loss_and_datasets_work():
     assert model.evaluate(dataset, verbose=0, return_dict=True)["loss"] == pytest.approx(
         model.evaluate(texts, labels, batch_size=8, verbose=0, return_dict=True)["loss"], rel=1e-5
     )
+
+
+def test_fit_does_not_warn_about_the_pooler_that_mean_pooling_leaves_untrained():
+    texts, labels = sentiment(8)
+    model = AlbertClassifier(backbone(), 2, pooling="mean", preprocessor=preprocessor())
+    model.compile(optimizer=keras.optimizers.Adam(1e-3))
+    pooler_before = [np.array(v) for v in model.backbone.pooler.weights]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        model.fit(texts, labels, batch_size=4, epochs=1, verbose=0)
+    messages = [str(w.message) for w in caught]
+    assert not [m for m in messages if "Gradients do not exist" in m], messages
+    # The pooler is indeed left as it was: nothing real was hidden.
+    for before, after in zip(pooler_before, model.backbone.pooler.weights):
+        np.testing.assert_array_equal(before, np.array(after))
 
 
 @pytest.mark.parametrize("kind", ["classifier", "regressor_pairs", "multiple_choice", "tagger", "qa"])

@@ -14,6 +14,7 @@ on token ids, so id inputs still work and exports are unchanged.
 """
 
 import contextlib
+import warnings
 
 import keras
 from keras import ops
@@ -206,7 +207,11 @@ class AlbertTask(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
                 text = True
                 validation_batch_size = kwargs.pop("validation_batch_size", None) or batch_size
                 validation_data = self._text_dataset(vx, vy, vsw, validation_batch_size)
-        with _text_errors(text):
+        with _text_errors(text), warnings.catch_warnings():
+            # Heads that read the sequence output (mean pooling, tags, spans)
+            # leave the pooler without a gradient by design; Keras would warn
+            # about exactly those two variables in every user's fit.
+            warnings.filterwarnings("ignore", message=_POOLER_WITHOUT_GRADIENT)
             return super().fit(
                 x, y, batch_size=batch_size, sample_weight=sample_weight,
                 validation_data=validation_data, validation_split=validation_split,
@@ -381,6 +386,9 @@ def _check_same_task(model, task_kwargs, directory):
             f"it is loaded as saved. For a new head on its backbone use "
             f"`{type(model).__name__}(AlbertBackbone.from_pretrained(directory), ...)`."
         )
+
+
+_POOLER_WITHOUT_GRADIENT = r"Gradients do not exist for variables \['pooler/kernel', 'pooler/bias'\]"
 
 
 def _text_errors(text):

@@ -12,7 +12,6 @@ import json
 import math
 import os
 import time
-import warnings
 
 import keras
 
@@ -102,11 +101,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     history, best, best_epoch = [], None, None
     for epoch in range(1, config.epochs + 1):
         start = time.perf_counter()
-        with warnings.catch_warnings():
-            # Span and tagging heads read the sequence output, so the pooler
-            # gets no gradient; Keras warns about that on every run.
-            warnings.filterwarnings("ignore", message=r"Gradients do not exist for variables \['pooler")
-            fit = model.fit(dataset, epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
+        fit = model.fit(dataset, epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
         train_seconds = time.perf_counter() - start
         scores = task.evaluate(model, evaluation, config)
         record = {"epoch": epoch, "train_loss": float(fit.history["loss"][-1]),
