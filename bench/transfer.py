@@ -114,20 +114,17 @@ def probe_accuracy(backbone, tokenizer, split, max_length, c=1.0):
 
     Says what the pretrained features hold before any fine-tuning moves them.
     """
-    from input_pipeline import features as names
+    from albert_tf.export import pack_texts
+    from albert_tf.models.classifier import pool
+    from input_pipeline import features
 
     def mean_states(rows):
         out = []
         for start in range(0, len(rows), 64):
-            chunk = rows[start : start + 64]
-            ids = np.zeros((len(chunk), max_length), np.int32)
-            for i, (text, _) in enumerate(chunk):
-                pieces = [tokenizer.cls_id] + tokenizer.encode(text)[: max_length - 2] + [tokenizer.sep_id]
-                ids[i, : len(pieces)] = pieces
-            mask = (ids != 0).astype(np.int32)
-            states = np.asarray(backbone({names.TOKEN_IDS: ids, names.SEGMENT_IDS: np.zeros_like(ids),
-                                          names.PADDING_MASK: mask})["sequence_output"])
-            out.append((states * mask[..., None]).sum(1) / mask.sum(1, keepdims=True))
+            inputs = pack_texts(tokenizer, [text for text, _ in rows[start : start + 64]], max_length=max_length,
+                                pad_to=max_length)
+            # The same mean over real tokens as the classifier's pooling="mean" head.
+            out.append(np.asarray(pool(backbone(inputs), inputs[features.PADDING_MASK], "mean")))
         return np.concatenate(out)
 
     x, test_x = mean_states(split["train"]), mean_states(split["test"])
@@ -267,13 +264,14 @@ def main():
         results["TF-IDF + logistic regression"][task] = {
             "test": tfidf_logistic_regression(split["train"], split["test"])
         }
-        first, tokenizer, _ = load_model(models[0][1])
-        keras.utils.set_random_seed(args.seed)
-        random_backbone = AlbertBackbone(first.config)
-        starts = [("random init", random_backbone, tokenizer)]
+        starts = []
         for name, spec in models:
             backbone, model_tokenizer, steps[name] = load_model(spec)
             starts.append((name, backbone, model_tokenizer))
+        # Random init: the first model's config and tokenizer, seeded here so loading
+        # the others does not change its weights.
+        keras.utils.set_random_seed(args.seed)
+        starts.insert(0, ("random init", AlbertBackbone(starts[0][1].config), starts[0][2]))
         specs = dict(models, **{"random init": "random init of " + models[0][1]})
         for name, backbone, model_tokenizer in starts:
             out = os.path.join(task_dir, name.replace(" ", "_"))
