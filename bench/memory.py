@@ -83,8 +83,8 @@ def measure(args, preset, batch, remat, steps=None, stop_above_gib=None):
     """`run_one` in a fresh process; None when the process dies (e.g. killed for memory).
 
     With `stop_above_gib` the process is stopped as soon as its peak RSS passes
-    that much, and the result says so (`"stopped": True`): a batch search need
-    not wait minutes for a step whose memory already rules it out.
+    that much (the result then has that peak and no step time): a batch search
+    need not wait minutes for a step whose memory already rules it out.
     """
     steps = args.steps if steps is None else steps
     command = [sys.executable, __file__, "--worker", "--presets", preset, "--seq", str(args.seq),
@@ -101,7 +101,7 @@ def measure(args, preset, batch, remat, steps=None, stop_above_gib=None):
                 process.wait()
                 print(f"{preset} batch {batch} remat={remat}: stopped at {peak:.2f} GiB peak RSS",
                       file=sys.stderr, flush=True)
-                return {"peak_gib": peak, "step_ms": None, "stopped": True}
+                return {"peak_gib": peak, "step_ms": None}
             time.sleep(0.2)
         out.seek(0)
         err.seek(0)
