@@ -21,12 +21,17 @@ A model may also be a pretraining checkpoint, RUN_DIR/checkpoints/ckpt-STEP
 (the run's config.json and tokenizer/ are used). `--plot PNG` draws test
 accuracy against pretraining steps for every model whose step is known
 (checkpoints, and `final/` of a run: its last step), with random init at 0.
-Each finished fine-tuning leaves its result in OUT/TASK/NAME/transfer_result.json;
-a rerun with the same settings reuses it, so a killed run picks up where it stopped.
+Each finished fine-tuning leaves its result in OUT/TASK/NAME/transfer_result.json
+(OUT/TASK_splitSEED/... for other `--split-seed`s); a rerun with the same
+settings reuses it, so a killed run picks up where it stopped. Several
+`--split-seed`s average every figure over the splits and add the paired
+differences from random init per split: one split's test set (853 / 507
+texts) leaves 2-3 points of noise in a difference.
 """
 
 import argparse
 import collections
+import itertools
 import json
 import math
 import os
@@ -162,6 +167,7 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
 
 
 RESULT_FILE = "transfer_result.json"
+DEFAULT_SPLIT_SEED = 20200209
 
 
 def reused(out, key):
@@ -201,6 +207,12 @@ def load_model(spec):
     return pretrainer.backbone, find_tokenizer(run_dir), int(match["step"])
 
 
+def mean_over_splits(results, row, task, field="test"):
+    """Mean of one field over the splits run, or None where no split has it."""
+    values = [r[field] for r in results[row].get(task, []) if r.get(field) is not None]
+    return float(np.mean(values)) if values else None
+
+
 def plot_steps(results, steps, tasks, path):
     """Test accuracy against pretraining steps, one line per task; baselines dashed."""
     import matplotlib
@@ -210,9 +222,10 @@ def plot_steps(results, steps, tasks, path):
 
     figure, axes = plt.subplots(figsize=(6, 4))
     for task in tasks:
-        points = sorted((step, results[name][task]["test"]) for name, step in steps.items() if step is not None)
+        points = sorted((step, mean_over_splits(results, name, task)) for name, step in steps.items()
+                        if step is not None)
         line, = axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=task)
-        axes.axhline(100 * results["TF-IDF + logistic regression"][task]["test"], color=line.get_color(),
+        axes.axhline(100 * mean_over_splits(results, "TF-IDF + logistic regression", task), color=line.get_color(),
                      linestyle="--", linewidth=0.8, label=f"{task}: TF-IDF + LR")
     axes.set_xlabel("pretraining steps (0 = random init)")
     axes.set_ylabel("test accuracy (%)")
@@ -236,7 +249,9 @@ def main():
     parser.add_argument("--max-seq-length", type=int, help="Default: the CLI's.")
     parser.add_argument("--pooling", choices=("auto", "cls", "mean"), help="Default: the CLI's.")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--split-seed", type=int, default=20200209)
+    parser.add_argument("--split-seed", type=int, nargs="+", default=[DEFAULT_SPLIT_SEED],
+                        help="One or more splits; with several, the table holds means over them and the "
+                             "paired differences from random init follow it.")
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
     parser.add_argument("--probe", action="store_true",
                         help="Also score a linear probe on each model's frozen mean token state.")
@@ -250,20 +265,22 @@ def main():
     models = [spec.split("=", 1) for spec in args.model]
     settings = {k: getattr(args, k) for k in ("train_limit", "epochs", "learning_rate", "max_seq_length",
                                               "pooling", "seed", "split_seed", "probe")}
-    results = collections.defaultdict(dict)
+    # results[model][task]: one result per split seed, in --split-seed order.
+    results = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = {}
     steps = {"random init": 0}
-    for task in args.tasks:
-        split = split_rows(task_rows(task), args.split_seed, args.train_limit)
+    for split_seed, task in itertools.product(args.split_seed, args.tasks):
+        split = split_rows(task_rows(task), split_seed, args.train_limit)
         sizes[task] = {k: len(v) for k, v in split.items()}
-        task_dir = os.path.join(args.out, task)
+        # The first default split keeps its old place, so earlier results are reused.
+        task_dir = os.path.join(args.out, task if split_seed == DEFAULT_SPLIT_SEED else f"{task}_split{split_seed}")
         os.makedirs(task_dir, exist_ok=True)
         paths = {name: write_csv(os.path.join(task_dir, f"{name}.csv"), rows) for name, rows in split.items()}
-        print(f"{task}: " + ", ".join(f"{k} {v}" for k, v in sizes[task].items()))
-        results["majority label"][task] = {"test": majority(split["train"], split["test"])}
-        results["TF-IDF + logistic regression"][task] = {
-            "test": tfidf_logistic_regression(split["train"], split["test"])
-        }
+        print(f"{task} (split seed {split_seed}): " + ", ".join(f"{k} {v}" for k, v in sizes[task].items()))
+        results["majority label"][task].append({"test": majority(split["train"], split["test"])})
+        results["TF-IDF + logistic regression"][task].append(
+            {"test": tfidf_logistic_regression(split["train"], split["test"])}
+        )
         starts = []
         for name, spec in models:
             backbone, model_tokenizer, steps[name] = load_model(spec)
@@ -275,27 +292,25 @@ def main():
         specs = dict(models, **{"random init": "random init of " + models[0][1]})
         for name, backbone, model_tokenizer in starts:
             out = os.path.join(task_dir, name.replace(" ", "_"))
-            key = dict(settings, model=specs[name], task=task)
-            results[name][task] = reused(out, key)
-            if results[name][task] is not None:
-                print(f"  {name}: test {results[name][task]['test']:.4f} (reused from {out})")
+            key = dict(settings, model=specs[name], task=task, split_seed=split_seed)
+            result = reused(out, key)
+            if result is not None:
+                print(f"  {name}: test {result['test']:.4f} (reused from {out})")
+                results[name][task].append(result)
                 continue
             # Probed before fine-tuning changes the weights in place.
             probe = (probe_accuracy(backbone, model_tokenizer, split, args.max_seq_length or 128)
                      if args.probe else None)
-            results[name][task] = finetune_and_test(name, backbone, model_tokenizer, paths, args, out)
-            results[name][task]["probe"] = probe
+            result = finetune_and_test(name, backbone, model_tokenizer, paths, args, out)
+            result["probe"] = probe
+            results[name][task].append(result)
             with open(os.path.join(out, RESULT_FILE), "w") as f:
-                json.dump({"settings": key, "result": results[name][task]}, f, indent=1)
+                json.dump({"settings": key, "result": result}, f, indent=1)
         keras.utils.clear_session()
 
-    def cell(row, task):
-        r = results[row].get(task)
-        return "" if r is None else f"{r['test']:.4f}"
-
-    def probe_cell(row, task):
-        r = results[row].get(task) or {}
-        return "" if r.get("probe") is None else f"{r['probe']:.4f}"
+    def cell(row, task, field="test", digits=4):
+        value = mean_over_splits(results, row, task, field)
+        return "" if value is None else f"{value:.{digits}f}"
 
     probe_header = "".join(f" {t} probe |" for t in args.tasks) if args.probe else ""
 
@@ -309,7 +324,9 @@ def main():
                   ("epochs", args.epochs), ("max_seq_length", args.max_seq_length), ("pooling", args.pooling))
                   if v is not None) + ". Splits: "
         + "; ".join(f"{t} " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in sizes.items())
-        + ". One standard error at 50%: " + ", ".join(f"{t} {se(t) * 100:.1f} points" for t in sizes) + "."
+        + (f" (each of {len(args.split_seed)} seeded splits; every figure is the mean over them)"
+           if len(args.split_seed) > 1 else "")
+        + ". One standard error at 50% (one split): " + ", ".join(f"{t} {se(t) * 100:.1f} points" for t in sizes) + "."
         + (" Probe: L2 logistic regression (C 1) on the frozen model's standardized mean token state, no "
            "fine-tuning." if args.probe else ""),
         "",
@@ -317,12 +334,26 @@ def main():
         "|---|" + "---:|" * (len(args.tasks) * (2 if args.probe else 1) + 3),
     ]
     for row in results:
-        first = next(iter(results[row].values()))
+        first = next(iter(results[row].values()))[0]
         lr = f"{first['learning_rate']:.3g}" if "learning_rate" in first else ""
-        seconds = " / ".join(f"{results[row][t]['seconds']:.0f}" for t in args.tasks if "seconds" in results[row].get(t, {}))
+        seconds = " / ".join(cell(row, t, "seconds", 0) for t in args.tasks if "seconds" in first)
         step = "" if steps.get(row) is None else f"{steps[row]:,}"
-        probes = "".join(f" {probe_cell(row, t)} |" for t in args.tasks) if args.probe else ""
+        probes = "".join(f" {cell(row, t, 'probe')} |" for t in args.tasks) if args.probe else ""
         lines.append(f"| {row} | {step} | " + " | ".join(cell(row, t) for t in args.tasks) + f" |{probes} {lr} | {seconds} |")
+    if len(args.split_seed) > 1:
+        lines += ["", f"Paired differences from random init, test accuracy points, per split (split seeds "
+                  f"{', '.join(map(str, args.split_seed))}); mean, and its standard error over the splits:", ""]
+        for row in results:
+            if row in ("random init", "majority label"):
+                continue
+            parts = []
+            for t in args.tasks:
+                diffs = 100 * (np.array([r["test"] for r in results[row][t]])
+                               - np.array([r["test"] for r in results["random init"][t]]))
+                se_mean = np.std(diffs, ddof=1) / math.sqrt(len(diffs))
+                parts.append(f"{t} " + ", ".join(f"{d:+.1f}" for d in diffs) + f": mean {diffs.mean():+.1f} "
+                             f"(SE {se_mean:.1f})")
+            lines.append(f"- {row}: " + "; ".join(parts))
     emit_table("\n".join(lines), args.write)
     if args.plot:
         plot_steps(results, steps, args.tasks, args.plot)

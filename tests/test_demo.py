@@ -18,7 +18,8 @@ TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "2
 @pytest.mark.slow
 def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     out = str(tmp_path / "demo")
-    assert cli.main(["demo", "--out", out, "--steps", "3", *TINY]) == 0
+    assert cli.main(["demo", "--out", out, "--steps", "3", "--embedding-init", "ppmi-svd", *TINY]) == 0
+    assert "Word embeddings start from PPMI-SVD vectors" in capsys.readouterr().out
     for name in ("tokenizer/spiece.model", "config.json", "training_config.json", "checkpoints/ckpt-3.index",
                  "final/model.weights.h5", "metrics.json", "loss_curve.png", "train_log.jsonl"):
         assert os.path.isfile(os.path.join(out, name)), name
@@ -29,10 +30,12 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert load_pretrained(os.path.join(out, "final")).config == AlbertConfig.load(out)
     capsys.readouterr()
 
-    # The same command with more steps continues from step 3 with the saved tokenizer.
-    assert cli.main(["demo", "--out", out, "--steps", "4", *TINY]) == 0
+    # The same command with more steps continues from step 3 with the saved tokenizer
+    # and the checkpoint's embeddings (not a new PPMI-SVD start).
+    assert cli.main(["demo", "--out", out, "--steps", "4", "--embedding-init", "ppmi-svd", *TINY]) == 0
     printed = capsys.readouterr().out
     assert "Reusing the tokenizer" in printed and "Resumed from" in printed and "at step 3" in printed
+    assert "PPMI-SVD" not in printed
     assert "| held-out MLM accuracy" in printed
 
 
@@ -83,8 +86,13 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
 
     args = cli.build_parser().parse_args(
         ["demo", "--out", "x", "--optimizer", "adamw", "--masked-lm-prob", "0.4", "--max-predictions-per-seq", "26",
-         "--keep-checkpoints", "50"])
+         "--keep-checkpoints", "50", "--embedding-init", "random"])
     config = DemoConfig(**config_kwargs(DemoConfig, args))
+    assert config.embedding_init == "random"
+    with pytest.raises(ValueError, match="`embedding_init` must be one of"):
+        DemoConfig(embedding_init="svd")
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(["demo", "--out", "x", "--embedding-init", "svd"])
     trainer = config.trainer_config()
     assert (trainer.optimizer, trainer.keep_checkpoints) == ("adamw", 50)
     data = config.data_config()
@@ -93,3 +101,4 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
     default = DemoConfig()
     assert default.trainer_config().optimizer == "lamb"
     assert default.data_config().masked_lm_prob == 0.15
+    assert (default.embedding_init, default.documents) == ("ppmi-svd", 19928)

@@ -295,13 +295,21 @@ def test_docs_pretrain_commands_static_and_raw_text(tour, pretrained):
     run_cli("pretrain", "--data", "data/", "--out", "runs/docs_base",
             "--preset", "base", *TINY_MODEL, "--batch-size", "8", "--steps", "3", "--warmup-steps", "1",
             "--learning-rate", "0.00176", cwd=tour)
-    run_cli("pretrain", "--data", "corpus/reviews.txt", "--tokenizer", "tok", "--out", "runs/small",
-            "--max-seq-length", "32", "--preset", "base", "--hidden-size", "32", "--embedding-size", "16",
-            "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "64", "--batch-size", "8",
-            "--accumulation-steps", "2", "--steps", "3", "--warmup-steps", "1", "--learning-rate", "0.005",
-            cwd=tour)
+    done = run_cli("pretrain", "--data", "corpus/reviews.txt", "--tokenizer", "tok", "--out", "runs/small",
+                   "--max-seq-length", "32", "--preset", "base", "--hidden-size", "32", "--embedding-size", "16",
+                   "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "64", "--batch-size", "8",
+                   "--accumulation-steps", "2", "--steps", "3", "--warmup-steps", "1", "--learning-rate", "0.005",
+                   "--embedding-init", "ppmi-svd", cwd=tour)
+    assert "Word embeddings start from PPMI-SVD vectors" in done.stdout
+    training = json.loads((tour / "runs" / "small" / "training_config.json").read_text())
+    assert training["data"]["embedding_init"] == "ppmi-svd"
     for run in ("docs_base", "small"):
         assert (tour / "runs" / run / "final" / "tokenizer" / "spiece.model").is_file()
+    # Records hold masked ids, not the text: PPMI-SVD needs the raw text.
+    refused = run_cli("pretrain", "--data", "data/", "--out", "runs/refused", "--embedding-init", "ppmi-svd",
+                      *TINY_MODEL, cwd=tour, expect_rc=2)
+    assert "pass the text files with --tokenizer" in refused.stderr
+    assert not (tour / "runs" / "refused" / "checkpoints").exists()
 
 
 def test_docs_demo_smoke_run(tour):

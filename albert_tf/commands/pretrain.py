@@ -17,7 +17,7 @@ from albert_tf.commands.flags import add_command, add_config_flags, config_kwarg
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, load_tokenizer
-from albert_tf.training.config import TrainerConfig
+from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline.dataset import pretraining_dataset_fn
 
@@ -58,6 +58,9 @@ def add_parser(subparsers):
                           help="Run directory; rerunning the same command resumes from its last checkpoint.")
     training.add_argument("--strategy", choices=STRATEGY_NAMES, default="default", help="tf.distribute strategy.")
     training.add_argument("--tpu", help="TPU name or address for --strategy tpu.")
+    training.add_argument("--embedding-init", choices=EMBEDDING_INITS, default="random",
+                          help="ppmi-svd: start the word embeddings from PPMI-SVD vectors of the text "
+                               "(raw text only; helps short runs transfer, docs/pretraining.md).")
     training.add_argument("--logical-cpus", type=int,
                           help="Split the CPU into this many devices (mirrored runs on a CPU-only machine).")
     add_config_flags(training, TrainerConfig)
@@ -71,18 +74,28 @@ def run(args):
 
         configure_logical_cpus(args.logical_cpus)
     from albert_tf.distribute import get_strategy
-    from albert_tf.training import Trainer, TrainingDiverged
+    from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
     from albert_tf.training import checkpoints
     from albert_tf.training.trainer import CHECKPOINT_DIR
 
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
     model_config = _model_config(args, vocab_size, data_config.max_seq_length)
+    word_embeddings_init = None
+    if args.embedding_init == "ppmi-svd":
+        if not isinstance(source, TokenizedCorpus):
+            raise ValueError(
+                f"--embedding-init ppmi-svd counts pieces in raw text, and --data {source} holds create-data "
+                "records: pass the text files with --tokenizer instead."
+            )
+        word_embeddings_init = ppmi_svd_init(source)
+        data_info["embedding_init"] = "ppmi-svd"
     strategy = get_strategy(args.strategy, tpu=args.tpu) if args.strategy == "tpu" else get_strategy(args.strategy)
     trainer = Trainer(
         model_config, trainer_config, args.out, pretraining_dataset_fn(source, data_config, seed=args.seed),
         strategy=strategy, tokenizer=tokenizer,
         run_info={"data": data_info, "strategy": args.strategy, "replicas": strategy.num_replicas_in_sync},
+        word_embeddings_init=word_embeddings_init,
     )
     # float32 stays the default: bfloat16 was not measured faster on CPUs without bf16 units.
     mixed = trainer_config.mixed_precision != "float32"

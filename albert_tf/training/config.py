@@ -9,6 +9,8 @@ from input_pipeline.config_base import (
 
 OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+# Word-embedding starts (albert_tf.training.embedding_init); chosen by the commands that hold the text.
+EMBEDDING_INITS = ("random", "ppmi-svd")
 
 
 # The paper's warmup, 3,125 of 125,000 steps, as a share of any run's length.

@@ -43,6 +43,7 @@ import os
 import shutil
 
 import keras
+import numpy as np
 import tensorflow as tf
 
 from albert_tf.accumulation import GradientAccumulator
@@ -124,11 +125,15 @@ class Trainer:
         tokenizer: optional `AlbertTokenizer`, saved in RUN_DIR/tokenizer.
         run_info: optional JSON-serializable dict written into
             training_config.json next to the trainer config (data, strategy...).
+        word_embeddings_init: optional `fn(random_table) -> table` on (V, E)
+            NumPy arrays, applied to the freshly initialized word-embedding
+            table of a new run (not on resume: the checkpoint holds the
+            table), e.g. `ppmi_svd_init(corpus)` (training/embedding_init.py).
         print_fn: where progress lines and messages go.
     """
 
     def __init__(self, model_config, config, run_dir, dataset_fn, *, strategy=None, tokenizer=None,
-                 run_info=None, print_fn=print):
+                 run_info=None, word_embeddings_init=None, print_fn=print):
         if not isinstance(model_config, AlbertConfig):
             raise ValueError(f"`model_config` must be an AlbertConfig. Received: {type(model_config).__name__}")
         if not isinstance(config, TrainerConfig):
@@ -170,6 +175,8 @@ class Trainer:
         self._schedule = WarmupLinearDecay(config.learning_rate, config.num_warmup_steps, config.num_steps)
         self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer, step=self._step)
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINT_DIR)
+        if word_embeddings_init is not None and not checkpoints.checkpoint_steps(self.checkpoint_dir):
+            self._set_word_embeddings(word_embeddings_init)
         # XLA compiles the forward and backward pass only: it holds no
         # collectives, so it compiles the same under every strategy.
         self._forward_backward = (
@@ -249,6 +256,16 @@ class Trainer:
             self._save_final(final_dir)
             self._print(f"Saved the pretrained model to {final_dir}")
         return {"step": self.step, **record}
+
+    def _set_word_embeddings(self, word_embeddings_init):
+        table = self.model.backbone.word_embeddings.embeddings
+        new = np.asarray(word_embeddings_init(np.asarray(table.numpy())), np.float32)
+        if new.shape != tuple(table.shape):
+            raise ValueError(
+                "`word_embeddings_init` must return a table of the model's shape. "
+                f"Received: shape={new.shape}, expected {tuple(table.shape)}"
+            )
+        table.assign(new)
 
     # ------------------------------------------------------------------ step
     def _distributed_step(self, iterator):
