@@ -264,7 +264,7 @@ def main():
 
     models = [spec.split("=", 1) for spec in args.model]
     settings = {k: getattr(args, k) for k in ("train_limit", "epochs", "learning_rate", "max_seq_length",
-                                              "pooling", "seed", "split_seed", "probe")}
+                                              "pooling", "seed", "probe")}
     # results[model][task]: one result per split seed, in --split-seed order.
     results = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = {}
