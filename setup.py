@@ -16,6 +16,8 @@ setup(
         "keras>=3.10,<4",
         "sentencepiece>=0.2",
         "numpy>=1.26",
+        # Sparse co-occurrence counts and their truncated SVD (the demo's PPMI-SVD embedding start).
+        "scipy>=1.10",
         "safetensors>=0.4",
         # CRC-32C of the TFRecords that create-data workers write without TensorFlow.
         "google-crc32c>=1.5",
