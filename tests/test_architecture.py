@@ -2,29 +2,10 @@
 
 import ast
 import os
-import pathlib
 import subprocess
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
-
-
-def _modules(package):
-    return sorted((ROOT / package).rglob("*.py"))
-
-
-def _imports(tree):
-    """(imported module, is at module level) for every import in a parsed file."""
-    top_level = {id(node) for node in tree.body}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            names = [node.module]
-        else:
-            continue
-        for name in names:
-            yield name, id(node) in top_level
+from source_scan import ROOT, imports as _imports, modules as _modules
 
 
 def _package(name):

@@ -4,16 +4,17 @@ A package that arrives only through another one (scipy came with the test
 extra's jax) keeps CI green while `pip install -e ".[demo]"` then
 `albert-tf demo` fails on a fresh machine. Imports at module level must be
 in `install_requires` (importing the package needs them); imports inside a
-function may also come from an extra (e.g. torch to read PyTorch pickles).
+function (or an `if`/`try`) may also come from an extra (e.g. torch to read
+PyTorch pickles).
 """
 
 import ast
 import importlib.metadata
-import pathlib
 import re
 import sys
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from source_scan import ROOT, imports, modules
+
 PACKAGES = ("albert_tf", "input_pipeline")
 
 
@@ -34,27 +35,15 @@ def declared_requirements(setup_path):
     return required, extras
 
 
-def third_party_imports(package_dirs):
-    """{top-level module: set of (file, inside a function)} for absolute imports outside the stdlib and the project."""
+def third_party_imports(packages):
+    """{top-level module: set of (file, at module level)} for imports outside the stdlib and the project."""
     found = {}
-
-    def visit(node, path, in_function):
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.Import):
-                names = [alias.name for alias in child.names]
-            elif isinstance(child, ast.ImportFrom) and child.level == 0:
-                names = [child.module]
-            else:
-                names = []
-            for name in names:
+    for package in packages:
+        for path in modules(package):
+            for name, top_level in imports(ast.parse(path.read_text(encoding="utf-8"))):
                 top = name.split(".")[0]
                 if top not in sys.stdlib_module_names and top not in PACKAGES:
-                    found.setdefault(top, set()).add((path, in_function))
-            visit(child, path, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)))
-
-    for directory in package_dirs:
-        for path in sorted(directory.rglob("*.py")):
-            visit(ast.parse(path.read_text(encoding="utf-8")), str(path.relative_to(ROOT)), False)
+                    found.setdefault(top, set()).add((str(path.relative_to(ROOT)), top_level))
     return found
 
 
@@ -72,10 +61,10 @@ def undeclared(imports, required, extras):
         if not distributions:
             problems.append(f"{module}: imported by {sorted(places)[0][0]} but no installed distribution provides it")
             continue
-        for path, in_function in sorted(places):
-            allowed = required | optional if in_function else required
+        for path, top_level in sorted(places):
+            allowed = required if top_level else required | optional
             if not distributions & allowed:
-                where = "install_requires or an extra" if in_function else "install_requires (module-level import)"
+                where = "install_requires (module-level import)" if top_level else "install_requires or an extra"
                 problems.append(f"{module} ({', '.join(sorted(distributions))}): imported by {path}; "
                                 f"not in {where}")
     return problems
@@ -83,7 +72,7 @@ def undeclared(imports, required, extras):
 
 def test_every_third_party_import_is_declared_in_setup_py():
     required, extras = declared_requirements(ROOT / "setup.py")
-    imports = third_party_imports([ROOT / name for name in PACKAGES])
+    imports = third_party_imports(PACKAGES)
     # The scan found what the project is known to import (a broken scan would pass vacuously).
     assert {"tensorflow", "keras", "numpy", "sentencepiece", "scipy", "tensorflow_text"} <= set(imports)
     assert undeclared(imports, required, extras) == []
@@ -91,7 +80,7 @@ def test_every_third_party_import_is_declared_in_setup_py():
 
 def test_the_check_catches_a_missing_or_misplaced_requirement():
     required, extras = declared_requirements(ROOT / "setup.py")
-    imports = third_party_imports([ROOT / name for name in PACKAGES])
+    imports = third_party_imports(PACKAGES)
     # scipy only through an extra (what happened before 70d9ed9): its import in a function is not enough
     # unless an extra names it, and it is in none.
     problems = undeclared(imports, required - {"scipy"}, extras)
