@@ -224,15 +224,19 @@ def test_lora_finetune_then_predict_and_export(tour, pretrained):
     done = run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
                    "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_lora", "--batch-size", "16", "--epochs", "1",
                    "--lora-rank", "4", cwd=tour)
-    # H 32, one shared block: 4 projections x 4 x (32 + 32) LoRA weights + the 2-class head (32 x 2 + 2).
-    assert f"trainable parameters {4 * 4 * 64 + 66:,} of" in done.stdout, done.stdout
+    config = json.loads((tour / "runs" / "base" / "final" / "config.json").read_text())
+    # H 32, one shared block: 4 projections x 4 x (32 + 32) LoRA weights, the word-embedding table's
+    # rank-2 factors (the default --lora-embedding-rank: A (V, 2), B (2, E)) and the 2-class head (32 x 2 + 2).
+    table = 2 * (config["vocab_size"] + config["embedding_size"])
+    assert f"trainable parameters {4 * 4 * 64 + table + 66:,} of" in done.stdout, done.stdout
     run = json.loads((tour / "runs" / "sst2_lora" / "finetune.json").read_text())
-    assert run["config"]["lora_rank"] == 4
+    assert run["config"]["lora_rank"] == 4 and run["config"]["lora_embedding_rank"] == 2
     predicted = run_cli("predict", "--model", "runs/sst2_lora", cwd=tour, input=STDIN_TEXTS[0] + "\n")
     expected = json.loads(predicted.stdout.splitlines()[0])["probabilities"]
     exported = run_cli("export", "--model", "runs/sst2_lora/best", "--format", "saved_model",
                        "--out", "saved_models/sst2_lora", cwd=tour)
     assert "Merging the LoRA factors (rank 4)" in exported.stdout
+    assert "word-embedding table's (rank 2)" in exported.stdout
     import tensorflow as tf
 
     from albert_tf.export.saved_model import load_saved_model

@@ -1,4 +1,4 @@
-"""LoRA on the shared attention projections: what trains, what is saved, what merging gives."""
+"""LoRA on the shared attention projections (and the word embeddings): what trains, what is saved, what merging gives."""
 
 import math
 
@@ -20,10 +20,10 @@ def count(variables):
     return sum(math.prod(v.shape) for v in variables)
 
 
-def lora_classifier(**overrides):
+def lora_classifier(embedding_rank=0, **overrides):
     backbone = AlbertBackbone(tiny_config(classifier_dropout=0.0, **overrides))
     model = AlbertClassifier(backbone, CLASSES)
-    backbone.enable_lora(RANK)
+    backbone.enable_lora(RANK, embedding_rank=embedding_rank)
     return model
 
 
@@ -51,6 +51,19 @@ def test_trainable_count_is_the_formula(overrides, distinct_attention):
     assert count(model.trainable_weights) == per_attention * distinct_attention + head
     # Nothing else of the backbone trains: not the kernels, biases, LayerNorms, embeddings or pooler.
     assert all("lora_kernel" in v.path for v in model.backbone.trainable_weights)
+
+
+def test_embedding_rank_adds_the_tables_factors_to_the_count():
+    model = lora_classifier(embedding_rank=2)
+    c = model.backbone.config
+    attention = 4 * RANK * (c.hidden_size + c.hidden_size)
+    table = c.vocab_size * 2 + 2 * c.embedding_size  # A (V, r) and B (r, E)
+    assert count(model.backbone.trainable_weights) == attention + table
+    assert {v.path.rsplit("/", 1)[-1] for v in model.backbone.trainable_weights} == {
+        "lora_kernel_a", "lora_kernel_b", "lora_embeddings_a", "lora_embeddings_b"}
+    assert model.backbone.get_config()["lora_embedding_rank"] == 2
+    # The table itself stays frozen; only its factors train.
+    assert not model.backbone.word_embeddings._embeddings.trainable
 
 
 def test_groups_get_their_own_factors():
@@ -81,8 +94,9 @@ def test_training_changes_only_factors_and_head():
     assert any("lora_kernel_b" in p for p in changed) and any(p.startswith("classifier/") for p in changed)
 
 
-def test_merged_model_equals_the_unmerged_one():
-    model = lora_classifier(num_hidden_groups=3)
+@pytest.mark.parametrize("embedding_rank", [0, 2])
+def test_merged_model_equals_the_unmerged_one(embedding_rank):
+    model = lora_classifier(embedding_rank=embedding_rank, num_hidden_groups=3)
     inputs = backbone_batch(model.backbone.config)
     base = model.backbone(inputs)
     randomize_factors(model.backbone)
@@ -93,6 +107,7 @@ def test_merged_model_equals_the_unmerged_one():
     assert max_abs_diff(unmerged_logits, model(inputs)["logits"]) <= 1e-5
     assert not any("lora" in v.path for v in model.weights)
     assert model.backbone.lora_rank is None and model.backbone.get_config()["lora_rank"] is None
+    assert model.backbone.get_config()["lora_embedding_rank"] is None
     # A plain backbone again: every weight trains.
     assert count(model.backbone.trainable_weights) == model.backbone.count_params()
 
@@ -107,13 +122,15 @@ def test_merge_uses_the_alpha_over_rank_scale():
     np.testing.assert_allclose(np.array(query.kernel), expected, atol=1e-6)
 
 
-def test_save_and_reload_keep_the_factors_exactly(tmp_path):
-    model = lora_classifier(num_hidden_groups=2)
+@pytest.mark.parametrize("embedding_rank", [0, 3])
+def test_save_and_reload_keep_the_factors_exactly(tmp_path, embedding_rank):
+    model = lora_classifier(embedding_rank=embedding_rank, num_hidden_groups=2)
     randomize_factors(model.backbone)
     inputs = backbone_batch(model.backbone.config)
     for loaded in (assert_pretrained_round_trip(model, inputs, tmp_path),
                    assert_keras_archive_round_trip(model, inputs, tmp_path)):
         assert loaded.backbone.lora_rank == RANK
+        assert loaded.backbone.lora_embedding_rank == (embedding_rank or None)
         assert [v.path for v in loaded.trainable_weights] == [v.path for v in model.trainable_weights]
         for saved, reloaded in zip(model.weights, loaded.weights):
             np.testing.assert_array_equal(np.array(saved), np.array(reloaded))
@@ -130,6 +147,8 @@ def test_plain_checkpoints_keep_their_layout(tmp_path):
         f.visit(names.append)
     query = [n for n in names if n.endswith("/query/vars/0") or n.endswith("/query/vars/2")]
     assert len(query) == 1 and query[0].endswith("vars/0"), query
+    table = [n for n in names if "/word_embeddings/vars/" in n]
+    assert len(table) == 1 and table[0].endswith("vars/0"), table
     assert load_pretrained(str(tmp_path / "plain")).backbone.lora_rank is None
 
 
@@ -139,6 +158,10 @@ def test_plain_checkpoints_keep_their_layout(tmp_path):
     (lambda b: b.enable_lora(33), "at most hidden_size (32)"),
     (lambda b: b.enable_lora(2, lora_alpha=-1), "`lora_alpha` must be a positive number"),
     (lambda b: (b.enable_lora(2), b.enable_lora(2)), "already enabled"),
+    (lambda b: b.enable_lora(2, embedding_rank=-1), "`embedding_rank` must be a non-negative integer"),
+    (lambda b: b.enable_lora(2, embedding_rank=True), "`embedding_rank` must be a non-negative integer"),
+    (lambda b: b.enable_lora(2, embedding_rank=10_000), "at most embedding_size"),
+    (lambda b: AlbertBackbone(b.config, lora_embedding_rank=2), "need a `lora_rank`"),
     (lambda b: b.merge_lora(), "no LoRA factors to merge"),
 ])
 def test_bad_calls_are_clear_errors(call, message):
@@ -154,6 +177,9 @@ def test_finetune_config_lora_rank():
     assert FinetuneConfig(task="sst2", lora_rank=8, learning_rate=1e-3).resolved(config).learning_rate == 1e-3
     with pytest.raises(ValueError, match="`lora_rank` must be a non-negative integer"):
         FinetuneConfig(task="sst2", lora_rank=-1)
+    assert FinetuneConfig(task="sst2").lora_embedding_rank == 2
+    with pytest.raises(ValueError, match="`lora_embedding_rank` must be a non-negative integer"):
+        FinetuneConfig(task="sst2", lora_rank=8, lora_embedding_rank=-2)
 
 
 def test_conversion_to_hf_writes_the_merged_weights(tmp_path):

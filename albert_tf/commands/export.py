@@ -75,7 +75,9 @@ def run(args):
     backbone = getattr(model, "backbone", model)
     if backbone.lora_rank is not None:
         # Same outputs, and the exported graph has plain kernels: no LoRA matmuls.
-        print(f"Merging the LoRA factors (rank {backbone.lora_rank}) into the attention kernels.")
+        print(f"Merging the LoRA factors (rank {backbone.lora_rank}) into the attention kernels"
+              + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
+                 if backbone.lora_embedding_rank else "") + ".")
         backbone.merge_lora()
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     if tokenizer is None and not args.no_text:

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from albert_tf.layers.common import layer_norm, truncated_normal
+from albert_tf.layers.lora import LoraEmbedding
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -52,7 +53,8 @@ class AlbertEmbedding(keras.layers.Layer):
         self.dropout_rate = dropout
         init = truncated_normal(initializer_range)
         # The MLM head reads `word_embeddings.embeddings` as its tied decoder.
-        self.word_embeddings = keras.layers.Embedding(
+        # A `LoraEmbedding` saves exactly what an Embedding saves unless LoRA is enabled.
+        self.word_embeddings = LoraEmbedding(
             vocab_size, embedding_size, embeddings_initializer=init, dtype=self.dtype_policy, name="word_embeddings"
         )
         self.position_embeddings = keras.layers.Embedding(

@@ -65,9 +65,12 @@ class FinetuneConfig(JsonConfig):
     pooling: str = doc("auto", "What a sentence-level head reads: cls (the pooler on [CLS], the original), mean "
                        "(the mean token state) or auto (cls from H 768 up, mean below; see resolved).",
                        choices=POOLINGS)
-    lora_rank: int = doc(0, "Train only rank-R LoRA factors on the attention projections (and the head), the rest "
-                         "of the backbone frozen; 0 trains every weight. The default learning rate is then 10x "
-                         "the width rule's.")
+    lora_rank: int = doc(0, "Train only rank-R LoRA factors on the attention projections (with the head and the "
+                         "word-embedding table's factors, --lora-embedding-rank), the rest of the backbone frozen; "
+                         "0 trains every weight. The default learning rate is then 10x the width rule's.")
+    lora_embedding_rank: int = doc(2, "With --lora-rank: rank of a LoRA update of the word-embedding table "
+                                   "(0: the table stays frozen). Rank 2 closed most of rank-8 attention LoRA's gap "
+                                   "to full fine-tuning on the demo model (bench/results/lora.md).")
     seed: int = doc(0, "Weight init of the head, shuffling and dropout.")
     truncate: bool = doc(False, "Cut texts longer than max-seq-length (counted) instead of failing.")
     skip_invalid: bool = doc(False, "Skip bad rows (counted, first reason shown) instead of failing on the first.")
@@ -96,10 +99,10 @@ class FinetuneConfig(JsonConfig):
         if self.learning_rate is not None:
             check_positive("learning_rate", self.learning_rate)
         check_choice("pooling", self.pooling, POOLINGS)
-        if isinstance(self.lora_rank, bool) or not isinstance(self.lora_rank, int) or self.lora_rank < 0:
-            raise ValueError(
-                f"`lora_rank` must be a non-negative integer (0: off). Received: lora_rank={self.lora_rank!r}"
-            )
+        for name in ("lora_rank", "lora_embedding_rank"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"`{name}` must be a non-negative integer (0: off). Received: {name}={value!r}")
         check_non_negative("weight_decay", self.weight_decay)
         if self.dropout is not None:
             check_fraction("dropout", self.dropout, high_open=True)

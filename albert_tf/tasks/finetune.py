@@ -77,11 +77,13 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     model = task.build_model(backbone, label_names, config)
     if config.lora_rank:
         # Before compile: the optimizer takes the trainable variables as they are then.
-        backbone.enable_lora(config.lora_rank)
+        backbone.enable_lora(config.lora_rank, embedding_rank=config.lora_embedding_rank)
     trainable = sum(math.prod(v.shape) for v in model.trainable_weights)
     total = model.count_params()
     log(f"trainable parameters {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)"
-        + (f", LoRA rank {config.lora_rank}" if config.lora_rank else ""))
+        + (f", LoRA rank {config.lora_rank}" if config.lora_rank else "")
+        + (f" (word embeddings rank {config.lora_embedding_rank})" if config.lora_rank and config.lora_embedding_rank
+           else ""))
     steps_per_epoch = math.ceil(len(train.inputs) / config.batch_size)
     total_steps = steps_per_epoch * config.epochs
     # AdamW (LayerNorm/bias not decayed), warmup then linear decay, gradients clipped to norm 1.
