@@ -9,6 +9,7 @@ PyTorch pickles).
 """
 
 import ast
+import functools
 import importlib.metadata
 import re
 import sys
@@ -47,9 +48,15 @@ def third_party_imports(packages):
     return found
 
 
+@functools.cache
+def _installed():
+    """{top-level module: distribution names}, read once: it scans every installed distribution."""
+    return importlib.metadata.packages_distributions()
+
+
 def distributions_of(module):
     """Normalized names of the installed distributions that provide top-level `module`."""
-    return {_normalize(d) for d in importlib.metadata.packages_distributions().get(module, [])}
+    return {_normalize(d) for d in _installed().get(module, [])}
 
 
 def undeclared(imports, required, extras):
