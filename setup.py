@@ -33,9 +33,10 @@ setup(
         # HF transformers (PyTorch) is the numerical reference in the parity
         # tests; JAX runs the backend-equivalence test; the tests run the demo.
         # konlpy and hironsancorpus ship real Korean and Japanese text (read from
-        # their files, never imported) for the language tests.
+        # their files, never imported) for the language tests. pytest-xdist
+        # runs the suite on two processes (pytest.ini), a test file per process.
         "test": [
-            "pytest>=8", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
+            "pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
             "konlpy==0.6.0", "hironsancorpus==0.1.2",
         ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
