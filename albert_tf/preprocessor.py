@@ -15,6 +15,7 @@ import numpy as np
 import tensorflow as tf
 
 from albert_tf.export import text as text_lib
+from input_pipeline.packing import check_truncate_from
 from input_pipeline.preprocessing import Preprocessing
 from input_pipeline.tokenizer import AlbertTokenizer
 
@@ -93,6 +94,9 @@ class AlbertPreprocessor(keras.layers.Layer):
         max_first_length: cut text A to this many pieces and give text B the
             rest instead of `truncate_seq_pair` (question answering: the
             question, then the context).
+        truncate_from: which pieces of a too-long text go: "end" (BERT's),
+            "start" (keep its end) or "middle" (keep its first quarter and its
+            end); `input_pipeline.packing.keep_pieces`.
 
     Call arguments:
         x: tf.string (batch,) texts; or a tuple (texts, text_pairs) of two
@@ -105,7 +109,7 @@ class AlbertPreprocessor(keras.layers.Layer):
     """
 
     def __init__(self, tokenizer, sequence_length=None, pad_to_sequence_length=False,
-                 max_first_length=None, **kwargs):
+                 max_first_length=None, truncate_from="end", **kwargs):
         if not isinstance(tokenizer, AlbertTokenizer):
             raise ValueError(f"`tokenizer` must be an AlbertTokenizer. Received: {type(tokenizer).__name__}")
         if sequence_length is not None and (
@@ -124,6 +128,7 @@ class AlbertPreprocessor(keras.layers.Layer):
             isinstance(max_first_length, bool) or not isinstance(max_first_length, int) or max_first_length < 1
         ):
             raise ValueError(f"`max_first_length` must be a positive integer. Received: {max_first_length!r}")
+        check_truncate_from(truncate_from)
         super().__init__(**kwargs)
         # Strings are not Keras tensors: let them reach `call` unconverted.
         self._convert_input_args = False
@@ -132,6 +137,7 @@ class AlbertPreprocessor(keras.layers.Layer):
         self.sequence_length = sequence_length
         self.pad_to_sequence_length = bool(pad_to_sequence_length)
         self.max_first_length = max_first_length
+        self.truncate_from = truncate_from
         self.built = True
 
     @property
@@ -156,7 +162,7 @@ class AlbertPreprocessor(keras.layers.Layer):
                 packed = text_lib.tf_pack_choices(self.tokenizer, texts, pairs, self.max_length)
             else:
                 packed = text_lib.tf_pack_texts(
-                    self.tokenizer, texts, pairs, self.max_length, self.max_first_length
+                    self.tokenizer, texts, pairs, self.max_length, self.max_first_length, self.truncate_from
                 )
         if self.pad_to_sequence_length:
             packed = {name: self._pad(value) for name, value in packed.items()}
@@ -177,6 +183,7 @@ class AlbertPreprocessor(keras.layers.Layer):
             "sequence_length": self.sequence_length,
             "pad_to_sequence_length": self.pad_to_sequence_length,
             "max_first_length": self.max_first_length,
+            "truncate_from": self.truncate_from,
         }
 
     @classmethod

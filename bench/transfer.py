@@ -151,7 +151,8 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
     config = FinetuneConfig(
         task="classification", truncate=True, label_names=("negative", "positive"),
         **{k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs),
-                             ("max_seq_length", args.max_seq_length), ("pooling", args.pooling)) if v is not None},
+                             ("max_seq_length", args.max_seq_length), ("pooling", args.pooling),
+                             ("truncate_from", args.truncate_from)) if v is not None},
     )
     start = time.perf_counter()
     run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], out, log=lambda line: None)
@@ -248,6 +249,8 @@ def main():
     parser.add_argument("--learning-rate", type=float, help="Default: the CLI's width rule.")
     parser.add_argument("--max-seq-length", type=int, help="Default: the CLI's.")
     parser.add_argument("--pooling", choices=("auto", "cls", "mean"), help="Default: the CLI's.")
+    parser.add_argument("--truncate-from", choices=("end", "start", "middle"),
+                        help="Which pieces of a long text go (default: the CLI's, end).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split-seed", type=int, nargs="+", default=[DEFAULT_SPLIT_SEED],
                         help="One or more splits; with several, the table holds means over them and the "
@@ -265,6 +268,8 @@ def main():
     models = [spec.split("=", 1) for spec in args.model]
     settings = {k: getattr(args, k) for k in ("train_limit", "epochs", "learning_rate", "max_seq_length",
                                               "pooling", "seed", "probe")}
+    if args.truncate_from is not None:  # absent from earlier results' keys, which keep matching
+        settings["truncate_from"] = args.truncate_from
     # results[model][task]: one result per split seed, in --split-seed order.
     results = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = {}
@@ -321,8 +326,8 @@ def main():
     lines = [
         "Test accuracy, best epoch on dev; fine-tuning with the CLI defaults"
         + "".join(f", {k.replace('_', ' ')} {v}" for k, v in (("learning_rate", args.learning_rate),
-                  ("epochs", args.epochs), ("max_seq_length", args.max_seq_length), ("pooling", args.pooling))
-                  if v is not None) + ". Splits: "
+                  ("epochs", args.epochs), ("max_seq_length", args.max_seq_length), ("pooling", args.pooling),
+                  ("truncate_from", args.truncate_from)) if v is not None) + ". Splits: "
         + "; ".join(f"{t} " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in sizes.items())
         + (f" (each of {len(args.split_seed)} seeded splits; every figure is the mean over them)"
            if len(args.split_seed) > 1 else "")

@@ -2,9 +2,12 @@
 
 One text is packed as `[CLS] A [SEP]`, a pair as `[CLS] A [SEP] B [SEP]`, with
 segment ids 0 up to and including the first [SEP], then 1. A pair longer than
-its budget is truncated as BERT's `truncate_seq_pair`: pieces are dropped from
-the end of the longer text, one at a time (from B on a tie), so a short text
-keeps all of its pieces.
+its budget is truncated as BERT's `truncate_seq_pair`: the longer text loses
+one piece at a time (B on a tie), so a short text keeps all of its pieces.
+Which pieces a text loses is `truncate_from`: "end" (BERT's), "start" (keep
+the end, as HF's `truncation_side="left"`) or "middle" (keep the first quarter
+and the end: the head + tail truncation of Sun et al. 2019, "How to Fine-Tune
+BERT for Text Classification?", best on IMDB there).
 
 The Python functions (`pack`, `truncate_pair`) are the reference; `tf_pack` and
 `tf_truncate` are their in-graph twins (the exported `serve_text` signatures),
@@ -40,26 +43,56 @@ def pack(ids_a, ids_b=None):
     }
 
 
-def truncate_pair(ids_a, ids_b, max_pieces):
-    """Drops pieces from the end of the longer text until both fit in `max_pieces`.
+TRUNCATE_FROM = ("end", "start", "middle")
+
+
+def check_truncate_from(truncate_from):
+    if truncate_from not in TRUNCATE_FROM:
+        raise ValueError(f"`truncate_from` must be one of {TRUNCATE_FROM}. Received: truncate_from={truncate_from!r}")
+
+
+def head_length(length):
+    """Pieces kept from the start when `truncate_from="middle"` keeps `length` (a quarter, rounded down)."""
+    return length // 4
+
+
+def keep_pieces(ids, length, truncate_from="end"):
+    """`ids` cut to `length` pieces, dropping them from its end, start or middle (a list)."""
+    check_truncate_from(truncate_from)
+    ids = list(ids)
+    if len(ids) <= length:
+        return ids
+    if truncate_from == "end":
+        return ids[:length]
+    head = 0 if truncate_from == "start" else head_length(length)
+    return ids[:head] + ids[len(ids) - (length - head) :]
+
+
+def truncate_pair(ids_a, ids_b, max_pieces, truncate_from="end"):
+    """Drops pieces from the longer text until both fit in `max_pieces`.
 
     The original `_truncate_seq_pair`: one piece at a time from the longer
-    text (from B on a tie), so a short text keeps all of its pieces.
+    text (from B on a tie), so a short text keeps all of its pieces; the
+    original drops them from the end, `truncate_from` may say "start" or
+    "middle" instead (`keep_pieces`).
 
     Args:
         ids_a: int sequence; ids_b: int sequence or None (one text).
         max_pieces: pieces the two texts may hold together (specials excluded).
+        truncate_from: "end", "start" or "middle".
 
     Returns:
         (ids_a, ids_b) as lists.
     """
+    check_truncate_from(truncate_from)
     ids_a, ids_b = list(ids_a), list(ids_b or [])
-    while len(ids_a) + len(ids_b) > max_pieces:
-        if len(ids_a) > len(ids_b):
-            ids_a.pop()
+    len_a, len_b = len(ids_a), len(ids_b)
+    while len_a + len_b > max_pieces:
+        if len_a > len_b:
+            len_a -= 1
         else:
-            ids_b.pop()
-    return ids_a, ids_b
+            len_b -= 1
+    return keep_pieces(ids_a, len_a, truncate_from), keep_pieces(ids_b, len_b, truncate_from)
 
 
 def truncated_lengths(len_a, len_b, budget):
@@ -74,21 +107,35 @@ def truncated_lengths(len_a, len_b, budget):
     return new_a, budget - new_a
 
 
-def tf_truncate(segments, budget):
+def tf_truncate(segments, budget, truncate_from="end"):
     """In-graph `truncate_pair`: one or two ragged texts cut to `budget` pieces together.
 
     Args:
         segments: list of 1 or 2 int ragged tensors (batch, None).
         budget: Python int, pieces per row over all segments (specials excluded).
+        truncate_from: "end", "start" or "middle", as in `keep_pieces`.
 
     Returns:
         The list of truncated ragged tensors.
     """
+    import tensorflow as tf
     import tensorflow_text as tf_text
 
+    check_truncate_from(truncate_from)
     # Round robin from A (one piece to A, one to B, ...) keeps exactly the
     # pieces that popping from the longer text (B on a tie) keeps.
-    return tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
+    trimmed = tf_text.RoundRobinTrimmer(max_seq_length=budget).trim(segments)
+    if truncate_from == "end":
+        return trimmed
+    kept = []
+    for segment, cut in zip(segments, trimmed):
+        total, length = segment.row_lengths(), cut.row_lengths()
+        head = tf.zeros_like(length) if truncate_from == "start" else length // 4  # head_length
+        index = tf.concat(
+            [tf.ragged.range(tf.zeros_like(head), head), tf.ragged.range(total - (length - head), total)], axis=1
+        )
+        kept.append(tf.gather(segment, index, batch_dims=1))
+    return kept
 
 
 def tf_pack(segments):

@@ -43,9 +43,11 @@ def test_auto_pooling_resolves_by_model_width_and_an_explicit_one_is_kept():
     (dict(learning_rate=0.0), "learning_rate"),
     (dict(learning_rate=-1e-5), "learning_rate"),
     (dict(pooling="max"), "pooling='max'"),
+    (dict(truncate_from="left"), "truncate_from='left'"),
+    (dict(task="squad", truncate_from="start"), "applies to classification and regression"),
 ])
 def test_bad_settings_are_named(bad, message):
     with pytest.raises(ValueError, match=message):
-        FinetuneConfig(task="sst2", **bad)
+        FinetuneConfig(**{"task": "sst2", **bad})
     with pytest.raises(ValueError, match="hidden_size"):
         default_learning_rate(0)

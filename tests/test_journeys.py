@@ -220,10 +220,12 @@ def test_export_tflite_calibrated_on_a_text_file(tour, finetuned, quantize, tole
         assert np.abs(logits - expected[row : row + 1]).max() <= tolerance
 
 
-def test_lora_finetune_then_predict_and_export(tour, pretrained):
+def test_lora_and_truncation_carry_from_finetune_to_predict_and_export(tour, pretrained):
+    # Long-document settings ride along too: --truncate-from start keeps each text's end, in predict
+    # (the run's config) and in the exported serve_text (export reads the run's setting).
     done = run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
                    "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_lora", "--batch-size", "16", "--epochs", "1",
-                   "--lora-rank", "4", cwd=tour)
+                   "--lora-rank", "4", "--max-seq-length", "16", "--truncate", "--truncate-from", "start", cwd=tour)
     config = json.loads((tour / "runs" / "base" / "final" / "config.json").read_text())
     # H 32, one shared block: 4 projections x 4 x (32 + 32) LoRA weights, the word-embedding table's
     # rank-2 factors (the default --lora-embedding-rank: A (V, 2), B (2, E)) and the 2-class head (32 x 2 + 2).
@@ -231,20 +233,31 @@ def test_lora_finetune_then_predict_and_export(tour, pretrained):
     assert f"trainable parameters {4 * 4 * 64 + table + 66:,} of" in done.stdout, done.stdout
     run = json.loads((tour / "runs" / "sst2_lora" / "finetune.json").read_text())
     assert run["config"]["lora_rank"] == 4 and run["config"]["lora_embedding_rank"] == 2
-    predicted = run_cli("predict", "--model", "runs/sst2_lora", cwd=tour, input=STDIN_TEXTS[0] + "\n")
+    assert run["config"]["truncate_from"] == "start"
+    long_text = "a gorgeous, witty film with a cast to remember, " * 4 + "and yet flat, dull and far too long"
+    predicted = run_cli("predict", "--model", "runs/sst2_lora", cwd=tour, input=long_text + "\n")
     expected = json.loads(predicted.stdout.splitlines()[0])["probabilities"]
-    exported = run_cli("export", "--model", "runs/sst2_lora/best", "--format", "saved_model",
+    exported = run_cli("export", "--model", "runs/sst2_lora/best", "--format", "saved_model", "--max-length", "16",
                        "--out", "saved_models/sst2_lora", cwd=tour)
     assert "Merging the LoRA factors (rank 4)" in exported.stdout
     assert "word-embedding table's (rank 2)" in exported.stdout
+    assert "loses pieces from its start (as in fine-tuning)" in exported.stdout
     import tensorflow as tf
 
+    from albert_tf.export import pack_texts
     from albert_tf.export.saved_model import load_saved_model
+    from albert_tf.saving import load_pretrained
+    from input_pipeline.tokenizer import AlbertTokenizer
 
     loaded = load_saved_model(str(tour / "saved_models" / "sst2_lora" / "1"))
     assert not any("lora" in v.name for v in loaded.model_variables)
-    answer = loaded.signatures["serve_text"](text=tf.constant([STDIN_TEXTS[0]]))
+    answer = loaded.signatures["serve_text"](text=tf.constant([long_text]))
     np.testing.assert_allclose(answer["probabilities"].numpy()[0], expected, atol=1e-5)
+    # The side matters for this text: its first 14 pieces give other probabilities.
+    tokenizer = AlbertTokenizer.load(str(tour / "runs" / "sst2_lora" / "best" / "tokenizer"))
+    logits = load_pretrained(str(tour / "runs" / "sst2_lora" / "best"))(pack_texts(tokenizer, [long_text], max_length=16))
+    head = np.asarray(tf.nn.softmax(logits["logits"]))[0]
+    assert np.abs(head - expected).max() > 1e-4, (head, expected)
 
 
 def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):

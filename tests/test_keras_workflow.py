@@ -104,6 +104,16 @@ def test_config_round_trip_is_exact_and_json():
     assert not layer.weights
 
 
+def test_truncate_from_reaches_the_packing_and_the_config():
+    texts = [" ".join(sentiment(4)[0])]  # far longer than LENGTH
+    layer = preprocessor(truncate_from="middle")
+    assert_same_ids(layer(texts), pack_texts(tokenizer(), texts, max_length=LENGTH, truncate_from="middle"))
+    assert (np.asarray(layer(texts)["token_ids"]) != pack_texts(tokenizer(), texts, max_length=LENGTH)["token_ids"]).any()
+    assert AlbertPreprocessor.from_config(layer.get_config()).truncate_from == "middle"
+    with pytest.raises(ValueError, match="truncate_from='left'"):
+        preprocessor(truncate_from="left")
+
+
 @pytest.mark.parametrize("x, message", [
     ([1, 2], "must be strings"),
     ([["a", "b"]], "must have rank 1"),

@@ -1,17 +1,19 @@
 """`input_pipeline.packing`: the Python packer and its TensorFlow twin agree."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline.packing import pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
+from input_pipeline.packing import TRUNCATE_FROM, keep_pieces, pack, tf_pack, tf_truncate, truncate_pair
+from input_pipeline.packing import truncated_lengths
 from input_pipeline.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
 
-def _python_batch(rows, budget):
+def _python_batch(rows, budget, truncate_from="end"):
     """Python reference of a batch: truncate, pack, pad to the longest row."""
-    packed = [pack(*truncate_pair(a, b, budget)) if b is not None else pack(truncate_pair(a, None, budget)[0])
-              for a, b in rows]
+    packed = [pack(*truncate_pair(a, b, budget, truncate_from)) if b is not None
+              else pack(truncate_pair(a, None, budget, truncate_from)[0]) for a, b in rows]
     width = max(len(p[features.TOKEN_IDS]) for p in packed)
     return {
         name: np.stack([np.pad(p[name], (0, width - len(p[name])), constant_values=PAD_ID if name == features.TOKEN_IDS else 0)
@@ -20,33 +22,36 @@ def _python_batch(rows, budget):
     }
 
 
-def _tf_batch(rows, budget):
+def _tf_batch(rows, budget, truncate_from="end"):
     segments = [tf.ragged.constant([a for a, _ in rows], dtype=tf.int32, row_splits_dtype=tf.int64)]
     if rows[0][1] is not None:
         segments.append(tf.ragged.constant([b for _, b in rows], dtype=tf.int32, row_splits_dtype=tf.int64))
-    return {name: t.numpy() for name, t in tf_pack(tf_truncate(segments, budget)).items()}
+    return {name: t.numpy() for name, t in tf_pack(tf_truncate(segments, budget, truncate_from)).items()}
 
 
 def _texts(length, first_id):
     return list(range(first_id, first_id + length))  # distinct ids show which pieces survive
 
 
-def test_pairs_agree_on_thousands_of_lengths():
+@pytest.mark.parametrize("truncate_from", TRUNCATE_FROM)
+def test_pairs_agree_on_thousands_of_lengths(truncate_from):
     checked = 0
     for max_length in range(5, 26):
         budget = max_length - 3
         rows = [(_texts(la, 100), _texts(lb, 500)) for la in range(1, 30) for lb in range(1, 30)]
-        expected, got = _python_batch(rows, budget), _tf_batch(rows, budget)
+        expected, got = _python_batch(rows, budget, truncate_from), _tf_batch(rows, budget, truncate_from)
         for name in features.BACKBONE_INPUTS:
             np.testing.assert_array_equal(got[name], expected[name], err_msg=f"{name}, max_length={max_length}")
         checked += len(rows)
     assert checked > 10_000
 
 
-def test_single_texts_agree():
+@pytest.mark.parametrize("truncate_from", TRUNCATE_FROM)
+def test_single_texts_agree(truncate_from):
     for max_length in range(3, 20):
         rows = [(_texts(la, 100), None) for la in range(1, 30)]
-        expected, got = _python_batch(rows, max_length - 2), _tf_batch(rows, max_length - 2)
+        expected = _python_batch(rows, max_length - 2, truncate_from)
+        got = _tf_batch(rows, max_length - 2, truncate_from)
         for name in features.BACKBONE_INPUTS:
             np.testing.assert_array_equal(got[name], expected[name])
 
@@ -66,3 +71,19 @@ def test_truncation_keeps_the_short_text_and_cuts_b_on_a_tie():
             for lb in range(0, 14):
                 a, b = truncate_pair(range(la), range(lb), budget)
                 assert truncated_lengths(la, lb, budget) == (len(a), len(b))
+
+
+def test_truncate_from_says_which_pieces_go():
+    ids = list(range(10))
+    assert keep_pieces(ids, 4, "end") == [0, 1, 2, 3]
+    assert keep_pieces(ids, 4, "start") == [6, 7, 8, 9]
+    assert keep_pieces(ids, 8, "middle") == [0, 1, 4, 5, 6, 7, 8, 9]  # a quarter from the head, the rest the tail
+    assert keep_pieces(ids, 3, "middle") == [7, 8, 9]  # a quarter of 3 rounds down to no head
+    assert keep_pieces(ids, 12, "middle") == ids
+    # Pairs: the lengths are truncate_seq_pair's whatever the side.
+    assert truncate_pair(ids, [20, 21], 6, "start") == ([6, 7, 8, 9], [20, 21])
+    assert truncate_pair(ids, list(range(20, 30)), 8, "middle") == ([0, 7, 8, 9], [20, 27, 28, 29])
+    with pytest.raises(ValueError, match="truncate_from.*Received: truncate_from='left'"):
+        truncate_pair(ids, None, 4, "left")
+    with pytest.raises(ValueError, match="truncate_from"):
+        tf_truncate([tf.ragged.constant([[1, 2]])], 1, "left")

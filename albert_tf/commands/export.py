@@ -20,7 +20,9 @@ from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
 from albert_tf.export.tflite import CALIBRATED_MODES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
+from albert_tf.tasks.finetune import run_truncate_from
 from input_pipeline import corpora
+from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
 
@@ -45,6 +47,11 @@ def add_parser(subparsers):
         "--max-length", type=int, default=DEFAULT_MAX_LENGTH,
         help="Longest sequence, special tokens included; text is truncated to it. TFLite: the "
         "fixed input length.",
+    )
+    parser.add_argument(
+        "--truncate-from", choices=TRUNCATE_FROM,
+        help="Which pieces of a text longer than --max-length go: end, start or middle (default: what the "
+        "fine-tuning run used, its --truncate-from; end for other models).",
     )
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
     parser.add_argument(
@@ -80,6 +87,10 @@ def run(args):
                  if backbone.lora_embedding_rank else "") + ".")
         backbone.merge_lora()
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
+    truncate_from = args.truncate_from or run_truncate_from(model_dir)
+    if truncate_from != "end" and tokenizer is not None:
+        print(f"Text longer than --max-length {args.max_length} loses pieces from its {truncate_from}"
+              + ("" if args.truncate_from else " (as in fine-tuning)") + ".")
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
@@ -88,7 +99,8 @@ def run(args):
         existing = version_dirs(args.out) if os.path.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
         with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
-            export_saved_model(model, staging, tokenizer=tokenizer, max_length=args.max_length, version=version)
+            export_saved_model(model, staging, tokenizer=tokenizer, max_length=args.max_length, version=version,
+                               truncate_from=truncate_from)
             staged_version = os.path.join(staging, str(version))
             for name in os.listdir(staged_version):
                 os.rename(os.path.join(staged_version, name), os.path.join(staging, name))
@@ -101,7 +113,7 @@ def run(args):
     with fresh_output_dir(args.out, args.overwrite) as staging:
         path = export_tflite(
             model, staging, tokenizer=tokenizer, max_length=args.max_length, quantize=args.quantize,
-            representative_texts=texts, batch_size=None if args.dynamic_batch else 1,
+            representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
         )
     print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
     return 0

@@ -84,8 +84,10 @@ def check_max_length(interface, max_length):
         )
 
 
-def export_metadata(interface, max_length, tokenizer, signature_names, **extra):
+def export_metadata(interface, max_length, tokenizer, signature_names, truncate_from="end", **extra):
     """The JSON-able description written next to every export."""
+    dropped = {"end": "from the end (BERT truncate_seq_pair)", "start": "from the start (the end is kept)",
+               "middle": "from the middle (the first quarter and the end are kept)"}[truncate_from]
     return {
         "kind": interface.kind,
         "max_length": int(max_length),
@@ -95,15 +97,15 @@ def export_metadata(interface, max_length, tokenizer, signature_names, **extra):
         "outputs": sorted(interface.outputs),
         "special_ids": {"pad": PAD_ID, "unk": UNK_ID, "cls": CLS_ID, "sep": SEP_ID, "mask": MASK_ID},
         "tokenizer": tokenizer is not None,
-        "truncation": "longest segment first, from the end (BERT truncate_seq_pair); "
-        "[CLS] A [SEP] (B [SEP]) fits in max_length",
+        "truncation": f"longest segment first, {dropped}; [CLS] A [SEP] (B [SEP]) fits in max_length",
+        "truncate_from": truncate_from,
         "albert_config": interface.config.to_dict(),
         **extra,
     }
 
 
 def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
-                       version=None, label_names=None):
+                       version=None, label_names=None, truncate_from="end"):
     """Writes `model` as the next version of a TF-Serving model directory.
 
     Args:
@@ -115,6 +117,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             (text, by truncation); at most `max_position_embeddings`.
         version: the version number; default: one more than the highest present.
         label_names: overrides the model's `label_names`.
+        truncate_from: which pieces of a too-long text the text signatures
+            drop: "end", "start" or "middle" (as fine-tuning's --truncate-from).
 
     Returns:
         The path of the written version directory.
@@ -129,7 +133,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
         )
-    signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length)
+    signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length, truncate_from)
 
     module = tf.Module()
     # The tf.Variables behind the Keras variables, tracked directly (as Keras'
@@ -142,7 +146,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     shutil.rmtree(staging, ignore_errors=True)
     try:
         tf.saved_model.save(module, staging, signatures=signatures)
-        metadata = export_metadata(interface, max_length, tokenizer, signatures, version=version)
+        metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, version=version)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)

@@ -218,7 +218,7 @@ def check_id_inputs(interface, inputs, max_length):
         return {name: tf.identity(value) for name, value in inputs.items()}
 
 
-def build_signatures(model, interface, tokenizer, max_length):
+def build_signatures(model, interface, tokenizer, max_length, truncate_from="end"):
     """The SavedModel's signatures: name -> concrete function.
 
     Args:
@@ -226,6 +226,8 @@ def build_signatures(model, interface, tokenizer, max_length):
         interface: its `ModelInterface`.
         tokenizer: an `AlbertTokenizer`, or None for the id signature only.
         max_length: longest sequence; the text signatures truncate to it.
+        truncate_from: which pieces of a too-long text they drop ("end",
+            "start" or "middle"; `albert_tf.export.text.pack_texts`).
     """
     @tf.function
     def serve_ids(**inputs):
@@ -235,7 +237,7 @@ def build_signatures(model, interface, tokenizer, max_length):
     if tokenizer is None:
         return signatures
     tokenizer.check_vocab_size(interface.config.vocab_size)
-    text_outputs = _TextOutputs(model, interface, tokenizer, max_length)
+    text_outputs = _TextOutputs(model, interface, tokenizer, max_length, truncate_from)
     string = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
     extra = {n: s for n, s in id_input_specs(interface).items() if n in interface.extra_inputs}
 
@@ -276,9 +278,9 @@ def build_signatures(model, interface, tokenizer, max_length):
 class _TextOutputs:
     """Raw strings -> packed ids -> model -> outputs with the kind's post-processing."""
 
-    def __init__(self, model, interface, tokenizer, max_length):
+    def __init__(self, model, interface, tokenizer, max_length, truncate_from):
         self.model, self.interface, self.tokenizer = model, interface, tokenizer
-        self.max_length = max_length
+        self.max_length, self.truncate_from = max_length, truncate_from
         with tf.init_scope():
             self.pieces = tf.constant([tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
             self.label_names = (
@@ -287,7 +289,8 @@ class _TextOutputs:
 
     def __call__(self, texts, text_pairs, extra_inputs):
         max_first = MAX_QUESTION_TOKENS if self.interface.kind == QUESTION_ANSWERING else None
-        inputs = text_lib.tf_pack_texts(self.tokenizer, texts, text_pairs, self.max_length, max_first)
+        inputs = text_lib.tf_pack_texts(self.tokenizer, texts, text_pairs, self.max_length, max_first,
+                                        self.truncate_from)
         inputs.update(extra_inputs)
         return self._postprocess(inputs, self._run(inputs))
 

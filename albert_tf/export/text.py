@@ -2,7 +2,8 @@
 
 Both paths lay texts out and truncate them with `input_pipeline.packing` (one
 text `[CLS] A [SEP]`, a pair `[CLS] A [SEP] B [SEP]`, BERT's `truncate_seq_pair`
-as fine-tuning uses it) to the exported `max_length`, and pad to the longest
+as fine-tuning uses it, dropping pieces from the end, start or middle as
+`truncate_from` says) to the exported `max_length`, and pad to the longest
 sequence of the batch (or to `pad_to`). The Python path (`pack_texts`) is the
 reference for the in-graph one (`tf_pack_texts`, used by the `serve_text`
 signatures) and the recipe for on-device tokenization next to a TFLite model.
@@ -16,11 +17,12 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline.packing import pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
+from input_pipeline.packing import check_truncate_from, pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
 from input_pipeline.tokenizer import PAD_ID
 
 
-def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, max_first_length=None):
+def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, max_first_length=None,
+               truncate_from="end"):
     """Python reference: raw strings -> padded int32 model inputs.
 
     Args:
@@ -33,11 +35,14 @@ def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, m
         max_first_length: instead of `truncate_seq_pair`, cut A to this many
             pieces and give B the rest (SQuAD: the question, then the first
             window of the context).
+        truncate_from: which pieces of a too-long text go: "end", "start"
+            or "middle" (`input_pipeline.packing.keep_pieces`).
 
     Returns:
         dict of int32 arrays (batch, seq): token_ids, segment_ids, padding_mask.
     """
     _check_max_length(max_length, text_pairs is not None)
+    check_truncate_from(truncate_from)
     if text_pairs is not None and len(text_pairs) != len(texts):
         raise ValueError(
             "`texts` and `text_pairs` must have the same length. "
@@ -50,9 +55,9 @@ def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, m
         if not a or (b is not None and not b):
             raise ValueError(f"Text {i} is empty (after whitespace collapse); it has no tokens.")
         if b is None:
-            packed = pack(truncate_pair(a, None, max_length - 2)[0])
+            packed = pack(truncate_pair(a, None, max_length - 2, truncate_from)[0])
         elif max_first_length is None:
-            packed = pack(*truncate_pair(a, b, max_length - 3))
+            packed = pack(*truncate_pair(a, b, max_length - 3, truncate_from))
         else:
             new_a = min(len(a), max_first_length, max_length - 4)
             packed = pack(a[:new_a], b[: max_length - 3 - new_a])
@@ -72,7 +77,7 @@ def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, m
     return out
 
 
-def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_length=None):
+def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_length=None, truncate_from="end"):
     """In-graph twin of `pack_texts` (padding to the longest row).
 
     Args:
@@ -80,19 +85,20 @@ def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_l
         texts: tf.string (batch,).
         text_pairs: optional tf.string (batch,).
         max_length: Python int.
-        max_first_length: as in `pack_texts`.
+        max_first_length, truncate_from: as in `pack_texts`.
 
     Returns:
         dict of int32 tensors (batch, seq): token_ids, segment_ids, padding_mask.
     """
     _check_max_length(max_length, text_pairs is not None)
+    check_truncate_from(truncate_from)
     segments = [_tf_encode_nonempty(tokenizer, texts, "text")]
     if text_pairs is None:
-        segments = tf_truncate(segments, max_length - 2)
+        segments = tf_truncate(segments, max_length - 2, truncate_from)
     else:
         segments.append(_tf_encode_nonempty(tokenizer, text_pairs, "text_pair"))
         if max_first_length is None:
-            segments = tf_truncate(segments, max_length - 3)
+            segments = tf_truncate(segments, max_length - 3, truncate_from)
         else:
             new_a = tf.minimum(segments[0].row_lengths(), min(max_first_length, max_length - 4))
             new_b = tf.minimum(segments[1].row_lengths(), max_length - 3 - new_a)

@@ -64,7 +64,7 @@ DEFAULT_NUM_MASK_POSITIONS = 20
 
 def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH, quantize="none",
                   representative_texts=None, batch_size=1, label_names=None,
-                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS):
+                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS, truncate_from="end"):
     """Converts `model` to `out_dir/model.tflite` (see the module docstring).
 
     Args:
@@ -79,6 +79,9 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         batch_size: fixed batch size, or None for a dynamic batch.
         label_names: overrides the model's `label_names`.
         num_mask_positions: size of `mask_positions` for a pretrainer.
+        truncate_from: which pieces of a too-long text on-device packing
+            drops ("end", "start", "middle"): recorded in the metadata and used
+            for calibration.
 
     Returns:
         The path of the written `.tflite` file.
@@ -140,7 +143,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             )
             converter.target_spec.supported_ops = [integer_ops, tf.lite.OpsSet.TFLITE_BUILTINS]
             converter.representative_dataset = _representative_dataset(
-                interface, tokenizer, representative_texts, specs, max_length
+                interface, tokenizer, representative_texts, specs, max_length, truncate_from
             )
         try:
             if quantize == "int8-mixed":
@@ -168,14 +171,14 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     if tokenizer is not None:
         tokenizer.save(out_dir)
     metadata = export_metadata(
-        interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE],
+        interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE], truncate_from,
         quantize=quantize,
         batch_size=batch_size,
         tflite_inputs={n: s.shape.as_list() for n, s in specs.items()},
         tflite_outputs=sorted(concrete.structured_outputs),
         on_device_tokenization="preprocess as tokenizer.json says, SentencePiece-encode with "
         "spiece.model, pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
-        "max_length, pad with pad id to max_length (padding_mask 0).",
+        "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
     with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
         json.dump(metadata, f, indent=2)
@@ -226,7 +229,7 @@ def _int16_compatible(frozen):
     )
 
 
-def _representative_dataset(interface, tokenizer, texts, specs, max_length):
+def _representative_dataset(interface, tokenizer, texts, specs, max_length, truncate_from="end"):
     """Calibration samples: real text packed exactly as at inference, one batch-1 sample each."""
     batch = specs[features.TOKEN_IDS].shape[0] or 1
 
@@ -236,7 +239,7 @@ def _representative_dataset(interface, tokenizer, texts, specs, max_length):
             chunk = rows[start : start + batch]
             pairs = [b for _, b in chunk] if chunk[0][1] is not None else None
             packed = text_lib.pack_texts(
-                tokenizer, [a for a, _ in chunk], pairs, max_length, pad_to=max_length
+                tokenizer, [a for a, _ in chunk], pairs, max_length, pad_to=max_length, truncate_from=truncate_from
             )
             sample = {}
             for name, spec in specs.items():

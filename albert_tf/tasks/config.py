@@ -5,6 +5,7 @@ import dataclasses
 from albert_tf.models.classifier import POOLINGS, resolve_pooling
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
+from input_pipeline.packing import TRUNCATE_FROM
 
 # The original's GLUE rate for ALBERT-base (H 768); the paper used 1e-5 to 5e-5
 # up to xxlarge.
@@ -74,6 +75,9 @@ class FinetuneConfig(JsonConfig):
                                    "below full fine-tuning on the demo model (bench/results/lora.md).")
     seed: int = doc(0, "Weight init of the head, shuffling and dropout.")
     truncate: bool = doc(False, "Cut texts longer than max-seq-length (counted) instead of failing.")
+    truncate_from: str = doc("end", "Which pieces truncation drops (here and in the exported serve_text): end "
+                             "(BERT's), start (keeps a text's end) or middle (keeps its first quarter and its "
+                             "end: head + tail). Classification and regression tasks.", choices=TRUNCATE_FROM)
     skip_invalid: bool = doc(False, "Skip bad rows (counted, first reason shown) instead of failing on the first.")
     bucket: bool = doc(True, "Batch training examples of similar length together.")
     text_column: str = doc("text", "Text column of classification/regression tables (CSV/TSV/JSONL).")
@@ -89,7 +93,7 @@ class FinetuneConfig(JsonConfig):
                                            "span's by more than this.")
 
     def __post_init__(self):
-        from albert_tf.tasks.registry import TASKS
+        from albert_tf.tasks.registry import TASKS, SentenceTask
 
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASKS)}")
@@ -100,6 +104,10 @@ class FinetuneConfig(JsonConfig):
         if self.learning_rate is not None:
             check_positive("learning_rate", self.learning_rate)
         check_choice("pooling", self.pooling, POOLINGS)
+        check_choice("truncate_from", self.truncate_from, TRUNCATE_FROM)
+        if self.truncate_from != "end" and not isinstance(TASKS[self.task], SentenceTask):
+            raise ValueError(f"`truncate_from` applies to classification and regression tasks; {self.task} "
+                             f"cuts its inputs its own way. Received: truncate_from={self.truncate_from!r}")
         for name in ("lora_rank", "lora_embedding_rank"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

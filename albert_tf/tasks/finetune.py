@@ -133,6 +133,19 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
         json.dump(run, f, indent=2)
 
 
+def run_truncate_from(model_dir):
+    """The `truncate_from` the fine-tuning run that wrote `model_dir` (its `best/`) trained with.
+
+    "end" (the default) for any other model directory, and for runs written
+    before the setting existed.
+    """
+    path = os.path.join(os.path.dirname(os.path.normpath(model_dir)), RUN_FILE)
+    if os.path.basename(os.path.normpath(model_dir)) != BEST_DIR or not os.path.isfile(path):
+        return "end"
+    with open(path, encoding="utf-8") as f:
+        return json.load(f).get("config", {}).get("truncate_from", "end")
+
+
 def load_run(directory):
     """(FinetuneConfig, task model, tokenizer, run record) of a `finetune` output directory.
 

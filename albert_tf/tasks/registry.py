@@ -86,7 +86,8 @@ class SentenceTask:
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):
         result = self.read(path, config, labelled, label_names)
-        encoder = data.TextEncoder(tokenizer, config.max_seq_length, truncate=config.truncate)
+        encoder = data.TextEncoder(tokenizer, config.max_seq_length, truncate=config.truncate,
+                                   truncate_from=config.truncate_from)
         inputs = encoder.encode_all(result.examples)
         labels = [e.label for e in result.examples] if labelled else None
         return Encoded(inputs, labels, result.examples, notes=_notes(result, "examples", encoder.num_truncated),

@@ -1,6 +1,6 @@
 """Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])` (see `input_pipeline.packing`)."""
 
-from input_pipeline.packing import pack, truncate_pair
+from input_pipeline.packing import check_truncate_from, pack, truncate_pair
 
 
 class TextEncoder:
@@ -12,14 +12,18 @@ class TextEncoder:
         truncate: False raises on an example longer than `max_seq_length`,
             naming its file and line; True truncates it (longest text first)
             and counts it in `num_truncated`.
+        truncate_from: which pieces truncation drops: "end" (BERT's),
+            "start" or "middle" (`input_pipeline.packing.keep_pieces`).
     """
 
-    def __init__(self, tokenizer, max_seq_length, truncate=False):
+    def __init__(self, tokenizer, max_seq_length, truncate=False, truncate_from="end"):
+        check_truncate_from(truncate_from)
         if max_seq_length < 3:
             raise ValueError(f"`max_seq_length` must be at least 3. Received: max_seq_length={max_seq_length}")
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
         self.truncate = truncate
+        self.truncate_from = truncate_from
         self.num_truncated = 0
 
     def encode(self, example):
@@ -36,7 +40,8 @@ class TextEncoder:
                     "up to max_position_embeddings) or pass --truncate."
                 )
             self.num_truncated += 1
-            ids_a, truncated_b = truncate_pair(ids_a, ids_b, self.max_seq_length - specials)
+            ids_a, truncated_b = truncate_pair(ids_a, ids_b, self.max_seq_length - specials,
+                                                    self.truncate_from)
             ids_b = None if ids_b is None else truncated_b
         return pack(ids_a, ids_b)
 
