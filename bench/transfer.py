@@ -12,7 +12,10 @@ and for random init of the first one's config, `finetune` runs with the CLI's
 default settings (3 epochs, batch 32, the width rule's learning rate,
 pooling "cls", unless flags say otherwise); the best epoch on dev is scored
 on test. Baselines: the majority label, and TF-IDF (words and word pairs,
-min count 2) + logistic regression (L2, full batch, written here in NumPy).
+min count 2) + logistic regression (L2, full batch, written here in NumPy),
+on the whole texts and on the models' input window (each text cut to the
+`max_seq_length - 2` pieces fine-tuning keeps, decoded back to text): what
+word identity alone gives on what the models read.
 
     python bench/transfer.py --model demo=runs/demo/final --model demo30=runs/demo30/final \\
         [--tasks rt imdb] [--train-limit N] [--write bench/results/transfer.md]
@@ -31,6 +34,7 @@ texts) leaves 2-3 points of noise in a difference.
 
 import argparse
 import collections
+import functools
 import itertools
 import json
 import math
@@ -138,6 +142,14 @@ def probe_accuracy(backbone, tokenizer, split, max_length, c=1.0):
                                         (test_x - mean) / scale, [label for _, label in split["test"]], c)
 
 
+def model_window(rows, tokenizer, max_length, truncate_from):
+    """`rows` with each text cut to the pieces a fine-tuned model reads (decoded back to text)."""
+    from input_pipeline.packing import keep_pieces
+
+    return [(tokenizer.decode(keep_pieces(tokenizer.encode(text), max_length - 2, truncate_from)), label)
+            for text, label in rows]
+
+
 def majority(train, test):
     labels = [label for _, label in train]
     most = max(set(labels), key=labels.count)
@@ -168,6 +180,7 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
 
 
 RESULT_FILE = "transfer_result.json"
+WINDOW_BASELINE = "TF-IDF + logistic regression, the models' input window"
 DEFAULT_SPLIT_SEED = 20200209
 
 
@@ -290,6 +303,12 @@ def main():
         for name, spec in models:
             backbone, model_tokenizer, steps[name] = load_model(spec)
             starts.append((name, backbone, model_tokenizer))
+        # The same baseline on only the pieces the models read: what word identity gives in their window.
+        window = functools.partial(model_window, tokenizer=starts[0][2], max_length=args.max_seq_length or 128,
+                                   truncate_from=args.truncate_from or "end")
+        results[WINDOW_BASELINE][task].append(
+            {"test": tfidf_logistic_regression(window(split["train"]), window(split["test"]))}
+        )
         # Random init: the first model's config and tokenizer, seeded here so loading
         # the others does not change its weights.
         keras.utils.set_random_seed(args.seed)

@@ -51,3 +51,23 @@ def test_bad_settings_are_named(bad, message):
         FinetuneConfig(**{"task": "sst2", **bad})
     with pytest.raises(ValueError, match="hidden_size"):
         default_learning_rate(0)
+
+
+def test_a_runs_truncate_from_is_found_beside_its_model_and_old_runs_read_as_end(tmp_path):
+    import json
+
+    from albert_tf.tasks import run_truncate_from
+
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    config = FinetuneConfig(task="sst2", truncate=True, truncate_from="middle")
+    (run / "finetune.json").write_text(json.dumps({"config": config.to_dict()}))
+    assert run_truncate_from(str(run / "best")) == "middle"
+    assert run_truncate_from(str(run / "best") + "/") == "middle"
+    assert run_truncate_from(str(run)) == "end"  # not a run's best/: no run record to read
+    # A run written before the setting existed: no key, so BERT's rule, and its config still loads.
+    old = config.to_dict()
+    del old["truncate_from"]
+    (run / "finetune.json").write_text(json.dumps({"config": old}))
+    assert run_truncate_from(str(run / "best")) == "end"
+    assert FinetuneConfig.from_dict(old).truncate_from == "end"
