@@ -84,8 +84,7 @@ def truncate_pair(ids_a, ids_b, max_pieces, truncate_from="end"):
     Returns:
         (ids_a, ids_b) as lists.
     """
-    check_truncate_from(truncate_from)
-    ids_a, ids_b = list(ids_a), list(ids_b or [])
+    ids_a, ids_b = list(ids_a), list(ids_b or [])  # keep_pieces checks truncate_from
     len_a, len_b = len(ids_a), len(ids_b)
     while len_a + len_b > max_pieces:
         if len_a > len_b:
@@ -130,7 +129,7 @@ def tf_truncate(segments, budget, truncate_from="end"):
     kept = []
     for segment, cut in zip(segments, trimmed):
         total, length = segment.row_lengths(), cut.row_lengths()
-        head = tf.zeros_like(length) if truncate_from == "start" else length // 4  # head_length
+        head = tf.zeros_like(length) if truncate_from == "start" else head_length(length)
         index = tf.concat(
             [tf.ragged.range(tf.zeros_like(head), head), tf.ragged.range(total - (length - head), total)], axis=1
         )

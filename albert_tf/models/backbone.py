@@ -174,7 +174,8 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
         check_lora_args(rank, lora_alpha)
         if isinstance(embedding_rank, bool) or not isinstance(embedding_rank, int) or embedding_rank < 0:
             raise ValueError(
-                f"`embedding_rank` must be a non-negative integer (0: none). Received: embedding_rank={embedding_rank!r}"
+                "`embedding_rank` must be a non-negative integer (0: none). "
+                f"Received: embedding_rank={embedding_rank!r}"
             )
         if embedding_rank > self.config.embedding_size:
             raise ValueError(
@@ -236,8 +237,8 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
 
     def get_config(self):
         return {"config": self.config.to_dict(), "remat": self.remat, "lora_rank": self.lora_rank,
-                "lora_alpha": self.lora_alpha, "lora_embedding_rank": self.lora_embedding_rank, "name": self.name, "trainable": self.trainable,
-                "dtype": keras.saving.serialize_keras_object(self.dtype_policy)}
+                "lora_alpha": self.lora_alpha, "lora_embedding_rank": self.lora_embedding_rank, "name": self.name,
+                "trainable": self.trainable, "dtype": keras.saving.serialize_keras_object(self.dtype_policy)}
 
     @classmethod
     def from_config(cls, config):

@@ -40,8 +40,9 @@ class TextEncoder:
                     "up to max_position_embeddings) or pass --truncate."
                 )
             self.num_truncated += 1
-            ids_a, truncated_b = truncate_pair(ids_a, ids_b, self.max_seq_length - specials,
-                                                    self.truncate_from)
+            ids_a, truncated_b = truncate_pair(
+                ids_a, ids_b, self.max_seq_length - specials, self.truncate_from
+            )
             ids_b = None if ids_b is None else truncated_b
         return pack(ids_a, ids_b)
 
