@@ -18,23 +18,19 @@ import threading
 
 from albert_tf import __version__
 
-COMMAND_MODULES = (
-    "albert_tf.commands.convert",
-    "albert_tf.commands.train_tokenizer",
-    "albert_tf.commands.create_data",
-    "albert_tf.commands.pretrain",
-    "albert_tf.commands.demo",
-    "albert_tf.commands.export",
-    "albert_tf.commands.serve",
-    "albert_tf.commands.finetune",
-    "albert_tf.commands.predict",
-)
 EXIT_USER_ERROR = 2
 # The shell's code for a process ended by SIGINT (128 + 2).
 EXIT_INTERRUPTED = 130
 
 
-def build_parser():
+def build_parser(argv=None):
+    """The `albert-tf` parser; given the command line `argv`, it imports only the command it names.
+
+    The other commands are listed by name and help alone (`COMMANDS`): their
+    modules, most of which import TensorFlow, load only when run. Without
+    `argv` every command's parser is built (tests parse several command lines).
+    """
+    from albert_tf.commands import COMMANDS
     from albert_tf.commands.flags import HelpFormatter
 
     parser = argparse.ArgumentParser(
@@ -44,11 +40,19 @@ def build_parser():
     parser.add_argument("--verbose", action="store_true",
                         help="Show TensorFlow's C++ and CUDA start-up messages.")
     subparsers = parser.add_subparsers(dest="command", required=True)
-    for module_name in COMMAND_MODULES:
-        module = importlib.import_module(module_name)
-        sub = module.add_parser(subparsers)
-        sub.set_defaults(_run=module.run)
+    chosen = COMMANDS if argv is None else [_command_name(argv)]
+    for name, (module_name, help) in COMMANDS.items():
+        if name in chosen:
+            module = importlib.import_module(module_name)
+            module.add_parser(subparsers).set_defaults(_run=module.run)
+        else:
+            subparsers.add_parser(name, help=help)
     return parser
+
+
+def _command_name(argv):
+    """The command named on a command line: its first word that is not a flag (None if none)."""
+    return next((a for a in argv if not a.startswith("-")), None)
 
 
 # TensorFlow's start-up lines (absl's pre-init banner, C++ INFO/WARNING log
@@ -102,7 +106,7 @@ class QuietStderr:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     # Only the flags before the command are albert-tf's own (finetune has a --verbose too).
-    own_flags = argv[: next((i for i, a in enumerate(argv) if not a.startswith("-")), len(argv))]
+    own_flags = argv[: argv.index(_command_name(argv))] if _command_name(argv) else argv
     if "--verbose" in own_flags:
         code = _run(argv)
     else:
@@ -119,7 +123,7 @@ def main(argv=None):
 
 
 def _run(argv):
-    args = build_parser().parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
     try:
         return args._run(args) or 0

@@ -10,7 +10,7 @@ Two sentiment tasks, neither ever in the demo's pretraining text (IMDB
 For every model directory given (e.g. the demo's `final/` and a longer run)
 and for random init of the first one's config, `finetune` runs with the CLI's
 default settings (3 epochs, batch 32, the width rule's learning rate,
-pooling "cls", unless flags say otherwise); the best epoch on dev is scored
+pooling "auto", unless flags say otherwise); the best epoch on dev is scored
 on test. Baselines: the majority label, and TF-IDF (words and word pairs,
 min count 2) + logistic regression (L2, full batch, written here in NumPy),
 on the whole texts and on the models' input window (each text cut to the

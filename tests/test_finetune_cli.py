@@ -70,7 +70,7 @@ def test_bad_input_is_reported_with_file_and_line(model_dir, tmp_path, capsys):
     assert finetune(model_dir, out, long_train, train, "--task", "classification") == 2
     assert f"{long_train}:2: 102 pieces, longer than max_seq_length=64" in capsys.readouterr().err
     assert finetune(model_dir, out, train, evaluation, "--task", "classification", "--skip-invalid") == 0
-    assert "1 examples, 1 skipped (first:" in capsys.readouterr().out
+    assert "1 example, 1 skipped (first:" in capsys.readouterr().out
 
 
 def test_squad_v2_end_to_end(model_dir, tmp_path, capsys):

@@ -10,7 +10,7 @@ from input_pipeline.features import IGNORE_LABEL
 from data_fixtures import small_tokenizer
 from input_pipeline.finetuning import (
     GLUE_TASKS, ChoiceEncoder, TaggingEncoder, TextEncoder, TextExample, make_dataset, read_glue,
-    read_label_set, read_race, read_table, read_tagging,
+    counted, read_label_set, read_race, read_table, read_tagging,
 )
 from input_pipeline.tokenizer import CLS_ID, SEP_ID
 
@@ -142,3 +142,24 @@ def test_metrics_against_references():
     assert metrics.pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0])
     assert metrics.spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0])
     assert metrics.matthews_corrcoef([1, 1], [1, 1]) == 0.0
+
+
+def test_a_label_set_of_one_is_refused_before_training(tmp_path):
+    from albert_tf.tasks import TASKS, FinetuneConfig
+
+    one = write(tmp_path, "one.csv", ["text,label", "good,pos", "fine,pos"])
+    two = write(tmp_path, "two.csv", ["text,label", "good,pos", "awful,neg"])
+    classification = TASKS["classification"]
+    with pytest.raises(ValueError, match=r"one.csv's column 'label' has a single label, 'pos'; a classifier needs"):
+        classification.label_names(one, FinetuneConfig(task="classification"))
+    assert classification.label_names(two, FinetuneConfig(task="classification")) == ["neg", "pos"]
+    with pytest.raises(ValueError, match=r"--label-names has a single label, 'pos'"):
+        classification.label_names(two, FinetuneConfig(task="classification", label_names=("pos",)))
+    assert TASKS["regression"].label_names(one, FinetuneConfig(task="regression")) is None
+    tags = write(tmp_path, "o.conll", ["Paris NNP O", "", "filmed VBD O"])
+    with pytest.raises(ValueError, match=r"o.conll has a single tag, 'O'"):
+        TASKS["tagging"].label_names(tags, FinetuneConfig(task="tagging"))
+
+
+def test_counts_read_as_english():
+    assert [counted(n, "examples") for n in (0, 1, 2)] == ["0 examples", "1 example", "2 examples"]

@@ -13,6 +13,7 @@ import math
 import os
 import signal
 import subprocess
+import sys
 import urllib.request
 
 import numpy as np
@@ -384,6 +385,11 @@ def test_missing_files_are_one_line_errors(tour, finetuned):
                                   expect_rc=None), "missing.tsv")
     assert_one_line_error(run_cli("export", "--model", "runs/nothing", "--format", "tflite", "--out", "x",
                                   cwd=tour, expect_rc=None), "runs/nothing")
+    (tour / "one_label.csv").write_text("text,label\ngood film,pos\nfine acting,pos\n")
+    done = run_cli("finetune", "--task", "classification", "--model", "runs/base/final", "--train", "one_label.csv",
+                   "--eval", "one_label.csv", "--out", "runs/one_label", cwd=tour, expect_rc=None)
+    assert_one_line_error(done, "one_label.csv", "a single label, 'pos'", "at least 2")
+    assert not (tour / "runs" / "one_label").exists()
     (tour / "broken.json").write_text("{not json")
     assert_one_line_error(run_cli("pretrain", "--config", "broken.json", "--data", "data/", "--out", "runs/b",
                                   cwd=tour, expect_rc=None), "broken.json")
@@ -397,6 +403,15 @@ def test_version_and_help_print_no_start_up_noise(tmp_path):
         assert done.stdout.startswith("usage: albert-tf") and done.stderr == "", (command, done.stderr)
     pretrain_help = " ".join(run_cli("pretrain", "--help", cwd=tmp_path).stdout.split())
     assert "(default: 0.025)" in pretrain_help and "(default: lamb)" in pretrain_help
+    # The overview and --version load no command module, so neither TensorFlow nor Keras (seconds each).
+    probe = ("import sys; from albert_tf.cli import main\n"
+             "for argv in (['--help'], ['--version'], ['no-such-command']):\n"
+             "    try: main(argv)\n"
+             "    except SystemExit: pass\n"
+             "print(sorted(m for m in ('tensorflow', 'keras', 'albert_tf.commands.finetune') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                            env=user_environment(), check=True)
+    assert loaded.stdout.strip().splitlines()[-1] == "[]", loaded.stdout
 
 
 @pytest.fixture(scope="module")

@@ -19,11 +19,7 @@ from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 
 
 def add_parser(subparsers):
-    parser = add_command(
-        subparsers, "convert",
-        help="Convert checkpoints between HF transformers, original TF1 ALBERT and albert-tf.",
-        description=__doc__,
-    )
+    parser = add_command(subparsers, "convert", description=__doc__)
     direction = parser.add_mutually_exclusive_group(required=True)
     direction.add_argument(
         "--from", dest="from_format", choices=("hf", "tf1"),

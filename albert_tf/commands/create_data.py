@@ -15,8 +15,7 @@ from input_pipeline.corpus import FORMATS
 
 
 def add_parser(subparsers):
-    parser = add_command(subparsers, "create-data", help="Write pretraining examples (SOP + n-gram MLM) as TFRecords.",
-                         description=__doc__)
+    parser = add_command(subparsers, "create-data", description=__doc__)
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
     parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")

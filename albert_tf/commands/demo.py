@@ -8,11 +8,7 @@ from albert_tf.commands.flags import add_command, add_config_flags, config_kwarg
 
 
 def add_parser(subparsers):
-    parser = add_command(
-        subparsers, "demo",
-        help="Train a tokenizer and a small ALBERT on IMDB reviews, evaluate held-out MLM/SOP accuracy.",
-        description=__doc__,
-    )
+    parser = add_command(subparsers, "demo", description=__doc__)
     parser.add_argument("--out", required=True, metavar="RUN_DIR", help="Run directory; the same command resumes it.")
     add_config_flags(parser, DemoConfig)
     return parser

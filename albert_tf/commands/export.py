@@ -28,8 +28,7 @@ DEFAULT_CALIBRATION_EXAMPLES = 200
 
 
 def add_parser(subparsers):
-    parser = add_command(subparsers, "export", help="Export a model for TF-Serving (SavedModel) or on-device (TFLite).",
-                         description=__doc__)
+    parser = add_command(subparsers, "export", description=__doc__)
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="A model directory, a run directory, or a HF directory.")
     parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), help="What to write.")

@@ -24,9 +24,7 @@ from albert_tf.tasks import TASKS, FinetuneConfig, finetune
 
 
 def add_parser(subparsers):
-    parser = add_command(subparsers, "finetune",
-                         help="Fine-tune ALBERT on a GLUE, SQuAD, RACE, tagging or CSV/JSONL task.",
-                         description=__doc__)
+    parser = add_command(subparsers, "finetune", description=__doc__)
     parser.add_argument("--task", required=True, choices=sorted(TASKS), help="The task (and its file format).")
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="A pretrained model directory or run directory (pretrain, convert or finetune output), "

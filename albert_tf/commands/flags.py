@@ -10,6 +10,8 @@ import argparse
 import dataclasses
 import types
 
+from albert_tf.commands import COMMANDS
+
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Keeps descriptions as written and ends each flag's help with its default."""
@@ -24,8 +26,12 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         return help_text + " (default: %(default)s)"
 
 
-def add_command(subparsers, name, help, description=None):
-    """A subcommand parser whose --help shows descriptions as written and every default."""
+def add_command(subparsers, name, description=None):
+    """A subcommand parser whose --help shows descriptions as written and every default.
+
+    Its one-line help is `COMMANDS[name]`'s (what `albert-tf --help` lists).
+    """
+    help = COMMANDS[name][1]
     return subparsers.add_parser(name, help=help, description=description or help,
                                  formatter_class=HelpFormatter)
 

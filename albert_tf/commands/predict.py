@@ -34,8 +34,7 @@ _FILE_ONLY_TASKS = ("squad", "squad_v2", "race")
 
 
 def add_parser(subparsers):
-    parser = add_command(subparsers, "predict", help="Predict with a fine-tuned task model (file or stdin -> "
-                         "JSON lines).", description=__doc__)
+    parser = add_command(subparsers, "predict", description=__doc__)
     parser.add_argument("--model", required=True, metavar="DIR", help="A `finetune` output directory.")
     parser.add_argument("--input", default="-", metavar="FILE", help="Data file, or - for stdin.")
     parser.add_argument("--output", default="-", metavar="FILE", help="JSON-lines output, or - for stdout.")

@@ -30,11 +30,7 @@ _TRAINER_FLAGS = [f.name for f in dataclasses.fields(TrainerConfig)]
 
 
 def add_parser(subparsers):
-    parser = add_command(
-        subparsers, "pretrain",
-        help="Pretrain ALBERT on create-data TFRecords or raw text (dynamic masking); resumable.",
-        description=__doc__,
-    )
+    parser = add_command(subparsers, "pretrain", description=__doc__)
     model = parser.add_argument_group("model (each flag overrides the preset's or --config's value)")
     source = model.add_mutually_exclusive_group()
     source.add_argument("--preset", choices=sorted(PRESETS), default="base", help="Model size.")

@@ -20,8 +20,7 @@ from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_mode
 
 
 def add_parser(subparsers):
-    parser = add_command(subparsers, "serve", help="Serve a SavedModel over TF-Serving's REST API (local testing).",
-                         description=__doc__)
+    parser = add_command(subparsers, "serve", description=__doc__)
     parser.add_argument("model_base_path", metavar="BASE_PATH", nargs="?",
                         help="Directory with versions 1/, 2/, ..., or a model or run directory.")
     parser.add_argument("--model", metavar="DIR", help="Same as BASE_PATH.")

@@ -10,10 +10,7 @@ from input_pipeline.preprocessing import LANGUAGES
 
 
 def add_parser(subparsers):
-    parser = add_command(
-        subparsers, "train-tokenizer",
-        help="Train a SentencePiece tokenizer (<pad>=0 <unk>=1 [CLS]=2 [SEP]=3 [MASK]=4).",
-    )
+    parser = add_command(subparsers, "train-tokenizer")
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
     parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")

@@ -41,10 +41,25 @@ class Encoded:
     skipped: list = dataclasses.field(default_factory=list)
 
 
+def check_label_set(label_names, where, what="labels"):
+    """`label_names` when it has two or more distinct entries; a ValueError saying why otherwise.
+
+    A classifier over one class learns nothing and scores 1.0 on any file with
+    that label, so a training file with a single label (or a --label-names
+    list of one) is refused before any training starts.
+    """
+    names = list(label_names)
+    if len(names) < 2:
+        found = f"a single {what[:-1]}, {names[0]!r}" if names else f"no {what}"
+        raise ValueError(f"{where} has {found}; a classifier needs at least 2. "
+                         f"Check the file (or --label-column), or use --task regression for scores.")
+    return names
+
+
 def _notes(result, what, truncated=0, truncated_what="truncated to max_seq_length"):
     notes = [result.summary(what)]
     if truncated:
-        notes.append(f"{truncated} {what} {truncated_what}")
+        notes.append(f"{data.counted(truncated, what)} {truncated_what}")
     return notes
 
 
@@ -74,8 +89,9 @@ class SentenceTask:
         if self.glue:
             return list(self.glue.label_names)
         if config.label_names:
-            return list(config.label_names)
-        return data.read_label_set(train_path, config.label_column)
+            return check_label_set(config.label_names, "--label-names")
+        return check_label_set(data.read_label_set(train_path, config.label_column),
+                               f"{train_path}'s column {config.label_column!r}")
 
     def build_model(self, backbone, label_names, config):
         if self.regression:
@@ -126,8 +142,9 @@ class TaggingTask:
 
     def label_names(self, train_path, config):
         if config.label_names:
-            return list(config.label_names)
-        return data.tag_set(data.read_tagging(train_path, on_error=config.on_error).examples)
+            return check_label_set(config.label_names, "--label-names", "tags")
+        return check_label_set(data.tag_set(data.read_tagging(train_path, on_error=config.on_error).examples),
+                               str(train_path), "tags")
 
     def build_model(self, backbone, label_names, config):
         return AlbertTagger(backbone, len(label_names), label_names=label_names, dropout=config.dropout)

@@ -2,7 +2,7 @@
 
 from input_pipeline.finetuning.batching import make_dataset
 from input_pipeline.finetuning.encoding import TextEncoder
-from input_pipeline.finetuning.examples import LabelMap, ReadResult, Skipped, TextExample
+from input_pipeline.finetuning.examples import LabelMap, ReadResult, Skipped, TextExample, counted
 from input_pipeline.finetuning.glue import GLUE_TASKS, GlueTask, read_glue
 from input_pipeline.finetuning.race import ChoiceEncoder, ChoiceExample, read_race
 from input_pipeline.finetuning.squad import (

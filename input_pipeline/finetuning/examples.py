@@ -45,10 +45,15 @@ class ReadResult:
 
     def summary(self, what="examples"):
         """One line for logs: how many were read and skipped, with the first reason."""
-        line = f"{len(self.examples)} {what}"
+        line = counted(len(self.examples), what)
         if self.skipped:
             line += f", {len(self.skipped)} skipped (first: {self.skipped[0]})"
         return line
+
+
+def counted(n, plural):
+    """"1 example", "2 examples": `n` and the noun `plural` (ending in s), singular for one."""
+    return f"{n} {plural[:-1] if n == 1 and plural.endswith('s') else plural}"
 
 
 class ErrorPolicy:
