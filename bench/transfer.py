@@ -185,13 +185,20 @@ DEFAULT_SPLIT_SEED = 20200209
 
 
 def reused(out, key):
-    """The result a killed or earlier run left in `out` for exactly these settings, else None."""
+    """The result a killed or earlier run left in `out` for these settings, else None.
+
+    The settings must be the same, except that a result with a probe also
+    serves a run without one (the fine-tuning is the same).
+    """
     path = os.path.join(out, RESULT_FILE)
     if not os.path.isfile(path):
         return None
     with open(path) as f:
         saved = json.load(f)
-    return saved["result"] if saved["settings"] == key else None
+    settings = dict(saved["settings"])
+    if settings.get("probe") and not key.get("probe"):
+        settings["probe"] = key.get("probe")
+    return saved["result"] if settings == key else None
 
 
 _CHECKPOINT = re.compile(r"^(?P<run>.*)/checkpoints/ckpt-(?P<step>\d+)$")
@@ -272,6 +279,7 @@ def main():
     parser.add_argument("--probe", action="store_true",
                         help="Also score a linear probe on each model's frozen mean token state.")
     parser.add_argument("--plot", help="Also draw accuracy against pretraining steps into this PNG.")
+    parser.add_argument("--json", help="Also write every result (per model, task and split) to this JSON file.")
     args = parser.parse_args()
 
     import keras
@@ -379,6 +387,10 @@ def main():
                              f"(SE {se_mean:.1f})")
             lines.append(f"- {row}: " + "; ".join(parts))
     emit_table("\n".join(lines), args.write)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"settings": settings, "split_seeds": args.split_seed, "sizes": sizes, "steps": steps,
+                       "results": results}, f, indent=1)
     if args.plot:
         plot_steps(results, steps, args.tasks, args.plot)
 
