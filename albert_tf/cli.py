@@ -106,7 +106,8 @@ class QuietStderr:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     # Only the flags before the command are albert-tf's own (finetune has a --verbose too).
-    own_flags = argv[: argv.index(_command_name(argv))] if _command_name(argv) else argv
+    command = _command_name(argv)
+    own_flags = argv[: argv.index(command)] if command else argv
     if "--verbose" in own_flags:
         code = _run(argv)
     else:

@@ -19,14 +19,12 @@ are part of its cache key, so give them a different `--out`.
 
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 
-import numpy as np
-
 from bench_utils import emit_table
+from transfer import mean_over_splits, paired_differences
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASELINES = ("majority label", "TF-IDF + logistic regression",
@@ -49,14 +47,8 @@ def run_size(args, size, passthrough):
         return json.load(f)
 
 
-def differences(results, row, task):
-    """Per-split test-accuracy differences from random init, in points."""
-    return 100 * (np.array([r["test"] for r in results[row][task]])
-                  - np.array([r["test"] for r in results["random init"][task]]))
-
-
 def mean(results, row, task):
-    return 100 * float(np.mean([r["test"] for r in results[row][task]]))
+    return 100 * mean_over_splits(results, row, task)
 
 
 def table(summaries, task, models):
@@ -73,8 +65,8 @@ def table(summaries, task, models):
         results = summary["results"]
         cells = [f"{mean(results, r, task):.1f}" for r in rows]
         for m in models:
-            d = differences(results, m, task)
-            cells.append(f"{d.mean():+.1f} ({np.std(d, ddof=1) / math.sqrt(len(d)):.1f})")
+            diffs, se_mean = paired_differences(results, m, task)
+            cells.append(f"{diffs.mean():+.1f} ({se_mean:.1f})")
         lines.append(f"| {size:,} | " + " | ".join(cells) + " |")
     return lines
 

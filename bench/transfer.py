@@ -234,6 +234,13 @@ def mean_over_splits(results, row, task, field="test"):
     return float(np.mean(values)) if values else None
 
 
+def paired_differences(results, row, task):
+    """Test accuracy of `row` minus random init's, per split, in points; and the mean's standard error."""
+    diffs = 100 * (np.array([r["test"] for r in results[row][task]])
+                   - np.array([r["test"] for r in results["random init"][task]]))
+    return diffs, np.std(diffs, ddof=1) / math.sqrt(len(diffs))
+
+
 def plot_steps(results, steps, tasks, path):
     """Test accuracy against pretraining steps, one line per task; baselines dashed."""
     import matplotlib
@@ -380,9 +387,7 @@ def main():
                 continue
             parts = []
             for t in args.tasks:
-                diffs = 100 * (np.array([r["test"] for r in results[row][t]])
-                               - np.array([r["test"] for r in results["random init"][t]]))
-                se_mean = np.std(diffs, ddof=1) / math.sqrt(len(diffs))
+                diffs, se_mean = paired_differences(results, row, t)
                 parts.append(f"{t} " + ", ".join(f"{d:+.1f}" for d in diffs) + f": mean {diffs.mean():+.1f} "
                              f"(SE {se_mean:.1f})")
             lines.append(f"- {row}: " + "; ".join(parts))

@@ -18,6 +18,7 @@ only: data-writer workers lay out examples in Python and start without it.
 import numpy as np
 
 from input_pipeline import features
+from input_pipeline.config_base import check_choice
 from input_pipeline.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
 
@@ -47,8 +48,7 @@ TRUNCATE_FROM = ("end", "start", "middle")
 
 
 def check_truncate_from(truncate_from):
-    if truncate_from not in TRUNCATE_FROM:
-        raise ValueError(f"`truncate_from` must be one of {TRUNCATE_FROM}. Received: truncate_from={truncate_from!r}")
+    check_choice("truncate_from", truncate_from, TRUNCATE_FROM)
 
 
 def head_length(length):
@@ -85,19 +85,15 @@ def truncate_pair(ids_a, ids_b, max_pieces, truncate_from="end"):
         (ids_a, ids_b) as lists.
     """
     ids_a, ids_b = list(ids_a), list(ids_b or [])  # keep_pieces checks truncate_from
-    len_a, len_b = len(ids_a), len(ids_b)
-    while len_a + len_b > max_pieces:
-        if len_a > len_b:
-            len_a -= 1
-        else:
-            len_b -= 1
+    len_a, len_b = truncated_lengths(len(ids_a), len(ids_b), max_pieces)
     return keep_pieces(ids_a, len_a, truncate_from), keep_pieces(ids_b, len_b, truncate_from)
 
 
 def truncated_lengths(len_a, len_b, budget):
     """Lengths of A and B after `truncate_pair` to `budget` pieces (Python ints).
 
-    Closed form of its loop: the shorter text keeps its length when the longer
+    Closed form of `_truncate_seq_pair`'s loop (one piece at a time from the
+    longer text, B on a tie): the shorter text keeps its length when the longer
     still gets at least as much; otherwise A gets ceil(budget / 2), B the rest.
     """
     if len_a + len_b <= budget:

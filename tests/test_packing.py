@@ -63,6 +63,14 @@ def test_layout_and_segment_ids():
     assert pack([7])[features.SEGMENT_IDS].tolist() == [0, 0, 0]
 
 
+def _truncate_seq_pair(ids_a, ids_b, max_pieces):
+    """The original's loop, transcribed: pop from the end of the longer text (B on a tie)."""
+    ids_a, ids_b = list(ids_a), list(ids_b)
+    while len(ids_a) + len(ids_b) > max_pieces:
+        (ids_a if len(ids_a) > len(ids_b) else ids_b).pop()
+    return ids_a, ids_b
+
+
 def test_truncation_keeps_the_short_text_and_cuts_b_on_a_tie():
     assert truncate_pair([1, 2, 3, 4, 5], [6], 4) == ([1, 2, 3], [6])
     assert truncate_pair([1, 2, 3], [4, 5, 6], 5) == ([1, 2, 3], [4, 5])
@@ -70,6 +78,7 @@ def test_truncation_keeps_the_short_text_and_cuts_b_on_a_tie():
         for la in range(0, 14):
             for lb in range(0, 14):
                 a, b = truncate_pair(range(la), range(lb), budget)
+                assert (a, b) == _truncate_seq_pair(range(la), range(lb), budget)
                 assert truncated_lengths(la, lb, budget) == (len(a), len(b))
 
 
