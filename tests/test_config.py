@@ -127,3 +127,15 @@ def test_command_line_flags_come_from_the_field_help():
     assert config.label_names == ("neg", "pos") and config.bucket is False and config.epochs == 2
     epochs = next(a for a in parser._actions if a.dest == "epochs")
     assert epochs.help == dataclasses.fields(FinetuneConfig)[4].metadata["help"]
+
+
+def test_every_command_line_flag_says_what_it_does():
+    import argparse
+
+    from albert_tf import cli
+
+    subparsers = next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    silent = [(command, action.option_strings[0])
+              for command, parser in subparsers.choices.items()
+              for action in parser._actions if action.option_strings and not (action.help or "").strip()]
+    assert silent == []

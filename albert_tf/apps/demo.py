@@ -33,7 +33,7 @@ from albert_tf.training import (
     ppmi_svd_init,
     read_log,
 )
-from albert_tf.training.config import EMBEDDING_INITS
+from albert_tf.training.config import EMBEDDING_INITS, OPTIMIZERS
 from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
 from input_pipeline.config_base import check_choice, doc
 from input_pipeline.dataset import pretraining_dataset_fn
@@ -86,32 +86,32 @@ class DemoConfig:
         seed: seed of the tokenizer, the initialization and the data.
     """
 
-    vocab_size: int = 8000
-    tokenizer_documents: int = 4000
-    documents: int = 19928
-    heldout_documents: int = 600
-    max_seq_length: int = 64
-    max_predictions_per_seq: int = 10
-    masked_lm_prob: float = 0.15
-    embedding_size: int = 64
-    hidden_size: int = 128
-    num_layers: int = 4
-    num_heads: int = 4
-    intermediate_size: int = 512
-    batch_size: int = 32
-    steps: int = 1500
-    learning_rate: float = 0.005
-    warmup_fraction: float = 0.02
-    optimizer: str = "lamb"
+    vocab_size: int = doc(8000, "Tokenizer pieces (the model's V).")
+    tokenizer_documents: int = doc(4000, "Pretraining reviews the tokenizer is trained on.")
+    documents: int = doc(19928, "Pretraining reviews (IMDB's pretraining split; 19,928 is all of them).")
+    heldout_documents: int = doc(600, "Held-out reviews evaluated at the end (never in pretraining).")
+    max_seq_length: int = doc(64, "Pieces per pretraining example.")
+    max_predictions_per_seq: int = doc(10, "Masked-LM predictions per example at most.")
+    masked_lm_prob: float = doc(0.15, "Fraction of the pieces masked.")
+    embedding_size: int = doc(64, "E, the word-embedding width.")
+    hidden_size: int = doc(128, "H, the transformer width.")
+    num_layers: int = doc(4, "Transformer layers (all sharing one block).")
+    num_heads: int = doc(4, "Attention heads.")
+    intermediate_size: int = doc(512, "Feed-forward width.")
+    batch_size: int = doc(32, "Examples per step.")
+    steps: int = doc(1500, "Optimizer steps.")
+    learning_rate: float = doc(0.005, "Peak learning rate (warmup, then linear decay to 0).")
+    warmup_fraction: float = doc(0.02, "Fraction of the steps spent warming up.")
+    optimizer: str = doc("lamb", "lamb (ALBERT's) or adamw.", choices=OPTIMIZERS)
     embedding_init: str = doc("ppmi-svd", "ppmi-svd: start the word embeddings from PPMI-SVD vectors of the "
                               "pretraining text; random: ALBERT's initializer.", choices=EMBEDDING_INITS)
-    jit_compile: bool = True
-    checkpoint_every: int = 100
-    keep_checkpoints: int = 3
-    log_every: int = 25
-    eval_batches: int = 20
-    baseline_batches: int = 20
-    seed: int = 0
+    jit_compile: bool = doc(True, "Compile the training step with XLA.")
+    checkpoint_every: int = doc(100, "Steps between checkpoints.")
+    keep_checkpoints: int = doc(3, "Checkpoints kept (the newest).")
+    log_every: int = doc(25, "Steps between progress lines.")
+    eval_batches: int = doc(20, "Held-out batches evaluated.")
+    baseline_batches: int = doc(20, "Training batches counted for the unigram baseline.")
+    seed: int = doc(0, "Seed of the tokenizer, the initialization and the data.")
 
     def __post_init__(self):
         check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
