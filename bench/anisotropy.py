@@ -26,8 +26,6 @@ import numpy as np
 
 from bench_utils import emit_table
 
-_EVAL_SEED = 12345
-
 
 def mean_pairwise_cosine(vectors):
     """Mean cosine similarity over all pairs i != j of `vectors` (n, d)."""
@@ -94,7 +92,7 @@ def heldout_inputs(tokenizer, seq, count=64):
 
 
 def main():
-    from albert_tf.apps.demo import DemoConfig
+    from albert_tf.apps.demo import DemoConfig, heldout_examples
 
     defaults = DemoConfig()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -103,9 +101,9 @@ def main():
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--optimizer", choices=("lamb", "adamw"), default="lamb")
     parser.add_argument("--weight-decay", type=float, default=0.01)
-    for name in ("learning_rate", "warmup_steps", "batch_size", "max_seq_length", "max_predictions_per_seq",
+    for name in ("learning_rate", "warmup_fraction", "batch_size", "max_seq_length", "max_predictions_per_seq",
                  "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                 "documents", "eval_batches"):
+                 "documents", "eval_examples"):
         value = getattr(defaults, name)
         parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
     parser.add_argument("--dropout", type=float, default=0.0, help="hidden and attention dropout")
@@ -118,15 +116,15 @@ def main():
 
     from albert_tf.training import Trainer, evaluate_pretraining
     from input_pipeline.dataset import pretraining_dataset_fn
-    from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora, make_pretraining_dataset
+    from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora
 
     demo = dataclasses.replace(
         defaults, steps=args.steps, checkpoint_every=args.checkpoint_every, learning_rate=args.learning_rate,
-        warmup_steps=args.warmup_steps, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
+        warmup_fraction=args.warmup_fraction, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
         max_predictions_per_seq=args.max_predictions_per_seq, vocab_size=args.vocab_size,
         embedding_size=args.embedding_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
         num_heads=args.num_heads, intermediate_size=args.intermediate_size, documents=args.documents,
-        eval_batches=args.eval_batches,
+        eval_examples=args.eval_examples,
     )
     model_config = dataclasses.replace(
         demo.model_config(), hidden_dropout=args.dropout, attention_dropout=args.dropout
@@ -151,10 +149,7 @@ def main():
 
     def measure(step):
         aniso = anisotropy(trainer.model.backbone, probe_inputs, np.random.default_rng(0))
-        results = evaluate_pretraining(
-            trainer.model, make_pretraining_dataset(heldout, 32, seed=_EVAL_SEED, config=data_config),
-            demo.eval_batches,
-        )
+        results = evaluate_pretraining(trainer.model, *heldout_examples(heldout, data_config, demo.eval_examples))
         return {"step": step, **aniso, "mlm": results["mlm_accuracy"], "sop": results["sop_accuracy"],
                 "sop_majority": results["sop_majority_accuracy"]}
 

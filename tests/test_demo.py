@@ -6,13 +6,28 @@ import os
 import pytest
 
 from albert_tf import AlbertConfig, cli
+from albert_tf.apps.demo import DemoConfig, heldout_examples
 from albert_tf.saving import load_pretrained
+from input_pipeline import TokenizedCorpus
+from data_fixtures import imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
         "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--embedding-size", "8", "--hidden-size", "16",
         "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32", "--batch-size", "8",
-        "--warmup-fraction", "0.25", "--checkpoint-every", "2", "--log-every", "1", "--eval-batches", "2",
+        "--warmup-fraction", "0.25", "--checkpoint-every", "2", "--log-every", "1", "--eval-examples", "40",
         "--baseline-batches", "2"]
+
+
+def test_heldout_examples_are_a_count_not_batches_of_the_training_size():
+    corpus = TokenizedCorpus.from_documents(imdb_documents()[:40], small_tokenizer())
+    data_config = DemoConfig(max_seq_length=32, max_predictions_per_seq=5).data_config()
+    dataset, num_batches = heldout_examples(corpus, data_config, 40)
+    batches = list(dataset.take(num_batches))
+    assert num_batches == 2 and [len(inputs["token_ids"]) for inputs, _ in batches] == [32, 8]
+    first, _ = next(iter(heldout_examples(corpus, data_config, 32)[0]))
+    assert (first["token_ids"].numpy() == batches[0][0]["token_ids"].numpy()).all()  # a prefix of the same stream
+    with pytest.raises(ValueError, match="eval_examples"):
+        heldout_examples(corpus, data_config, 0)
 
 
 @pytest.mark.slow
@@ -27,6 +42,7 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
         metrics = json.load(f)
     assert 0 <= metrics["heldout"]["mlm_accuracy"] <= 1 and 0 <= metrics["heldout"]["sop_accuracy"] <= 1
     assert "unigram_mlm_accuracy" in metrics["heldout"]
+    assert metrics["heldout"]["num_examples"] == 40  # --eval-examples, not a multiple of --batch-size 8
     assert load_pretrained(os.path.join(out, "final")).config == AlbertConfig.load(out)
     capsys.readouterr()
 

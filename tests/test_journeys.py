@@ -334,7 +334,7 @@ def test_docs_demo_smoke_run(tour):
     # docs/pretraining.md's smoke run (no --warmup-steps at 20 steps), with less data.
     run_cli("demo", "--out", "runs/tiny", "--steps", "20", "--vocab-size", "2000", "--hidden-size", "64",
             "--intermediate-size", "256", "--tokenizer-documents", "1500", "--documents", "300",
-            "--heldout-documents", "60", "--eval-batches", "2", "--baseline-batches", "2", cwd=tour)
+            "--heldout-documents", "60", "--eval-examples", "40", "--baseline-batches", "2", cwd=tour)
     assert (tour / "runs" / "tiny" / "final" / "config.json").is_file()
 
 

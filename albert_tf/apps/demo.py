@@ -42,6 +42,7 @@ METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss_curve.png"
 # Held-out examples are drawn with their own seed, never the training one.
 _EVAL_SEED = 12345
+_EVAL_BATCH_SIZE = 32
 
 
 @dataclasses.dataclass(frozen=True)
@@ -81,7 +82,8 @@ class DemoConfig:
             "random" is ALBERT's truncated normal.
         checkpoint_every, keep_checkpoints, log_every: bookkeeping (keep
             more checkpoints to fine-tune from intermediate steps).
-        eval_batches: held-out batches evaluated.
+        eval_examples: held-out examples evaluated, in batches of 32 whatever
+            the training batch size (the same examples for every recipe).
         baseline_batches: training batches counted for the unigram baseline.
         seed: seed of the tokenizer, the initialization and the data.
     """
@@ -109,7 +111,7 @@ class DemoConfig:
     checkpoint_every: int = doc(100, "Steps between checkpoints.")
     keep_checkpoints: int = doc(3, "Checkpoints kept (the newest).")
     log_every: int = doc(25, "Steps between progress lines.")
-    eval_batches: int = doc(20, "Held-out batches evaluated.")
+    eval_examples: int = doc(640, "Held-out examples evaluated (the same ones whatever the batch size).")
     baseline_batches: int = doc(20, "Training batches counted for the unigram baseline.")
     seed: int = doc(0, "Seed of the tokenizer, the initialization and the data.")
 
@@ -201,10 +203,7 @@ def run_demo(out_dir, config=DemoConfig(), print_fn=print):
         corpora.imdb_documents("heldout", limit=config.heldout_documents), tokenizer
     )
     results = evaluate_pretraining(
-        trainer.model,
-        make_pretraining_dataset(heldout, config.batch_size, seed=_EVAL_SEED, config=data_config),
-        config.eval_batches,
-        baseline_token_id=baseline_id,
+        trainer.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id
     )
     records = read_log(out_dir)
     timings["evaluation_seconds"] = time.perf_counter() - mark
@@ -223,6 +222,19 @@ def run_demo(out_dir, config=DemoConfig(), print_fn=print):
     print_fn(summary_table(metrics))
     print_fn(f"Run saved in {out_dir}")
     return metrics
+
+
+def heldout_examples(heldout, data_config, num_examples):
+    """The first `num_examples` held-out examples in batches of 32, independent of any training batch size.
+
+    Returns:
+        (dataset, num_batches) for `evaluate_pretraining`.
+    """
+    if num_examples < 1:
+        raise ValueError(f"`eval_examples` must be positive. Received: eval_examples={num_examples}")
+    dataset = make_pretraining_dataset(heldout, _EVAL_BATCH_SIZE, seed=_EVAL_SEED, config=data_config)
+    dataset = dataset.unbatch().take(num_examples).batch(_EVAL_BATCH_SIZE)
+    return dataset, -(-num_examples // _EVAL_BATCH_SIZE)
 
 
 def summary_table(metrics):
