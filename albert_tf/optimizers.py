@@ -66,6 +66,46 @@ def _densify(gradient):
     return gradient
 
 
+def _compile_multipliers(multipliers):
+    """`learning_rate_multipliers` as (compiled regex, factor) pairs, checked."""
+    pairs = list(dict(multipliers or {}).items())
+    for pattern, factor in pairs:
+        if not isinstance(factor, (int, float)) or isinstance(factor, bool) or factor < 0:
+            raise ValueError(
+                "`learning_rate_multipliers` maps regex strings to non-negative numbers. "
+                f"Received: {pattern!r}: {factor!r}"
+            )
+    return [(re.compile(pattern), float(factor)) for pattern, factor in pairs]
+
+
+class _ScaledRates:
+    """Per-variable learning-rate factors: `learning_rate_multipliers={regex: factor}` over `variable.path`.
+
+    A variable whose path matches a pattern takes the first match's factor
+    times the schedule's rate (LAMB: the whole step, its decay included;
+    AdamW: the Adam step, not the decoupled decay). The factors are fixed per
+    variable in `build()`, like the weight-decay exclusions.
+    """
+
+    def _init_multipliers(self, learning_rate_multipliers):
+        self._multiplier_patterns = _compile_multipliers(learning_rate_multipliers)
+        self._learning_rate_multipliers_arg = dict(learning_rate_multipliers or {})
+
+    def _build_multipliers(self, var_list):
+        self._rate_factors = tuple(
+            next((factor for pattern, factor in self._multiplier_patterns if pattern.search(v.path)), 1.0)
+            for v in var_list
+        )
+
+    def _scaled_rate(self, variable, learning_rate):
+        factor = self._rate_factors[self._get_variable_index(variable)]
+        return learning_rate if factor == 1.0 else learning_rate * factor
+
+    def _multipliers_config(self, config):
+        config["learning_rate_multipliers"] = dict(self._learning_rate_multipliers_arg)
+        return config
+
+
 class _DenseGradients:
     """Densifies gradients in `apply`, before Keras clips them or any update sees them.
 
@@ -82,7 +122,7 @@ class _DenseGradients:
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class Lamb(_DenseGradients, keras.optimizers.Optimizer):
+class Lamb(_ScaledRates, _DenseGradients, keras.optimizers.Optimizer):
     """LAMB exactly as ALBERT's `lamb_optimizer.py` (google-research/albert).
 
     For each variable `w` with gradient `g`:
@@ -117,6 +157,9 @@ class Lamb(_DenseGradients, keras.optimizers.Optimizer):
             `path` matches any of them uses trust ratio 1. `None` reuses
             `exclude_from_weight_decay`, as the original does (the original
             also fell back on an empty list; here `[]` adapts every variable).
+        learning_rate_multipliers: optional dict of regex string -> factor;
+            a variable whose `path` matches takes that factor times the rate
+            (the first matching pattern counts). Not in the original.
         **kwargs: base `keras.optimizers.Optimizer` arguments such as `name`,
             `clipnorm`, `global_clipnorm`, `gradient_accumulation_steps`.
     """
@@ -130,6 +173,7 @@ class Lamb(_DenseGradients, keras.optimizers.Optimizer):
         weight_decay_rate=0.01,
         exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
         exclude_from_layer_adaptation=None,
+        learning_rate_multipliers=None,
         **kwargs,
     ):
         # Keras' base `weight_decay` is decoupled and applied before the
@@ -147,6 +191,7 @@ class Lamb(_DenseGradients, keras.optimizers.Optimizer):
             )
         kwargs.setdefault("name", "lamb")
         super().__init__(learning_rate=learning_rate, weight_decay=None, **kwargs)
+        self._init_multipliers(learning_rate_multipliers)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
@@ -202,6 +247,7 @@ class Lamb(_DenseGradients, keras.optimizers.Optimizer):
             not _matches_any(self._layer_adaptation_patterns, variable)
             for variable in var_list
         )
+        self._build_multipliers(var_list)
 
     def update_step(self, gradient, variable, learning_rate):
         """Applies one LAMB update to `variable`.
@@ -237,7 +283,7 @@ class Lamb(_DenseGradients, keras.optimizers.Optimizer):
                 ops.ones_like(weight_norm),
             )
             update = trust_ratio * update
-        self.assign_sub(variable, learning_rate * update)
+        self.assign_sub(variable, self._scaled_rate(variable, learning_rate) * update)
 
     def get_config(self):
         config = super().get_config()
@@ -255,11 +301,11 @@ class Lamb(_DenseGradients, keras.optimizers.Optimizer):
                 ),
             }
         )
-        return config
+        return self._multipliers_config(config)
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AdamW(_DenseGradients, keras.optimizers.AdamW):
+class AdamW(_ScaledRates, _DenseGradients, keras.optimizers.AdamW):
     """Keras AdamW whose weight-decay exclusions match `variable.path`.
 
     Adam with bias correction and decoupled weight decay
@@ -282,6 +328,8 @@ class AdamW(_DenseGradients, keras.optimizers.AdamW):
         epsilon: float; the original uses 1e-6.
         exclude_from_weight_decay: list of regex strings; a variable whose
             `path` matches any of them is not decayed.
+        learning_rate_multipliers: optional dict of regex string -> factor
+            for the Adam step of the variables whose `path` matches.
         **kwargs: base `keras.optimizers.Optimizer` arguments.
     """
 
@@ -293,6 +341,7 @@ class AdamW(_DenseGradients, keras.optimizers.AdamW):
         beta_2=0.999,
         epsilon=1e-6,
         exclude_from_weight_decay=DEFAULT_EXCLUDE_FROM_WEIGHT_DECAY,
+        learning_rate_multipliers=None,
         **kwargs,
     ):
         kwargs.setdefault("name", "adamw")
@@ -308,6 +357,7 @@ class AdamW(_DenseGradients, keras.optimizers.AdamW):
             "exclude_from_weight_decay", exclude_from_weight_decay
         )
         self._exclude_from_weight_decay_arg = list(exclude_from_weight_decay)
+        self._init_multipliers(learning_rate_multipliers)
 
     def exclude_from_weight_decay(self, var_list=None, var_names=None):
         # `build()` owns the exclusion set; a second source would overwrite it.
@@ -330,11 +380,15 @@ class AdamW(_DenseGradients, keras.optimizers.AdamW):
         # the TF backend handing it replica-local copies under a strategy.
         super().exclude_from_weight_decay(var_list=excluded)
         super().build(var_list)
+        self._build_multipliers(var_list)
+
+    def update_step(self, gradient, variable, learning_rate):
+        super().update_step(gradient, variable, self._scaled_rate(variable, learning_rate))
 
     def get_config(self):
         config = super().get_config()
         config["exclude_from_weight_decay"] = self._exclude_from_weight_decay_arg
-        return config
+        return self._multipliers_config(config)
 
 
 def _refuse_exclusion_call(optimizer, var_list, var_names):
@@ -346,7 +400,7 @@ def _refuse_exclusion_call(optimizer, var_list, var_names):
 
 
 def build_optimizer(name, *, learning_rate, warmup_steps, total_steps, weight_decay, clip_norm=0.0,
-                    loss_scale=False):
+                    loss_scale=False, learning_rate_multipliers=None):
     """LAMB or AdamW on the warmup-then-linear-decay schedule, as ALBERT trains.
 
     Args:
@@ -361,6 +415,8 @@ def build_optimizer(name, *, learning_rate, warmup_steps, total_steps, weight_de
             equals clipping the global gradient on a single replica.
         loss_scale: wrap in `keras.optimizers.LossScaleOptimizer` (dynamic
             loss scaling), which float16 training needs.
+        learning_rate_multipliers: optional dict of regex string -> factor
+            over `variable.path` (see `Lamb`).
 
     Returns:
         A Keras optimizer.
@@ -369,6 +425,7 @@ def build_optimizer(name, *, learning_rate, warmup_steps, total_steps, weight_de
         raise ValueError(f"`name` must be one of {OPTIMIZER_NAMES}. Received: name={name!r}")
     schedule = WarmupLinearDecay(learning_rate, warmup_steps, total_steps)
     kwargs = {"global_clipnorm": clip_norm} if clip_norm else {}
+    kwargs["learning_rate_multipliers"] = learning_rate_multipliers
     if name == "lamb":
         optimizer = Lamb(learning_rate=schedule, weight_decay_rate=weight_decay, **kwargs)
     else:

@@ -317,10 +317,11 @@ def test_docs_pretrain_commands_static_and_raw_text(tour, pretrained):
                    "--max-seq-length", "32", "--preset", "base", "--hidden-size", "32", "--embedding-size", "16",
                    "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "64", "--batch-size", "8",
                    "--accumulation-steps", "2", "--steps", "3", "--warmup-steps", "1", "--learning-rate", "0.005",
-                   "--embedding-init", "ppmi-svd", cwd=tour)
+                   "--embedding-init", "ppmi-svd", "--word-embedding-lr-scale", "0.5", cwd=tour)
     assert "Word embeddings start from PPMI-SVD vectors" in done.stdout
     training = json.loads((tour / "runs" / "small" / "training_config.json").read_text())
     assert training["data"]["embedding_init"] == "ppmi-svd"
+    assert training["trainer"]["word_embedding_lr_scale"] == 0.5
     for run in ("docs_base", "small"):
         assert (tour / "runs" / run / "final" / "tokenizer" / "spiece.model").is_file()
     # Records hold masked ids, not the text: PPMI-SVD needs the raw text.

@@ -37,8 +37,12 @@ def make_problem():
     return weights, grads
 
 
-def reference_lamb(weights, grads, learning_rates, clip_norm=None):
-    """ALBERT's lamb_optimizer.py, step by step, in float64 NumPy."""
+def reference_lamb(weights, grads, learning_rates, clip_norm=None, rate_factors=None):
+    """ALBERT's lamb_optimizer.py, step by step, in float64 NumPy.
+
+    `rate_factors` ({path: factor}, not in the original) multiplies the rate of those paths.
+    """
+    rate_factors = rate_factors or {}
     beta_1, beta_2, epsilon, decay = 0.9, 0.999, 1e-6, 0.01
     weights = {path: w.copy() for path, w in weights.items()}
     m = {path: np.zeros_like(w) for path, w in weights.items()}
@@ -61,7 +65,7 @@ def reference_lamb(weights, grads, learning_rates, clip_norm=None):
                 w_norm, u_norm = np.linalg.norm(w), np.linalg.norm(update)
                 if w_norm > 0 and u_norm > 0:
                     ratio = w_norm / u_norm
-            weights[path] = w - lr * ratio * update
+            weights[path] = w - lr * rate_factors.get(path, 1.0) * ratio * update
     return weights
 
 
@@ -167,12 +171,46 @@ def test_lamb_under_loss_scale_optimizer_matches_plain_lamb():
     assert_weights_close(actual, expected)
 
 
+def test_lamb_learning_rate_multipliers_scale_the_matching_variables_steps():
+    weights, grads = make_problem()
+    learning_rate = WarmupLinearDecay(0.05, warmup_steps=2, total_steps=8)
+    learning_rates = [0.0, 0.025] + [0.05 * (8 - s) / 8 for s in range(2, 6)]
+    # First matching pattern wins: "dense/kernel$" before the broader "kernel".
+    multipliers = {"encoder/dense/kernel$": 0.5, "kernel": 3.0, "layer_norm/gamma": 0.0}
+    optimizer = Lamb(learning_rate=learning_rate, learning_rate_multipliers=multipliers)
+    actual = run_optimizer(optimizer, weights, grads)
+    factors = {"encoder/dense/kernel": 0.5, "encoder/zero_dense/kernel": 3.0, "encoder/layer_norm/gamma": 0.0}
+    assert_weights_close(actual, reference_lamb(weights, grads, learning_rates, rate_factors=factors))
+    np.testing.assert_array_equal(actual["encoder/layer_norm/gamma"], weights["encoder/layer_norm/gamma"].astype("float32"))
+
+
+def test_adamw_learning_rate_multipliers_scale_the_adam_step():
+    weights, grads = make_problem()
+    scaled = run_optimizer(
+        AdamW(learning_rate=0.02, weight_decay=0.0, learning_rate_multipliers={"dense/kernel$": 0.5}), weights, grads
+    )
+    full = run_optimizer(AdamW(learning_rate=0.02, weight_decay=0.0), weights, grads)
+    half = run_optimizer(AdamW(learning_rate=0.01, weight_decay=0.0), weights, grads)
+    for path in weights:
+        expected = half if path.endswith("dense/kernel") else full
+        np.testing.assert_allclose(scaled[path], expected[path], atol=1e-7, err_msg=path)
+    assert not np.allclose(half["encoder/dense/kernel"], full["encoder/dense/kernel"])
+
+
+@pytest.mark.parametrize("optimizer_class", [Lamb, AdamW])
+def test_learning_rate_multipliers_reject_negative_or_non_numeric_factors(optimizer_class):
+    for factor in (-0.5, "0.5", None):
+        with pytest.raises(ValueError, match="learning_rate_multipliers"):
+            optimizer_class(learning_rate_multipliers={"kernel": factor})
+
+
 def test_lamb_config_round_trip():
     optimizer = Lamb(
         learning_rate=WarmupLinearDecay(0.00176, 3125, 125_000),
         weight_decay_rate=0.02,
         exclude_from_weight_decay=["bias"],
         exclude_from_layer_adaptation=["LayerNorm"],
+        learning_rate_multipliers={"word_embeddings/embeddings$": 0.5},
         global_clipnorm=1.0,
     )
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
@@ -208,7 +246,8 @@ def test_adamw_does_not_decay_layer_norm_or_bias():
 
 
 def test_adamw_config_round_trip():
-    optimizer = AdamW(learning_rate=3e-5, exclude_from_weight_decay=["LayerNorm"])
+    optimizer = AdamW(learning_rate=3e-5, exclude_from_weight_decay=["LayerNorm"],
+                      learning_rate_multipliers={"word_embeddings/embeddings$": 0.5})
     restored = keras.optimizers.deserialize(keras.optimizers.serialize(optimizer))
     assert isinstance(restored, AdamW)
     assert restored.get_config() == optimizer.get_config()

@@ -100,3 +100,18 @@ def test_evaluate_pretraining_matches_numpy_over_all_batches():
     for name, value in expected.items():
         assert result[name] == pytest.approx(value, rel=1e-5), name
     assert result["num_examples"] == 24 and result["num_masked"] == int(weights.sum())
+
+
+@pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
+def test_word_embedding_lr_scale_reaches_the_word_table_alone(optimizer):
+    from albert_tf.training.trainer import build_pretrainer, trainer_optimizer
+
+    model = build_pretrainer(TINY_MODEL)
+    config = TrainerConfig(word_embedding_lr_scale=0.25, optimizer=optimizer, num_steps=10)
+    built = trainer_optimizer(config)
+    built.build(model.trainable_variables)
+    factors = {v.path: factor for v, factor in zip(model.trainable_variables, built._rate_factors)}
+    assert [path for path, factor in factors.items() if factor != 1.0] == [model.backbone.word_embeddings.embeddings.path]
+    assert factors[model.backbone.word_embeddings.embeddings.path] == 0.25
+    with pytest.raises(ValueError, match="word_embedding_lr_scale"):
+        TrainerConfig(word_embedding_lr_scale=-1.0)

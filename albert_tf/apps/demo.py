@@ -105,6 +105,7 @@ class DemoConfig:
     learning_rate: float = doc(0.005, "Peak learning rate (warmup, then linear decay to 0).")
     warmup_fraction: float = doc(0.02, "Fraction of the steps spent warming up.")
     optimizer: str = doc("lamb", "lamb (ALBERT's) or adamw.", choices=OPTIMIZERS)
+    word_embedding_lr_scale: float = doc(1.0, "Factor on the word-embedding table's learning rate.")
     embedding_init: str = doc("ppmi-svd", "ppmi-svd: start the word embeddings from PPMI-SVD vectors of the "
                               "pretraining text; random: ALBERT's initializer.", choices=EMBEDDING_INITS)
     jit_compile: bool = doc(True, "Compile the training step with XLA.")
@@ -136,6 +137,7 @@ class DemoConfig:
             learning_rate=self.learning_rate,
             warmup_fraction=self.warmup_fraction,
             optimizer=self.optimizer,
+            word_embedding_lr_scale=self.word_embedding_lr_scale,
             jit_compile=self.jit_compile,
             checkpoint_every=self.checkpoint_every,
             keep_checkpoints=self.keep_checkpoints,

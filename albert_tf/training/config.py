@@ -37,6 +37,9 @@ class TrainerConfig(JsonConfig):
                                  "warmup_steps is not given (the paper's 3,125/125,000).")
     optimizer: str = doc("lamb", "lamb (ALBERT's, for pretraining) or adamw.", choices=OPTIMIZERS)
     weight_decay: float = doc(0.01, "Decay rate; LayerNorm and bias variables are excluded.")
+    word_embedding_lr_scale: float = doc(1.0, "Factor on the learning rate of the V x E word-embedding table (also "
+                                         "the tied MLM decoder's weights); below 1 keeps a table started from "
+                                         "--embedding-init ppmi-svd nearer its start.")
     clip_norm: float = doc(1.0, "Clip the all-reduced gradient to this global norm; 0 turns clipping off.")
     accumulation_steps: int = doc(1, "k: each step consumes k micro-batches of batch-size/k examples; the "
                                   "update equals one step on the whole batch.")
@@ -65,7 +68,7 @@ class TrainerConfig(JsonConfig):
                 "`accumulation_steps` must divide `global_batch_size`. Received: "
                 f"accumulation_steps={self.accumulation_steps}, global_batch_size={self.global_batch_size}"
             )
-        for name in ("learning_rate", "weight_decay", "clip_norm"):
+        for name in ("learning_rate", "weight_decay", "clip_norm", "word_embedding_lr_scale"):
             check_non_negative(name, getattr(self, name))
         check_bool("jit_compile", self.jit_compile)
         check_bool("remat", self.remat)

@@ -76,6 +76,10 @@ class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN or infinite; the run stopped."""
 
 
+# `variable.path` of the V x E table (not its LoRA factors).
+WORD_EMBEDDING_TABLE = r"word_embeddings/embeddings$"
+
+
 def trainer_optimizer(config, clip_in_optimizer=False):
     """`albert_tf.optimizers.build_optimizer` with the settings of a `TrainerConfig`.
 
@@ -92,6 +96,9 @@ def trainer_optimizer(config, clip_in_optimizer=False):
         total_steps=config.num_steps, weight_decay=config.weight_decay,
         clip_norm=config.clip_norm if clip_in_optimizer else 0.0,
         loss_scale=config.mixed_precision == "mixed_float16",
+        learning_rate_multipliers=(
+            {WORD_EMBEDDING_TABLE: config.word_embedding_lr_scale} if config.word_embedding_lr_scale != 1.0 else None
+        ),
     )
 
 
