@@ -102,7 +102,7 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
 
     args = cli.build_parser().parse_args(
         ["demo", "--out", "x", "--optimizer", "adamw", "--masked-lm-prob", "0.4", "--max-predictions-per-seq", "26",
-         "--keep-checkpoints", "50", "--embedding-init", "random"])
+         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.25"])
     config = DemoConfig(**config_kwargs(DemoConfig, args))
     assert config.embedding_init == "random"
     with pytest.raises(ValueError, match="`embedding_init` must be one of"):
@@ -110,7 +110,7 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["demo", "--out", "x", "--embedding-init", "svd"])
     trainer = config.trainer_config()
-    assert (trainer.optimizer, trainer.keep_checkpoints) == ("adamw", 50)
+    assert (trainer.optimizer, trainer.keep_checkpoints, trainer.word_embedding_lr_scale) == ("adamw", 50, 0.25)
     data = config.data_config()
     assert (data.masked_lm_prob, data.max_predictions_per_seq) == (0.4, 26)
     # The defaults are the documented demo recipe.
@@ -118,3 +118,5 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
     assert default.trainer_config().optimizer == "lamb"
     assert default.data_config().masked_lm_prob == 0.15
     assert (default.embedding_init, default.documents) == ("ppmi-svd", 19928)
+    recipe = default.trainer_config()
+    assert (recipe.global_batch_size, recipe.num_steps, recipe.word_embedding_lr_scale) == (16, 3000, 0.5)
