@@ -35,6 +35,7 @@ texts) leaves 2-3 points of noise in a difference.
 import argparse
 import collections
 import functools
+import hashlib
 import itertools
 import json
 import math
@@ -228,6 +229,19 @@ def load_model(spec):
     return pretrainer.backbone, find_tokenizer(run_dir), int(match["step"])
 
 
+def random_init_identity(config, tokenizer):
+    """What random init's result depends on besides the settings: the config and the tokenizer.
+
+    Not the path of the model that lent them, so a new first `--model` with the
+    same config and tokenizer reuses random init's earlier results.
+    """
+    digest = hashlib.sha256()
+    digest.update(json.dumps(config.to_dict(), sort_keys=True).encode())
+    digest.update(tokenizer.model_proto)
+    digest.update(repr((tokenizer.language, tokenizer.preprocessing)).encode())
+    return f"random init (config and tokenizer sha256 {digest.hexdigest()[:16]})"
+
+
 def mean_over_splits(results, row, task, field="test"):
     """Mean of one field over the splits run, or None where no split has it."""
     values = [r[field] for r in results[row].get(task, []) if r.get(field) is not None]
@@ -328,11 +342,13 @@ def main():
         # the others does not change its weights.
         keras.utils.set_random_seed(args.seed)
         starts.insert(0, ("random init", AlbertBackbone(starts[0][1].config), starts[0][2]))
-        specs = dict(models, **{"random init": "random init of " + models[0][1]})
+        specs = dict(models, **{"random init": random_init_identity(starts[0][1].config, starts[0][2])})
         for name, backbone, model_tokenizer in starts:
             out = os.path.join(task_dir, name.replace(" ", "_"))
             key = dict(settings, model=specs[name], task=task, split_seed=split_seed)
             result = reused(out, key)
+            if result is None and name == "random init":  # saved before the identity: keyed by the path
+                result = reused(out, dict(key, model="random init of " + models[0][1]))
             if result is not None:
                 print(f"  {name}: test {result['test']:.4f} (reused from {out})")
                 results[name][task].append(result)

@@ -26,3 +26,21 @@ def test_benchmark_help_prints_usage(script, monkeypatch):
         runpy.run_path(os.path.join(BENCH_DIR, script), run_name="__main__")
     assert exit_info.value.code in (0, None)
     assert printed.getvalue().startswith("usage:")
+
+
+def test_transfer_keys_random_init_by_config_and_tokenizer(monkeypatch):
+    """Random init's cached result is found again whichever model lends the config, and only then."""
+    from data_fixtures import VOCAB_SIZE, imdb_documents, small_tokenizer
+    from helpers import tiny_config
+
+    from input_pipeline import AlbertTokenizer
+
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    identity = runpy.run_path(os.path.join(BENCH_DIR, "transfer.py"))["random_init_identity"]
+    tokenizer = small_tokenizer()
+    config = tiny_config(vocab_size=VOCAB_SIZE)
+    same_tokenizer = AlbertTokenizer(tokenizer.model_proto, tokenizer.preprocessing, tokenizer.language)
+    assert identity(config, tokenizer) == identity(tiny_config(vocab_size=VOCAB_SIZE), same_tokenizer)
+    assert identity(config, tokenizer) != identity(tiny_config(vocab_size=VOCAB_SIZE, hidden_size=48), tokenizer)
+    other = AlbertTokenizer.train((s for d in imdb_documents()[:300] for s in d), 200, num_threads=2)
+    assert identity(config, tokenizer) != identity(config, other)
