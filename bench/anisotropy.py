@@ -175,8 +175,8 @@ def main():
     lines = [
         f"{args.optimizer} peak lr {args.learning_rate}, warmup {args.warmup_steps}, batch {args.batch_size} x seq "
         f"{args.max_seq_length}, {args.steps} steps, E {args.embedding_size} H {args.hidden_size} "
-        f"L {args.num_layers} (shared), V {args.vocab_size}, dropout {args.dropout}, word-table lr x {args.word_embedding_lr_scale:g}; "
-        f"training {seconds:.0f}s. "
+        f"L {args.num_layers} (shared), V {args.vocab_size}, dropout {args.dropout}, "
+        f"word-table lr x {args.word_embedding_lr_scale:g}; training {seconds:.0f}s. "
         f"Anisotropy = mean pairwise cosine over 64 held-out reviews (L0 = projected embeddings). "
         f"SOP majority baseline {rows[-1]['sop_majority']:.3f}.",
         "",

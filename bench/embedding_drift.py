@@ -53,8 +53,7 @@ def drift(run_dir, cache):
     if demo is None or demo.get("embedding_init") != "ppmi-svd":
         raise SystemExit(f"{run_dir} is not an `albert-tf demo` run with --embedding-init ppmi-svd")
     tokenizer = AlbertTokenizer.load(os.path.join(run_dir, "tokenizer"))
-    key = (open(os.path.join(run_dir, "tokenizer", "spiece.model"), "rb").read(), demo["documents"],
-           demo["embedding_size"])
+    key = (tokenizer.model_proto, demo["documents"], demo["embedding_size"])
     if key not in cache:
         corpus = TokenizedCorpus.from_documents(corpora.imdb_documents("pretrain", limit=demo["documents"]),
                                                 tokenizer)
@@ -86,20 +85,22 @@ def main():
     parser.add_argument("--write", metavar="MD", help="also write the table to this file")
     args = parser.parse_args()
     cache = {}
-    rows = []
+    rows, pieces_per_run = [], []
     for spec in args.model:
         name, _, run_dir = spec.partition("=")
         if not run_dir:
             parser.error(f"--model takes NAME=RUN_DIR. Received: {spec!r}")
         r = drift(run_dir, cache)
+        pieces_per_run.append(r["pieces"])
         rows.append(
             f"| {name} | {r['steps']:,} x {r['batch']} | {r['learning_rate']:g} | {r['word_lr_scale']:g} "
             f"| {r['mlm']:.1%} ({r['mlm_examples']}) | {r['cosine']:.3f} | {r['r2']:.3f} | {r['rms']:.4f} |"
         )
         print(rows[-1], flush=True)
+    pieces = " / ".join(f"{n:,}" for n in sorted(set(pieces_per_run)))  # one figure unless the runs' texts differ
     text = "\n".join(
         [
-            f"Word table of each demo run against its PPMI-SVD start ({r['pieces']:,} pieces that occur in "
+            f"Word table of each demo run against its PPMI-SVD start ({pieces} pieces that occur in "
             "the pretraining text). Row cosine: median over pieces; R^2: variance of the final table "
             "explained by the best linear map of the start.",
             "",
