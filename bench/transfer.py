@@ -143,11 +143,12 @@ def probe_accuracy(backbone, tokenizer, split, max_length, c=1.0):
                                         (test_x - mean) / scale, [label for _, label in split["test"]], c)
 
 
-def model_window(rows, tokenizer, max_length, truncate_from):
+def model_window(rows, tokenizer, max_length, truncate_from, max_windows=1):
     """`rows` with each text cut to the pieces a fine-tuned model reads (decoded back to text)."""
     from input_pipeline.packing import keep_pieces
 
-    return [(tokenizer.decode(keep_pieces(tokenizer.encode(text), max_length - 2, truncate_from)), label)
+    budget = (max_length - 2) * max_windows
+    return [(tokenizer.decode(keep_pieces(tokenizer.encode(text), budget, truncate_from)), label)
             for text, label in rows]
 
 
@@ -165,7 +166,8 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
         task="classification", truncate=True, label_names=("negative", "positive"),
         **{k: v for k, v in (("learning_rate", args.learning_rate), ("epochs", args.epochs),
                              ("max_seq_length", args.max_seq_length), ("pooling", args.pooling),
-                             ("truncate_from", args.truncate_from)) if v is not None},
+                             ("truncate_from", args.truncate_from), ("max_windows", args.max_windows))
+           if v is not None},
     )
     start = time.perf_counter()
     run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], out, log=lambda line: None)
@@ -292,6 +294,8 @@ def main():
     parser.add_argument("--pooling", choices=("auto", "cls", "mean"), help="Default: the CLI's.")
     parser.add_argument("--truncate-from", choices=("end", "start", "middle"),
                         help="Which pieces of a long text go (default: the CLI's, end).")
+    parser.add_argument("--max-windows", type=int,
+                        help="Read each text as up to this many windows (the CLI's --max-windows; default: its 1).")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--split-seed", type=int, nargs="+", default=[DEFAULT_SPLIT_SEED],
                         help="One or more splits; with several, the table holds means over them and the "
@@ -310,8 +314,9 @@ def main():
     models = [spec.split("=", 1) for spec in args.model]
     settings = {k: getattr(args, k) for k in ("train_limit", "epochs", "learning_rate", "max_seq_length",
                                               "pooling", "seed", "probe")}
-    if args.truncate_from is not None:  # absent from earlier results' keys, which keep matching
-        settings["truncate_from"] = args.truncate_from
+    for name in ("truncate_from", "max_windows"):  # absent from earlier results' keys, which keep matching
+        if getattr(args, name) is not None:
+            settings[name] = getattr(args, name)
     # results[model][task]: one result per split seed, in --split-seed order.
     results = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = {}
@@ -334,7 +339,7 @@ def main():
             starts.append((name, backbone, model_tokenizer))
         # The same baseline on only the pieces the models read: what word identity gives in their window.
         window = functools.partial(model_window, tokenizer=starts[0][2], max_length=args.max_seq_length or 128,
-                                   truncate_from=args.truncate_from or "end")
+                                   truncate_from=args.truncate_from or "end", max_windows=args.max_windows or 1)
         results[WINDOW_BASELINE][task].append(
             {"test": tfidf_logistic_regression(window(split["train"]), window(split["test"]))}
         )
@@ -377,7 +382,8 @@ def main():
         "Test accuracy, best epoch on dev; fine-tuning with the CLI defaults"
         + "".join(f", {k.replace('_', ' ')} {v}" for k, v in (("learning_rate", args.learning_rate),
                   ("epochs", args.epochs), ("max_seq_length", args.max_seq_length), ("pooling", args.pooling),
-                  ("truncate_from", args.truncate_from)) if v is not None) + ". Splits: "
+                  ("truncate_from", args.truncate_from), ("max_windows", args.max_windows)) if v is not None)
+        + ". Splits: "
         + "; ".join(f"{t} " + ", ".join(f"{k} {v}" for k, v in s.items()) for t, s in sizes.items())
         + (f" (each of {len(args.split_seed)} seeded splits; every figure is the mean over them)"
            if len(args.split_seed) > 1 else "")

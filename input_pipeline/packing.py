@@ -102,6 +102,54 @@ def truncated_lengths(len_a, len_b, budget):
     return new_a, budget - new_a
 
 
+def split_windows(ids, window):
+    """`ids` split into the fewest windows of at most `window` pieces, of near-equal length.
+
+    A text of n pieces becomes k = ceil(n / window) consecutive windows,
+    window i holding pieces [i * n // k, (i + 1) * n // k): lengths differ by
+    at most one, so no window is a short leftover. Long-text classification
+    (`max_windows`) reads a text this way.
+
+    Args:
+        ids: int sequence (n,), n >= 1.
+        window: Python int >= 1, the most pieces a window holds.
+
+    Returns:
+        list of k lists, in order; together they are `ids`.
+    """
+    ids = list(ids)
+    if window < 1:
+        raise ValueError(f"`window` must be at least 1. Received: window={window}")
+    count = max(1, -(-len(ids) // window))
+    bounds = [i * len(ids) // count for i in range(count + 1)]
+    return [ids[bounds[i] : bounds[i + 1]] for i in range(count)]
+
+
+def tf_split_windows(ids, window):
+    """In-graph `split_windows` of a batch.
+
+    Args:
+        ids: int ragged tensor (batch, None), every row non-empty.
+        window: Python int >= 1.
+
+    Returns:
+        (windows, text_index): int ragged (num_windows, None), every text's
+        windows in order, texts in order; int64 (num_windows,), the row of
+        `ids` each window came from (sorted, for `tf.math.segment_mean`).
+    """
+    import tensorflow as tf
+
+    ids = ids.with_row_splits_dtype(tf.int64)
+    n = ids.row_lengths()  # (batch,)
+    count = (n + window - 1) // window  # (batch,) windows per text
+    text_index = tf.repeat(tf.range(tf.size(n, out_type=tf.int64)), count)  # (num_windows,)
+    i = tf.ragged.range(count).flat_values  # (num_windows,) position of each window in its text
+    n_w, count_w = tf.gather(n, text_index), tf.gather(count, text_index)
+    offset = tf.gather(ids.row_starts(), text_index)
+    positions = tf.ragged.range(offset + i * n_w // count_w, offset + (i + 1) * n_w // count_w)
+    return tf.gather(ids.flat_values, positions), text_index
+
+
 def tf_truncate(segments, budget, truncate_from="end"):
     """In-graph `truncate_pair`: one or two ragged texts cut to `budget` pieces together.
 

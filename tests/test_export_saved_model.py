@@ -92,6 +92,54 @@ def test_bad_inputs_give_clear_errors():
         text(text=tf.constant([["a", "b"]]))
 
 
+@pytest.mark.parametrize("truncate_from", ["end", "middle"])
+def test_windowed_serve_text_averages_the_windows_as_the_python_reference(tmp_path, truncate_from):
+    from albert_tf.export import pack_windows, tf_pack_windows
+    from albert_tf.models import AlbertRegressor
+
+    texts, _ = texts_and_pairs()  # short texts (one window) and long ones (several, the longest cut)
+    inputs, text_index = pack_windows(tokenizer(), texts, MAX_LENGTH, 3, truncate_from)
+    got, got_index = tf_pack_windows(tokenizer(), tf.constant(texts), MAX_LENGTH, 3, truncate_from)
+    for name in inputs:
+        np.testing.assert_array_equal(got[name].numpy(), inputs[name])
+    np.testing.assert_array_equal(got_index.numpy(), text_index)
+    counts = np.bincount(text_index)
+    assert counts.tolist()[0] == 1 and counts.max() == 3 and inputs["padding_mask"].sum(-1).max() <= MAX_LENGTH
+
+    model = classifier()
+    path = export_saved_model(model, str(tmp_path / "c"), tokenizer=tokenizer(), max_length=MAX_LENGTH,
+                              truncate_from=truncate_from, max_windows=3)
+    loaded = tf.saved_model.load(path)
+    out = _call(loaded.signatures["serve_text"], text=np.array(texts, object))
+    window_logits = np.asarray(model(inputs)["logits"])
+    expected = np.stack([window_logits[text_index == i].mean(0) for i in range(len(texts))])
+    assert max_abs_diff(out["logits"], expected) <= 1e-5
+    assert max_abs_diff(out["probabilities"], softmax(expected, -1)) <= 1e-6
+    assert out["label_ids"].tolist() == expected.argmax(-1).tolist()
+    # Not what one window gives: the long texts' other windows count.
+    one_window = np.asarray(model(pack_texts(tokenizer(), texts, max_length=MAX_LENGTH,
+                                             truncate_from=truncate_from))["logits"])
+    assert max_abs_diff(one_window, expected) > 1e-4
+    # Pairs keep one window; the id signature is unchanged.
+    pairs = _call(loaded.signatures["serve_text_pair"], text=np.array(texts, object), text_pair=np.array(texts, object))
+    assert pairs["logits"].shape == (len(texts), 2)
+    with open(os.path.join(path, METADATA_FILE)) as f:
+        metadata = json.load(f)
+    assert metadata["max_windows"] == 3 and "up to 3 near-equal windows" in metadata["long_text"]
+
+    regressor = AlbertRegressor(AlbertBackbone(config()))
+    loaded = tf.saved_model.load(export_saved_model(regressor, str(tmp_path / "r"), tokenizer=tokenizer(),
+                                                    max_length=MAX_LENGTH, truncate_from=truncate_from,
+                                                    max_windows=3))
+    out = _call(loaded.signatures["serve_text"], text=np.array(texts, object))
+    window_scores = np.asarray(regressor(inputs)["predictions"])
+    expected = np.array([window_scores[text_index == i].mean() for i in range(len(texts))])
+    assert max_abs_diff(out["predictions"], expected) <= 1e-5
+    with pytest.raises(ValueError, match="`max_windows` applies to classifier and regressor models"):
+        export_saved_model(AlbertBackbone(config()), str(tmp_path / "b"), tokenizer=tokenizer(), max_length=MAX_LENGTH,
+                           max_windows=2)
+
+
 def test_a_model_without_an_export_kind_is_refused(tmp_path):
     backbone = AlbertBackbone(config())
 

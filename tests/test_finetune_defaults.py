@@ -45,6 +45,8 @@ def test_auto_pooling_resolves_by_model_width_and_an_explicit_one_is_kept():
     (dict(pooling="max"), "pooling='max'"),
     (dict(truncate_from="left"), "truncate_from='left'"),
     (dict(task="squad", truncate_from="start"), "applies to classification and regression"),
+    (dict(max_windows=0), "max_windows=0"),
+    (dict(task="tagging", max_windows=2), "applies to classification and regression"),
 ])
 def test_bad_settings_are_named(bad, message):
     with pytest.raises(ValueError, match=message):
@@ -71,3 +73,20 @@ def test_a_runs_truncate_from_is_found_beside_its_model_and_old_runs_read_as_end
     (run / "finetune.json").write_text(json.dumps({"config": old}))
     assert run_truncate_from(str(run / "best")) == "end"
     assert FinetuneConfig.from_dict(old).truncate_from == "end"
+
+
+def test_a_runs_max_windows_is_found_beside_its_model_and_old_runs_read_one(tmp_path):
+    import json
+
+    from albert_tf.tasks import run_max_windows
+
+    run = tmp_path / "run"
+    (run / "best").mkdir(parents=True)
+    config = FinetuneConfig(task="sst2", max_windows=4)
+    (run / "finetune.json").write_text(json.dumps({"config": config.to_dict()}))
+    assert run_max_windows(str(run / "best")) == 4
+    assert run_max_windows(str(run)) == 1
+    old = config.to_dict()
+    del old["max_windows"]
+    (run / "finetune.json").write_text(json.dumps({"config": old}))
+    assert run_max_windows(str(run / "best")) == 1 and FinetuneConfig.from_dict(old).max_windows == 1

@@ -163,3 +163,27 @@ def test_a_label_set_of_one_is_refused_before_training(tmp_path):
 
 def test_counts_read_as_english():
     assert [counted(n, "examples") for n in (0, 1, 2)] == ["0 examples", "1 example", "2 examples"]
+
+
+def test_text_encoder_windows_split_long_texts_and_refuse_pairs():
+    tokenizer = small_tokenizer()
+    text = "a good film with a fine cast and a story that goes nowhere at all " * 3
+    n = len(tokenizer.encode(text))
+    example = TextExample(text, None, 1, "f.tsv:3")
+    encoder = TextEncoder(tokenizer, 12, max_windows=8)
+    windows = encoder.encode_windows(example)
+    assert len(windows) == -(-n // 10) and encoder.num_windowed == 1 and encoder.num_truncated == 0
+    pieces = [w[features.TOKEN_IDS] for w in windows]
+    assert all(p[0] == CLS_ID and p[-1] == SEP_ID and len(p) <= 12 for p in pieces)
+    assert [i for p in pieces for i in p[1:-1]] == list(tokenizer.encode(text))  # every piece, in order
+    short = TextEncoder(tokenizer, 12, max_windows=8).encode_windows(TextExample("a good film", None, 1, "f:1"))
+    assert len(short) == 1
+    with pytest.raises(ValueError, match=r"f.tsv:3: \d+ pieces, more than max_windows=2 windows"):
+        TextEncoder(tokenizer, 12, max_windows=2).encode_windows(example)
+    cut = TextEncoder(tokenizer, 12, truncate=True, truncate_from="start", max_windows=2)
+    kept = [i for w in cut.encode_windows(example) for i in w[features.TOKEN_IDS][1:-1]]
+    assert kept == list(tokenizer.encode(text))[-20:] and cut.num_truncated == 1
+    with pytest.raises(ValueError, match="a text pair; long-text windows"):
+        encoder.encode_windows(TextExample("a good film", "it was fine", 1, "f.tsv:4"))
+    with pytest.raises(ValueError, match="max_windows=0"):
+        TextEncoder(tokenizer, 12, max_windows=0)

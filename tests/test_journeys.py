@@ -261,6 +261,46 @@ def test_lora_and_truncation_carry_from_finetune_to_predict_and_export(tour, pre
     assert np.abs(head - expected).max() > 1e-4, (head, expected)
 
 
+def test_long_text_windows_carry_from_finetune_to_predict_and_export(tour, pretrained):
+    # --max-windows: a text longer than the window is read as several, in training, in predict (the
+    # run's config) and in the exported serve_text (export reads the run's setting).
+    done = run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
+                   "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_windows", "--batch-size", "16", "--epochs", "1",
+                   "--max-seq-length", "8", "--max-windows", "3", "--truncate", cwd=tour)
+    assert "read as several windows" in done.stdout, done.stdout
+    run = json.loads((tour / "runs" / "sst2_windows" / "finetune.json").read_text())
+    assert run["config"]["max_windows"] == 3
+    long_text = "a gorgeous, witty film with a cast to remember, and yet flat, dull and far too long"
+    predicted = run_cli("predict", "--model", "runs/sst2_windows", cwd=tour, input=long_text + "\n")
+    expected = json.loads(predicted.stdout.splitlines()[0])["probabilities"]
+
+    from albert_tf.export import pack_windows
+    from albert_tf.saving import load_pretrained
+    from input_pipeline.tokenizer import AlbertTokenizer
+
+    best = str(tour / "runs" / "sst2_windows" / "best")
+    inputs, _ = pack_windows(AlbertTokenizer.load(best + "/tokenizer"), [long_text], 8, 3)
+    assert len(inputs["token_ids"]) == 3
+    window_logits = np.asarray(load_pretrained(best)(inputs)["logits"])
+    mean = window_logits.mean(0)
+    np.testing.assert_allclose(np.exp(mean) / np.exp(mean).sum(), expected, atol=1e-5)
+
+    exported = run_cli("export", "--model", "runs/sst2_windows/best", "--format", "saved_model", "--max-length", "8",
+                       "--out", "saved_models/sst2_windows", cwd=tour)
+    assert "read as up to 3 windows, their outputs averaged (as in fine-tuning)" in exported.stdout
+    import tensorflow as tf
+
+    from albert_tf.export.saved_model import load_saved_model
+
+    loaded = load_saved_model(str(tour / "saved_models" / "sst2_windows" / "1"))
+    answer = loaded.signatures["serve_text"](text=tf.constant([long_text]))
+    np.testing.assert_allclose(answer["probabilities"].numpy()[0], expected, atol=1e-5)
+    run_cli("export", "--model", "runs/sst2_windows/best", "--format", "tflite", "--max-length", "8",
+            "--out", "saved_models/sst2_windows_tflite", cwd=tour)
+    metadata = json.loads((tour / "saved_models" / "sst2_windows_tflite" / "export.json").read_text())
+    assert metadata["max_windows"] == 3 and "long_text" in metadata
+
+
 def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
     run_cli("convert", "--to", "hf", "--model", "runs/base", "--out", "hf_base", cwd=tour)
     from transformers import AlbertForPreTraining, AutoTokenizer

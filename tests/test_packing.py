@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline.packing import TRUNCATE_FROM, keep_pieces, pack, tf_pack, tf_truncate, truncate_pair
+from input_pipeline.packing import TRUNCATE_FROM, keep_pieces, pack, split_windows, tf_pack, tf_split_windows, tf_truncate
+from input_pipeline.packing import truncate_pair
 from input_pipeline.packing import truncated_lengths
 from input_pipeline.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
@@ -96,3 +97,25 @@ def test_truncate_from_says_which_pieces_go():
         truncate_pair(ids, None, 4, "left")
     with pytest.raises(ValueError, match="truncate_from"):
         tf_truncate([tf.ragged.constant([[1, 2]])], 1, "left")
+
+
+def test_windows_cover_a_text_in_order_with_near_equal_lengths():
+    for n in range(1, 60):
+        for window in (1, 2, 3, 5, 14):
+            windows = split_windows(range(n), window)
+            lengths = [len(w) for w in windows]
+            assert sum(windows, []) == list(range(n))
+            assert len(windows) == -(-n // window)  # the fewest that fit
+            assert max(lengths) <= window and max(lengths) - min(lengths) <= 1, (n, window, lengths)
+    assert split_windows([1, 2, 3, 4, 5], 4) == [[1, 2], [3, 4, 5]]  # not [1, 2, 3, 4] and a leftover [5]
+    with pytest.raises(ValueError, match="window=0"):
+        split_windows([1], 0)
+
+
+def test_tf_windows_agree_with_python():
+    rows = [list(range(100, 100 + n)) for n in (1, 4, 5, 13, 3, 40, 8)]
+    for window in (1, 3, 4, 7):
+        windows, text_index = tf_split_windows(tf.ragged.constant(rows, dtype=tf.int32), window)
+        expected = [(i, w) for i, row in enumerate(rows) for w in split_windows(row, window)]
+        assert windows.to_list() == [w for _, w in expected]
+        assert text_index.numpy().tolist() == [i for i, _ in expected]

@@ -20,7 +20,7 @@ from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
 from albert_tf.export.tflite import CALIBRATED_MODES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
-from albert_tf.tasks.finetune import run_truncate_from
+from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
 from input_pipeline import corpora
 from input_pipeline.packing import TRUNCATE_FROM
 
@@ -51,6 +51,12 @@ def add_parser(subparsers):
         "--truncate-from", choices=TRUNCATE_FROM,
         help="Which pieces of a text longer than --max-length go: end, start or middle (default: what the "
         "fine-tuning run used, its --truncate-from; end for other models).",
+    )
+    parser.add_argument(
+        "--max-windows", type=int,
+        help="Classifiers and regressors: serve_text reads a text longer than --max-length as up to this many "
+        "windows and averages their logits (default: the fine-tuning run's --max-windows; 1 for other "
+        "models). TFLite: recorded for the app, which splits the text.",
     )
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
     parser.add_argument(
@@ -90,6 +96,12 @@ def run(args):
     if truncate_from != "end" and tokenizer is not None:
         print(f"Text longer than --max-length {args.max_length} loses pieces from its {truncate_from}"
               + ("" if args.truncate_from else " (as in fine-tuning)") + ".")
+    max_windows = args.max_windows or run_max_windows(model_dir)
+    if args.max_windows is not None and args.max_windows < 1:
+        raise ValueError(f"--max-windows must be at least 1. Received: {args.max_windows}")
+    if max_windows > 1 and tokenizer is not None:
+        print(f"Text longer than --max-length {args.max_length} is read as up to {max_windows} windows, their "
+              "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
@@ -99,7 +111,7 @@ def run(args):
         version = args.version or (existing[-1] + 1 if existing else 1)
         with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
             export_saved_model(model, staging, tokenizer=tokenizer, max_length=args.max_length, version=version,
-                               truncate_from=truncate_from)
+                               truncate_from=truncate_from, max_windows=max_windows)
             staged_version = os.path.join(staging, str(version))
             for name in os.listdir(staged_version):
                 os.rename(os.path.join(staged_version, name), os.path.join(staging, name))
@@ -113,6 +125,7 @@ def run(args):
         path = export_tflite(
             model, staging, tokenizer=tokenizer, max_length=args.max_length, quantize=args.quantize,
             representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
+            max_windows=max_windows,
         )
     print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
     return 0

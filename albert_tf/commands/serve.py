@@ -46,12 +46,12 @@ def run(args):
 def _export(path, base_path):
     from albert_tf.export import export_saved_model
     from albert_tf.saving import load_pretrained
-    from albert_tf.tasks.finetune import run_truncate_from
+    from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
 
     model_dir = resolve_model_dir(path)
     tokenizer = find_tokenizer(model_dir, required=False)
     export_saved_model(load_pretrained(model_dir), base_path, tokenizer=tokenizer,
-                       truncate_from=run_truncate_from(model_dir))
+                       truncate_from=run_truncate_from(model_dir), max_windows=run_max_windows(model_dir))
     return base_path
 
 

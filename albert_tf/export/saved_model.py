@@ -84,7 +84,8 @@ def check_max_length(interface, max_length):
         )
 
 
-def export_metadata(interface, max_length, tokenizer, signature_names, truncate_from="end", **extra):
+def export_metadata(interface, max_length, tokenizer, signature_names, truncate_from="end", max_windows=1,
+                    **extra):
     """The JSON-able description written next to every export."""
     dropped = {"end": "from the end (BERT truncate_seq_pair)", "start": "from the start (the end is kept)",
                "middle": "from the middle (the first quarter and the end are kept)"}[truncate_from]
@@ -99,13 +100,17 @@ def export_metadata(interface, max_length, tokenizer, signature_names, truncate_
         "tokenizer": tokenizer is not None,
         "truncation": f"longest segment first, {dropped}; [CLS] A [SEP] (B [SEP]) fits in max_length",
         "truncate_from": truncate_from,
+        "max_windows": int(max_windows),
+        **({"long_text": f"a single text of more than max_length - 2 pieces is read as up to {int(max_windows)} "
+            "near-equal windows, [CLS] window [SEP] each, and the logits (predictions) are averaged over them; "
+            "beyond that many windows it is cut as truncation says"} if max_windows > 1 else {}),
         "albert_config": interface.config.to_dict(),
         **extra,
     }
 
 
 def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
-                       version=None, label_names=None, truncate_from="end"):
+                       version=None, label_names=None, truncate_from="end", max_windows=1):
     """Writes `model` as the next version of a TF-Serving model directory.
 
     Args:
@@ -119,6 +124,9 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         label_names: overrides the model's `label_names`.
         truncate_from: which pieces of a too-long text the text signatures
             drop: "end", "start" or "middle" (as fine-tuning's --truncate-from).
+        max_windows: classifiers and regressors: `serve_text` reads a long
+            text as up to this many windows and averages their outputs (as
+            fine-tuning's --max-windows); 1 reads one window.
 
     Returns:
         The path of the written version directory.
@@ -133,7 +141,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
         )
-    signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length, truncate_from)
+    signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length, truncate_from,
+                                                 max_windows)
 
     module = tf.Module()
     # The tf.Variables behind the Keras variables, tracked directly (as Keras'
@@ -146,7 +155,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     shutil.rmtree(staging, ignore_errors=True)
     try:
         tf.saved_model.save(module, staging, signatures=signatures)
-        metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, version=version)
+        metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
+                                   version=version)
         os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
         with open(os.path.join(staging, METADATA_FILE), "w") as f:
             json.dump(metadata, f, indent=2)

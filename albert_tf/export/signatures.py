@@ -41,6 +41,8 @@ BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
 TAGGER, REGRESSOR, QUESTION_ANSWERING = "tagger", "regressor", "question_answering"
 KINDS = (BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE, TAGGER, REGRESSOR, QUESTION_ANSWERING)
 TOKEN_LEVEL_KINDS = (BACKBONE, PRETRAINER, TAGGER, QUESTION_ANSWERING)
+# Kinds whose one-text outputs can be averaged over a long text's windows.
+WINDOWED_KINDS = (CLASSIFIER, REGRESSOR)
 
 ID_SIGNATURE = "serving_default"
 TEXT_SIGNATURE = "serve_text"
@@ -218,7 +220,17 @@ def check_id_inputs(interface, inputs, max_length):
         return {name: tf.identity(value) for name, value in inputs.items()}
 
 
-def build_signatures(model, interface, tokenizer, max_length, truncate_from="end"):
+def check_max_windows(interface, max_windows):
+    """`max_windows` when it suits the model: 1, or more for a classifier or regressor."""
+    if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1:
+        raise ValueError(f"`max_windows` must be a positive integer. Received: max_windows={max_windows!r}")
+    if max_windows > 1 and interface.kind not in WINDOWED_KINDS:
+        raise ValueError(f"`max_windows` applies to {' and '.join(WINDOWED_KINDS)} models; this one is a "
+                         f"{interface.kind}. Received: max_windows={max_windows!r}")
+    return max_windows
+
+
+def build_signatures(model, interface, tokenizer, max_length, truncate_from="end", max_windows=1):
     """The SavedModel's signatures: name -> concrete function.
 
     Args:
@@ -228,6 +240,9 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
         max_length: longest sequence; the text signatures truncate to it.
         truncate_from: which pieces of a too-long text they drop ("end",
             "start" or "middle"; `albert_tf.export.text.pack_texts`).
+        max_windows: classifiers and regressors: `serve_text` reads a text
+            longer than `max_length` as up to this many windows and averages
+            their logits (predictions), as fine-tuning's `max_windows` does.
     """
     @tf.function
     def serve_ids(**inputs):
@@ -237,7 +252,8 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
     if tokenizer is None:
         return signatures
     tokenizer.check_vocab_size(interface.config.vocab_size)
-    text_outputs = _TextOutputs(model, interface, tokenizer, max_length, truncate_from)
+    check_max_windows(interface, max_windows)
+    text_outputs = _TextOutputs(model, interface, tokenizer, max_length, truncate_from, max_windows)
     string = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
     extra = {n: s for n, s in id_input_specs(interface).items() if n in interface.extra_inputs}
 
@@ -278,9 +294,9 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
 class _TextOutputs:
     """Raw strings -> packed ids -> model -> outputs with the kind's post-processing."""
 
-    def __init__(self, model, interface, tokenizer, max_length, truncate_from):
+    def __init__(self, model, interface, tokenizer, max_length, truncate_from, max_windows=1):
         self.model, self.interface, self.tokenizer = model, interface, tokenizer
-        self.max_length, self.truncate_from = max_length, truncate_from
+        self.max_length, self.truncate_from, self.max_windows = max_length, truncate_from, max_windows
         with tf.init_scope():
             self.pieces = tf.constant([tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
             self.label_names = (
@@ -288,11 +304,25 @@ class _TextOutputs:
             )
 
     def __call__(self, texts, text_pairs, extra_inputs):
+        if text_pairs is None and self.max_windows > 1:
+            return self._windows(texts, extra_inputs)
         max_first = MAX_QUESTION_TOKENS if self.interface.kind == QUESTION_ANSWERING else None
         inputs = text_lib.tf_pack_texts(self.tokenizer, texts, text_pairs, self.max_length, max_first,
                                         self.truncate_from)
         inputs.update(extra_inputs)
         return self._postprocess(inputs, self._run(inputs))
+
+    def _windows(self, texts, extra_inputs):
+        """One text as its windows; outputs averaged over each text's windows."""
+        inputs, text_index = text_lib.tf_pack_windows(self.tokenizer, texts, self.max_length, self.max_windows,
+                                                      self.truncate_from)
+        inputs.update(extra_inputs)
+        outputs = self._run(inputs)
+        averaged = {name: tf.math.segment_mean(outputs[name], text_index)
+                    for name in ("logits", "predictions") if name in outputs}
+        if "logits" in averaged:
+            averaged["probabilities"] = tf.nn.softmax(averaged["logits"], axis=-1)
+        return self._postprocess(inputs, averaged)
 
     def choices(self, texts, choices, extra_inputs):
         """texts (batch,), choices (batch, C): pack each (text, choice) pair, then (batch, C, seq)."""

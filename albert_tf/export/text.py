@@ -17,7 +17,10 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline.packing import check_truncate_from, pack, tf_pack, tf_truncate, truncate_pair, truncated_lengths
+from input_pipeline.packing import (
+    check_truncate_from, keep_pieces, pack, split_windows, tf_pack, tf_split_windows, tf_truncate, truncate_pair,
+    truncated_lengths,
+)
 from input_pipeline.tokenizer import PAD_ID
 
 
@@ -77,6 +80,50 @@ def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, m
     return out
 
 
+def pack_windows(tokenizer, texts, max_length=128, max_windows=1, truncate_from="end", pad_to=None):
+    """Python reference of `tf_pack_windows`: each text as up to `max_windows` packed windows.
+
+    A text longer than `max_length - 2` pieces is cut to
+    `max_windows * (max_length - 2)` (by `truncate_from`) and split into
+    near-equal windows (`input_pipeline.packing.split_windows`); run the
+    model on every window and average each text's logits. The recipe for
+    a TFLite app serving a model fine-tuned with `max_windows`.
+
+    Args:
+        tokenizer: an `AlbertTokenizer`.
+        texts: list of str.
+        max_length: the longest window, special tokens included.
+        max_windows: int >= 1.
+        truncate_from: which pieces of a text too long for every window go.
+        pad_to: pad every row to this length (a TFLite model's fixed
+            length); default: the longest window.
+
+    Returns:
+        (inputs, text_index): dict of int32 arrays (num_windows, seq), and
+        int64 (num_windows,), the text each window belongs to.
+    """
+    _check_max_length(max_length, False)
+    window = max_length - 2
+    pieces, text_index = [], []
+    for i, text in enumerate(texts):
+        ids = tokenizer.encode(text)
+        if not ids:
+            raise ValueError(f"Text {i} is empty (after whitespace collapse); it has no tokens.")
+        for part in split_windows(keep_pieces(ids, window * max_windows, truncate_from), window):
+            pieces.append(part)
+            text_index.append(i)
+    rows = [pack(part) for part in pieces]
+    length = pad_to if pad_to is not None else max((len(r[features.TOKEN_IDS]) for r in rows), default=0)
+    out = {name: np.zeros((len(rows), length), "int32") for name in features.BACKBONE_INPUTS}
+    out[features.TOKEN_IDS][:] = PAD_ID
+    for i, row in enumerate(rows):
+        if len(row[features.TOKEN_IDS]) > length:
+            raise ValueError(f"`pad_to` must be at least {len(row[features.TOKEN_IDS])}. Received: pad_to={pad_to}")
+        for name in features.BACKBONE_INPUTS:
+            out[name][i, : len(row[name])] = row[name]
+    return out, np.array(text_index, "int64")
+
+
 def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_length=None, truncate_from="end"):
     """In-graph twin of `pack_texts` (padding to the longest row).
 
@@ -104,6 +151,34 @@ def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_l
             new_b = tf.minimum(segments[1].row_lengths(), max_length - 3 - new_a)
             segments = [_tf_take(segments[0], new_a), _tf_take(segments[1], new_b)]
     return tf_pack(segments)
+
+
+def tf_pack_windows(tokenizer, texts, max_length=128, max_windows=1, truncate_from="end"):
+    """In-graph long-text windows: each text as up to `max_windows` packed windows.
+
+    The twin of `input_pipeline.finetuning.TextEncoder.encode_windows` with
+    truncation on: a text is cut to `max_windows * (max_length - 2)` pieces
+    (by `truncate_from`), then split into near-equal windows
+    (`input_pipeline.packing.split_windows`), each `[CLS] window [SEP]`.
+
+    Args:
+        tokenizer: an `AlbertTokenizer`.
+        texts: tf.string (batch,).
+        max_length: Python int, the longest window, special tokens included.
+        max_windows: Python int >= 1.
+        truncate_from: as in `pack_texts`.
+
+    Returns:
+        (inputs, text_index): dict of int32 tensors (num_windows, seq) padded
+        to the longest window, and int64 (num_windows,), the text each
+        window belongs to (sorted: `tf.math.segment_mean` averages per text).
+    """
+    _check_max_length(max_length, False)
+    check_truncate_from(truncate_from)
+    window = max_length - 2
+    ids = tf_truncate([_tf_encode_nonempty(tokenizer, texts, "text")], window * max_windows, truncate_from)[0]
+    windows, text_index = tf_split_windows(ids, window)
+    return tf_pack([windows]), text_index
 
 
 def tf_pack_choices(tokenizer, texts, choices, max_length=128):

@@ -64,7 +64,7 @@ DEFAULT_NUM_MASK_POSITIONS = 20
 
 def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH, quantize="none",
                   representative_texts=None, batch_size=1, label_names=None,
-                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS, truncate_from="end"):
+                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS, truncate_from="end", max_windows=1):
     """Converts `model` to `out_dir/model.tflite` (see the module docstring).
 
     Args:
@@ -82,6 +82,9 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         truncate_from: which pieces of a too-long text on-device packing
             drops ("end", "start", "middle"): recorded in the metadata and used
             for calibration.
+        max_windows: recorded in the metadata: the app reads a long text as
+            up to this many windows and averages the logits, as fine-tuning
+            did (the model itself scores one window).
 
     Returns:
         The path of the written `.tflite` file.
@@ -90,6 +93,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}. Received: quantize={quantize!r}")
     interface = signatures_lib.describe_model(model, label_names)
     check_max_length(interface, max_length)
+    signatures_lib.check_max_windows(interface, max_windows)
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     if tokenizer is not None:
         tokenizer.check_vocab_size(interface.config.vocab_size)
@@ -171,7 +175,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     if tokenizer is not None:
         tokenizer.save(out_dir)
     metadata = export_metadata(
-        interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE], truncate_from,
+        interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE], truncate_from, max_windows,
         quantize=quantize,
         batch_size=batch_size,
         tflite_inputs={n: s.shape.as_list() for n, s in specs.items()},

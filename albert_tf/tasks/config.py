@@ -78,6 +78,10 @@ class FinetuneConfig(JsonConfig):
     truncate_from: str = doc("end", "Which pieces truncation drops (here and in the exported serve_text): end "
                              "(BERT's), start (keeps a text's end) or middle (keeps its first quarter and its "
                              "end: head + tail). Classification and regression tasks.", choices=TRUNCATE_FROM)
+    max_windows: int = doc(1, "Classification/regression of single texts: read a text longer than max-seq-length "
+                           "as up to this many near-equal windows; each window trains with the text's label and a "
+                           "prediction averages its windows' logits (also in the exported serve_text). Beyond "
+                           "that, --truncate cuts (by --truncate-from). 1: one window.")
     skip_invalid: bool = doc(False, "Skip bad rows (counted, first reason shown) instead of failing on the first.")
     bucket: bool = doc(True, "Batch training examples of similar length together.")
     text_column: str = doc("text", "Text column of classification/regression tables (CSV/TSV/JSONL).")
@@ -97,7 +101,7 @@ class FinetuneConfig(JsonConfig):
 
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASKS)}")
-        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "doc_stride",
+        for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "doc_stride", "max_windows",
                      "max_query_length", "n_best_size", "max_answer_length"):
             check_positive_int(name, getattr(self, name))
         check_fraction("warmup_fraction", self.warmup_fraction)
@@ -108,6 +112,9 @@ class FinetuneConfig(JsonConfig):
         if self.truncate_from != "end" and not isinstance(TASKS[self.task], SentenceTask):
             raise ValueError(f"`truncate_from` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: truncate_from={self.truncate_from!r}")
+        if self.max_windows != 1 and not isinstance(TASKS[self.task], SentenceTask):
+            raise ValueError(f"`max_windows` applies to classification and regression tasks; {self.task} "
+                             f"cuts its inputs its own way. Received: max_windows={self.max_windows!r}")
         for name in ("lora_rank", "lora_embedding_rank"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:

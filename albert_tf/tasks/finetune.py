@@ -139,11 +139,20 @@ def run_truncate_from(model_dir):
     "end" (the default) for any other model directory, and for runs written
     before the setting existed.
     """
+    return _run_setting(model_dir, "truncate_from", "end")
+
+
+def run_max_windows(model_dir):
+    """The `max_windows` of the fine-tuning run that wrote `model_dir`; 1 for any other model directory."""
+    return _run_setting(model_dir, "max_windows", 1)
+
+
+def _run_setting(model_dir, name, default):
     path = os.path.join(os.path.dirname(os.path.normpath(model_dir)), RUN_FILE)
     if os.path.basename(os.path.normpath(model_dir)) != BEST_DIR or not os.path.isfile(path):
-        return "end"
+        return default
     with open(path, encoding="utf-8") as f:
-        return json.load(f).get("config", {}).get("truncate_from", "end")
+        return json.load(f).get("config", {}).get(name, default)
 
 
 def load_run(directory):

@@ -101,16 +101,37 @@ class SentenceTask:
         )
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):
+        """Encoded examples; with `config.max_windows` > 1 every window is a row.
+
+        Then `inputs` and `labels` hold one row per window (each window
+        trains with its text's label) and `extra` the number of windows of
+        each example, which `evaluate` and `predictions` average over.
+        """
         result = self.read(path, config, labelled, label_names)
         encoder = data.TextEncoder(tokenizer, config.max_seq_length, truncate=config.truncate,
-                                   truncate_from=config.truncate_from)
-        inputs = encoder.encode_all(result.examples)
-        labels = [e.label for e in result.examples] if labelled else None
-        return Encoded(inputs, labels, result.examples, notes=_notes(result, "examples", encoder.num_truncated),
+                                   truncate_from=config.truncate_from, max_windows=config.max_windows)
+        if config.max_windows == 1:
+            inputs = encoder.encode_all(result.examples)
+            labels = [e.label for e in result.examples] if labelled else None
+            return Encoded(inputs, labels, result.examples,
+                           notes=_notes(result, "examples", encoder.num_truncated), skipped=result.skipped)
+        windows = [encoder.encode_windows(e) for e in result.examples]
+        inputs = [w for group in windows for w in group]
+        labels = [e.label for e, group in zip(result.examples, windows) for _ in group] if labelled else None
+        notes = _notes(result, "examples", encoder.num_truncated,
+                       f"cut to max_windows={config.max_windows} windows")
+        notes.append(f"{data.counted(encoder.num_windowed, 'examples')} read as several windows "
+                     f"({len(inputs)} windows in all)")
+        return Encoded(inputs, labels, result.examples, extra=[len(group) for group in windows], notes=notes,
                        skipped=result.skipped)
 
     def _predicted(self, model, encoded, batch_size):
+        """(predicted labels or scores, outputs), one per example: window outputs averaged."""
         outputs = predict_examples(model, encoded.inputs, batch_size)
+        if encoded.extra is not None:
+            starts = np.cumsum([0] + encoded.extra)
+            outputs = [{k: np.mean([o[k] for o in outputs[a:b]], axis=0) for k in outputs[a]}
+                       for a, b in zip(starts[:-1], starts[1:])]
         if self.regression:
             return np.array([float(o["predictions"]) for o in outputs]), outputs
         return np.array([int(np.argmax(o["logits"])) for o in outputs]), outputs
@@ -120,7 +141,7 @@ class SentenceTask:
         names = list(self.metrics)
         if not self.glue and not self.regression and model.num_classes == 2 and "f1" not in names:
             names.append("f1")
-        return metric_fns.compute(names, np.array(encoded.labels), predicted)
+        return metric_fns.compute(names, np.array([e.label for e in encoded.examples]), predicted)
 
     def predictions(self, model, encoded, config):
         predicted, outputs = self._predicted(model, encoded, config.eval_batch_size)

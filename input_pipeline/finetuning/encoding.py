@@ -1,6 +1,6 @@
 """Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])` (see `input_pipeline.packing`)."""
 
-from input_pipeline.packing import check_truncate_from, pack, truncate_pair
+from input_pipeline.packing import check_truncate_from, keep_pieces, pack, split_windows, truncate_pair
 
 
 class TextEncoder:
@@ -14,17 +14,25 @@ class TextEncoder:
             and counts it in `num_truncated`.
         truncate_from: which pieces truncation drops: "end" (BERT's),
             "start" or "middle" (`input_pipeline.packing.keep_pieces`).
+        max_windows: `encode_windows` reads a single text longer than
+            `max_seq_length` as up to this many windows
+            (`input_pipeline.packing.split_windows`); truncation then applies
+            beyond `max_windows * (max_seq_length - 2)` pieces.
     """
 
-    def __init__(self, tokenizer, max_seq_length, truncate=False, truncate_from="end"):
+    def __init__(self, tokenizer, max_seq_length, truncate=False, truncate_from="end", max_windows=1):
         check_truncate_from(truncate_from)
         if max_seq_length < 3:
             raise ValueError(f"`max_seq_length` must be at least 3. Received: max_seq_length={max_seq_length}")
+        if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1:
+            raise ValueError(f"`max_windows` must be a positive integer. Received: max_windows={max_windows!r}")
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
         self.truncate = truncate
         self.truncate_from = truncate_from
+        self.max_windows = max_windows
         self.num_truncated = 0
+        self.num_windowed = 0
 
     def encode(self, example):
         """Returns: dict of int32 arrays (seq,), seq <= max_seq_length."""
@@ -48,3 +56,30 @@ class TextEncoder:
 
     def encode_all(self, examples):
         return [self.encode(example) for example in examples]
+
+    def encode_windows(self, example):
+        """One text as its windows: a list of dicts of int32 arrays (seq,), `[CLS] window [SEP]` each.
+
+        A text that fits `max_seq_length` is one window (as `encode`); a
+        longer one is split into near-equal windows, at most `max_windows`;
+        beyond that it is cut (`truncate`) or refused. Pairs are not split.
+        """
+        if example.text_b is not None:
+            if self.max_windows > 1:
+                raise ValueError(f"{example.source}: a text pair; long-text windows (max_windows="
+                                 f"{self.max_windows}) read single texts only. Use max_windows=1 for pairs.")
+            return [self.encode(example)]
+        ids = self.tokenizer.encode(example.text_a)
+        window = self.max_seq_length - 2
+        if len(ids) > window * self.max_windows:
+            if not self.truncate:
+                raise ValueError(
+                    f"{example.source}: {len(ids)} pieces, more than max_windows={self.max_windows} windows of "
+                    f"max_seq_length={self.max_seq_length} hold ({window * self.max_windows}). Raise "
+                    "--max-windows or pass --truncate."
+                )
+            self.num_truncated += 1
+            ids = keep_pieces(ids, window * self.max_windows, self.truncate_from)
+        windows = split_windows(ids, window)
+        self.num_windowed += len(windows) > 1
+        return [pack(w) for w in windows]
