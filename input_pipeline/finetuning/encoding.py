@@ -45,7 +45,8 @@ class TextEncoder:
                 raise ValueError(
                     f"{example.source}: {length} pieces, longer than max_seq_length="
                     f"{self.max_seq_length}. Raise --max-seq-length (the model allows "
-                    "up to max_position_embeddings) or pass --truncate."
+                    "up to max_position_embeddings), pass --truncate, or (classification and regression "
+                    "of single texts) read it as several windows with --max-windows."
                 )
             self.num_truncated += 1
             ids_a, truncated_b = truncate_pair(
