@@ -96,9 +96,7 @@ def run(args):
     if truncate_from != "end" and tokenizer is not None:
         print(f"Text longer than --max-length {args.max_length} loses pieces from its {truncate_from}"
               + ("" if args.truncate_from else " (as in fine-tuning)") + ".")
-    max_windows = args.max_windows or run_max_windows(model_dir)
-    if args.max_windows is not None and args.max_windows < 1:
-        raise ValueError(f"--max-windows must be at least 1. Received: {args.max_windows}")
+    max_windows = run_max_windows(model_dir) if args.max_windows is None else args.max_windows
     if max_windows > 1 and tokenizer is not None:
         print(f"Text longer than --max-length {args.max_length} is read as up to {max_windows} windows, their "
               "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")

@@ -33,6 +33,7 @@ import tensorflow as tf
 from albert_tf.config import AlbertConfig
 from albert_tf.export import text as text_lib
 from input_pipeline import features
+from input_pipeline.config_base import check_positive_int
 from input_pipeline.tokenizer import SEP_ID
 
 BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
@@ -222,8 +223,7 @@ def check_id_inputs(interface, inputs, max_length):
 
 def check_max_windows(interface, max_windows):
     """`max_windows` when it suits the model: 1, or more for a classifier or regressor."""
-    if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1:
-        raise ValueError(f"`max_windows` must be a positive integer. Received: max_windows={max_windows!r}")
+    check_positive_int("max_windows", max_windows)
     if max_windows > 1 and interface.kind not in WINDOWED_KINDS:
         raise ValueError(f"`max_windows` applies to {' and '.join(WINDOWED_KINDS)} models; this one is a "
                          f"{interface.kind}. Received: max_windows={max_windows!r}")
@@ -244,6 +244,8 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
             longer than `max_length` as up to this many windows and averages
             their logits (predictions), as fine-tuning's `max_windows` does.
     """
+    check_max_windows(interface, max_windows)
+
     @tf.function
     def serve_ids(**inputs):
         return model_outputs(model, interface, check_id_inputs(interface, inputs, max_length))
@@ -252,7 +254,6 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
     if tokenizer is None:
         return signatures
     tokenizer.check_vocab_size(interface.config.vocab_size)
-    check_max_windows(interface, max_windows)
     text_outputs = _TextOutputs(model, interface, tokenizer, max_length, truncate_from, max_windows)
     string = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
     extra = {n: s for n, s in id_input_specs(interface).items() if n in interface.extra_inputs}

@@ -17,6 +17,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
+from input_pipeline.finetuning.batching import pad_batch
 from input_pipeline.packing import (
     check_truncate_from, keep_pieces, pack, split_windows, tf_pack, tf_split_windows, tf_truncate, truncate_pair,
     truncated_lengths,
@@ -112,16 +113,8 @@ def pack_windows(tokenizer, texts, max_length=128, max_windows=1, truncate_from=
         for part in split_windows(keep_pieces(ids, window * max_windows, truncate_from), window):
             pieces.append(part)
             text_index.append(i)
-    rows = [pack(part) for part in pieces]
-    length = pad_to if pad_to is not None else max((len(r[features.TOKEN_IDS]) for r in rows), default=0)
-    out = {name: np.zeros((len(rows), length), "int32") for name in features.BACKBONE_INPUTS}
-    out[features.TOKEN_IDS][:] = PAD_ID
-    for i, row in enumerate(rows):
-        if len(row[features.TOKEN_IDS]) > length:
-            raise ValueError(f"`pad_to` must be at least {len(row[features.TOKEN_IDS])}. Received: pad_to={pad_to}")
-        for name in features.BACKBONE_INPUTS:
-            out[name][i, : len(row[name])] = row[name]
-    return out, np.array(text_index, "int64")
+    # PAD_ID is 0, the padding of segment_ids and padding_mask too.
+    return pad_batch([pack(part) for part in pieces], PAD_ID, pad_to), np.array(text_index, "int64")
 
 
 def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_length=None, truncate_from="end"):

@@ -1,5 +1,6 @@
 """Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])` (see `input_pipeline.packing`)."""
 
+from input_pipeline.config_base import check_positive_int
 from input_pipeline.packing import check_truncate_from, keep_pieces, pack, split_windows, truncate_pair
 
 
@@ -24,8 +25,7 @@ class TextEncoder:
         check_truncate_from(truncate_from)
         if max_seq_length < 3:
             raise ValueError(f"`max_seq_length` must be at least 3. Received: max_seq_length={max_seq_length}")
-        if isinstance(max_windows, bool) or not isinstance(max_windows, int) or max_windows < 1:
-            raise ValueError(f"`max_windows` must be a positive integer. Received: max_windows={max_windows!r}")
+        check_positive_int("max_windows", max_windows)
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
         self.truncate = truncate
