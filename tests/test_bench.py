@@ -3,6 +3,7 @@
 import contextlib
 import glob
 import io
+import json
 import os
 import runpy
 import sys
@@ -44,3 +45,37 @@ def test_transfer_keys_random_init_by_config_and_tokenizer(monkeypatch):
     assert identity(config, tokenizer) != identity(tiny_config(vocab_size=VOCAB_SIZE, hidden_size=48), tokenizer)
     other = AlbertTokenizer.train((s for d in imdb_documents()[:300] for s in d), 200, num_threads=2)
     assert identity(config, tokenizer) != identity(config, other)
+
+
+def _summary(split_seeds, results):
+    return {"split_seeds": split_seeds, "sizes": {"rt": {"train": 4, "dev": 2, "test": 2}}, "results": results}
+
+
+def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path, capsys):
+    """Per model and split the setting with the higher dev accuracy is kept (a tie: the first listed)."""
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    short = {"majority label": {"rt": [{"test": 0.5}, {"test": 0.5}]},
+             "random init": {"rt": [{"dev": 0.60, "test": 0.61}, {"dev": 0.70, "test": 0.70}]},
+             "demo": {"rt": [{"dev": 0.80, "test": 0.81}, {"dev": 0.75, "test": 0.74}]}}
+    long = {"random init": {"rt": [{"dev": 0.65, "test": 0.67}, {"dev": 0.70, "test": 0.90}]},
+            "demo": {"rt": [{"dev": 0.70, "test": 0.99}, {"dev": 0.78, "test": 0.77}]}}
+    paths = {}
+    for name, results in (("short", short), ("long", long)):
+        paths[name] = tmp_path / f"{name}.json"
+        paths[name].write_text(json.dumps(_summary([7, 8], results)))
+    out = tmp_path / "table.md"
+    monkeypatch.setattr(sys, "argv", ["dev_selected.py", "--results", f"3 epochs={paths['short']}",
+                                      "--results", f"10 epochs={paths['long']}", "--write", str(out)])
+    runpy.run_path(os.path.join(BENCH_DIR, "dev_selected.py"), run_name="__main__")
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ") for line in out.read_text().splitlines()
+            if line.startswith("| random init") or line.startswith("| demo")}
+    # random init: split 1 -> 10 epochs (0.65 > 0.60), split 2 a tie -> 3 epochs: (67 + 70) / 2.
+    assert rows["random init"][3:5] == ["68.5", "10 epochs, 3 epochs"]
+    # demo: split 1 -> 3 epochs, split 2 -> 10 epochs: (81 + 77) / 2; minus random init: +14 and +7.
+    assert rows["demo"][3:5] == ["79.0", "3 epochs, 10 epochs"]
+    assert rows["demo"][-1].rstrip(" |") == "+10.5 (3.5)"
+    assert "majority label" not in out.read_text()
+
+    paths["long"].write_text(json.dumps(_summary([7, 9], long)))
+    with pytest.raises(ValueError, match="split_seeds"):
+        runpy.run_path(os.path.join(BENCH_DIR, "dev_selected.py"), run_name="__main__")
