@@ -38,10 +38,13 @@ def load(specs):
             summaries[label] = json.load(f)
     first_label, first = next(iter(summaries.items()))
     for label, summary in summaries.items():
-        for key in ("split_seeds", "sizes"):
-            if summary[key] != first[key]:
+        shared = set(summary["sizes"]) & set(first["sizes"])
+        for key, theirs, ours in (("split_seeds", summary["split_seeds"], first["split_seeds"]),
+                                  ("sizes", {t: summary["sizes"][t] for t in sorted(shared)},
+                                   {t: first["sizes"][t] for t in sorted(shared)})):
+            if theirs != ours:
                 raise ValueError(f"{label!r} and {first_label!r} differ in {key}: "
-                                 f"{summary[key]} vs {first[key]}; compare runs on the same splits.")
+                                 f"{theirs} vs {ours}; compare runs on the same splits.")
     return summaries
 
 
@@ -104,6 +107,7 @@ def main():
     summaries = load(args.results)
     rows = [row for row in fine_tuned_rows(next(iter(summaries.values())))
             if all(row in s["results"] for s in summaries.values())]
+    # The tasks every run has (one run may have measured fewer).
     tasks = [task for task in next(iter(summaries.values()))["sizes"]
              if all(task in s["results"][row] for s in summaries.values() for row in rows)]
     lines = []

@@ -47,8 +47,9 @@ def test_transfer_keys_random_init_by_config_and_tokenizer(monkeypatch):
     assert identity(config, tokenizer) != identity(config, other)
 
 
-def _summary(split_seeds, results):
-    return {"split_seeds": split_seeds, "sizes": {"rt": {"train": 4, "dev": 2, "test": 2}}, "results": results}
+def _summary(split_seeds, results, tasks=("rt",)):
+    sizes = {task: {"train": 4, "dev": 2, "test": 2} for task in tasks}
+    return {"split_seeds": split_seeds, "sizes": sizes, "results": results}
 
 
 def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path, capsys):
@@ -60,9 +61,12 @@ def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path, 
     long = {"random init": {"rt": [{"dev": 0.65, "test": 0.67}, {"dev": 0.70, "test": 0.90}]},
             "demo": {"rt": [{"dev": 0.70, "test": 0.99}, {"dev": 0.78, "test": 0.77}]}}
     paths = {}
-    for name, results in (("short", short), ("long", long)):
+    # The first run also measured imdb: only the task both runs have is compared.
+    for name, results, tasks in (("short", short, ("rt", "imdb")), ("long", long, ("rt",))):
+        if "imdb" in tasks:
+            results = {row: dict(by_task, imdb=by_task["rt"]) for row, by_task in results.items()}
         paths[name] = tmp_path / f"{name}.json"
-        paths[name].write_text(json.dumps(_summary([7, 8], results)))
+        paths[name].write_text(json.dumps(_summary([7, 8], results, tasks)))
     out = tmp_path / "table.md"
     monkeypatch.setattr(sys, "argv", ["dev_selected.py", "--results", f"3 epochs={paths['short']}",
                                       "--results", f"10 epochs={paths['long']}", "--write", str(out)])
@@ -74,7 +78,7 @@ def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path, 
     # demo: split 1 -> 3 epochs, split 2 -> 10 epochs: (81 + 77) / 2; minus random init: +14 and +7.
     assert rows["demo"][3:5] == ["79.0", "3 epochs, 10 epochs"]
     assert rows["demo"][-1].rstrip(" |") == "+10.5 (3.5)"
-    assert "majority label" not in out.read_text()
+    assert "majority label" not in out.read_text() and "**imdb**" not in out.read_text()
 
     paths["long"].write_text(json.dumps(_summary([7, 9], long)))
     with pytest.raises(ValueError, match="split_seeds"):
