@@ -38,10 +38,11 @@ def load(specs):
             summaries[label] = json.load(f)
     first_label, first = next(iter(summaries.items()))
     for label, summary in summaries.items():
-        shared = set(summary["sizes"]) & set(first["sizes"])
-        for key, theirs, ours in (("split_seeds", summary["split_seeds"], first["split_seeds"]),
-                                  ("sizes", {t: summary["sizes"][t] for t in sorted(shared)},
-                                   {t: first["sizes"][t] for t in sorted(shared)})):
+        # Only the tasks both runs measured must agree: one run may have measured fewer.
+        differences = [("split_seeds", summary["split_seeds"], first["split_seeds"])] + [
+            (f"sizes of {task}", summary["sizes"][task], first["sizes"][task])
+            for task in sorted(set(summary["sizes"]) & set(first["sizes"]))]
+        for key, theirs, ours in differences:
             if theirs != ours:
                 raise ValueError(f"{label!r} and {first_label!r} differ in {key}: "
                                  f"{theirs} vs {ours}; compare runs on the same splits.")
@@ -70,8 +71,7 @@ def select(summaries, row, task):
 
 def task_table(summaries, task, rows):
     labels = list(summaries)
-    first = next(iter(summaries.values()))
-    sizes = first["sizes"][task]
+    sizes = next(iter(summaries.values()))["sizes"][task]
     selected = {row: select(summaries, row, task) for row in rows}
     as_results = {row: {task: [r for _, r in chosen]} for row, chosen in selected.items()}
     lines = [
@@ -105,10 +105,10 @@ def main():
     if len(args.results) < 2:
         parser.error("give at least two --results to choose between")
     summaries = load(args.results)
-    rows = [row for row in fine_tuned_rows(next(iter(summaries.values())))
-            if all(row in s["results"] for s in summaries.values())]
+    first = next(iter(summaries.values()))
+    rows = [row for row in fine_tuned_rows(first) if all(row in s["results"] for s in summaries.values())]
     # The tasks every run has (one run may have measured fewer).
-    tasks = [task for task in next(iter(summaries.values()))["sizes"]
+    tasks = [task for task in first["sizes"]
              if all(task in s["results"][row] for s in summaries.values() for row in rows)]
     lines = []
     for task in tasks:

@@ -52,7 +52,7 @@ def _summary(split_seeds, results, tasks=("rt",)):
     return {"split_seeds": split_seeds, "sizes": sizes, "results": results}
 
 
-def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path, capsys):
+def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path):
     """Per model and split the setting with the higher dev accuracy is kept (a tie: the first listed)."""
     monkeypatch.syspath_prepend(BENCH_DIR)
     short = {"majority label": {"rt": [{"test": 0.5}, {"test": 0.5}]},
