@@ -54,6 +54,13 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert "PPMI-SVD" not in printed
     assert "| held-out MLM accuracy" in printed
 
+    # Another --vocab-size (a run made under the old 8,000 default) says how to resume it.
+    other_size = [arg if arg != "400" else "500" for arg in TINY]
+    assert cli.main(["demo", "--out", out, "--steps", "5", *other_size]) == 2
+    error = capsys.readouterr().err
+    assert "made with --vocab-size 400" in error and "rerun with --vocab-size 400" in error
+    assert not os.path.exists(os.path.join(out, "checkpoints", "ckpt-5.index"))
+
 
 def test_pretrain_on_raw_text_without_tokenizer_is_an_error(tmp_path, capsys):
     text = tmp_path / "corpus.txt"
@@ -118,5 +125,6 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
     assert default.trainer_config().optimizer == "lamb"
     assert default.data_config().masked_lm_prob == 0.15
     assert (default.embedding_init, default.documents) == ("ppmi-svd", 19928)
+    assert (default.vocab_size, default.tokenizer_documents) == (30000, 19928)
     recipe = default.trainer_config()
     assert (recipe.global_batch_size, recipe.num_steps, recipe.word_embedding_lr_scale) == (16, 3000, 0.5)

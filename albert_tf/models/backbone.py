@@ -156,7 +156,7 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
 
         With `embedding_rank` the (V, E) word-embedding table gets a LoRA
         update of that rank too (scale 1; `LoraEmbedding`): V * r + r * E
-        more trainable weights (16,128 for the demo's V 8,000, E 64 at r 2).
+        more trainable weights (60,128 for the demo's V 30,000, E 64 at r 2).
         ALBERT's parameters are mostly that table, and full fine-tuning moves
         it most: on Rotten Tomatoes from the demo model, rank-8 attention LoRA
         alone stayed 3.1 points below full fine-tuning (bench/results/lora.md).
