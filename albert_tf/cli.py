@@ -80,15 +80,21 @@ class QuietStderr:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         sys.stderr.flush()
         self._real = os.dup(2)
+        # The thread gets its own copy of the real stderr, made here: a command
+        # that ends before the thread first runs closes `self._real` in
+        # `__exit__`, and a copy made in the thread would then fail (EBADF) and
+        # lose every line written to the pipe, the command's error included.
+        thread_real = os.dup(self._real)
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, 2)
         os.close(write_fd)
-        self._thread = threading.Thread(target=self._copy, args=(read_fd,), daemon=True)
+        self._thread = threading.Thread(target=self._copy, args=(read_fd, thread_real), daemon=True)
         self._thread.start()
         return self
 
-    def _copy(self, read_fd):
-        with os.fdopen(read_fd, "rb") as pipe, os.fdopen(os.dup(self._real), "wb", buffering=0) as real:
+    @staticmethod
+    def _copy(read_fd, real_fd):
+        with os.fdopen(read_fd, "rb") as pipe, os.fdopen(real_fd, "wb", buffering=0) as real:
             for line in pipe:
                 if not _NOISE.match(line.decode("utf-8", "replace")):
                     real.write(line)

@@ -1,0 +1,25 @@
+"""`albert-tf`'s stderr filter keeps every line that is not TensorFlow's start-up noise."""
+
+import os
+import threading
+import time
+
+from albert_tf import cli
+
+
+class _LateThread(threading.Thread):
+    """A thread that first runs only after the command it serves has ended."""
+
+    def run(self):
+        time.sleep(0.3)
+        super().run()
+
+
+def test_a_command_that_ends_before_the_copying_thread_runs_keeps_its_error(monkeypatch, capfd):
+    monkeypatch.setattr(cli.threading, "Thread", _LateThread)
+    with cli.QuietStderr():
+        os.write(2, b"albert-tf demo: error: something the user must see\n")
+        os.write(2, b"I0000 00:00:1795628714.721118   20435 some_op.cc:213] start-up noise\n")
+    err = capfd.readouterr().err
+    assert "something the user must see" in err
+    assert "start-up noise" not in err
