@@ -112,7 +112,7 @@ def main():
     # rate, the demo's defaults until session 13; they stay this script's defaults.
     parser.set_defaults(batch_size=32)
     parser.add_argument("--word-embedding-lr-scale", type=float, default=1.0,
-                        help="factor on the word table's learning rate (the demo's default is 0.5)")
+                        help="factor on the word table's learning rate (the demo's default is 0.25)")
     parser.add_argument("--dropout", type=float, default=0.0, help="hidden and attention dropout")
     parser.add_argument("--tokenizer", help="Reuse this tokenizer directory (else train one as the demo does).")
     parser.add_argument("--write", help="Also write the table to this Markdown file.")

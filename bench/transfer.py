@@ -257,23 +257,69 @@ def paired_differences(results, row, task):
     return diffs, np.std(diffs, ddof=1) / math.sqrt(len(diffs))
 
 
-def plot_steps(results, steps, tasks, path):
-    """Test accuracy against pretraining steps, one line per task; baselines dashed."""
+def pretraining_run(spec):
+    """(run directory, examples per step or None) of a model given as `final/` or a checkpoint."""
+    match = _CHECKPOINT.match(spec.rstrip("/"))
+    run_dir = match["run"] if match else os.path.dirname(os.path.abspath(spec.rstrip("/")))
+    try:
+        with open(os.path.join(run_dir, "training_config.json")) as f:
+            batch = json.load(f)["trainer"]["global_batch_size"]
+    except (OSError, KeyError, ValueError):
+        batch = None
+    return os.path.normpath(os.path.abspath(run_dir)), batch
+
+
+def step_series(steps, runs):
+    """{run: [(name, x), ...]} with x the examples read (steps x batch) where every batch is known.
+
+    One series per pretraining run: a run's checkpoints are points on its own
+    schedule, not runs of that length, and runs of other batch sizes or
+    schedules are other lines. Random init (x = 0) starts every line; each
+    line is named after its last model.
+    """
+    by_examples = all(runs[name][1] for name, step in steps.items() if step and name in runs)
+    series = collections.defaultdict(list)
+    for name, step in steps.items():
+        if step is None or name not in runs:
+            continue
+        run_dir, batch = runs[name]
+        series[os.path.basename(run_dir)].append((name, step * batch if by_examples else step))
+    labelled = {}
+    for points in series.values():
+        points.insert(0, ("random init", 0))
+        points.sort(key=lambda point: point[1])
+        labelled[points[-1][0]] = points  # named after its last point: the run's final/, where given
+    return labelled, by_examples
+
+
+def plot_steps(results, steps, runs, tasks, path):
+    """Test accuracy against pretraining examples (or steps), one line per run and task; baselines dashed."""
     import matplotlib
 
     matplotlib.use("Agg")
     from matplotlib import pyplot as plt
 
-    figure, axes = plt.subplots(figsize=(6, 4))
+    series, by_examples = step_series(steps, runs)
+    figure, axes = plt.subplots(figsize=(7, 4.5))
+    markers = "osD^v"
     for task in tasks:
-        points = sorted((step, mean_over_splits(results, name, task)) for name, step in steps.items()
-                        if step is not None)
-        line, = axes.plot([p[0] for p in points], [100 * p[1] for p in points], marker="o", label=task)
-        axes.axhline(100 * mean_over_splits(results, "TF-IDF + logistic regression", task), color=line.get_color(),
-                     linestyle="--", linewidth=0.8, label=f"{task}: TF-IDF + LR")
-    axes.set_xlabel("pretraining steps (0 = random init)")
+        color = None
+        for index, (run, points) in enumerate(sorted(series.items())):
+            xs = [x / 1000 if by_examples else x for _, x in points]
+            ys = [100 * mean_over_splits(results, name, task) for name, _ in points]
+            # A run of a single short point (e.g. 1 step) is a marker, not a line from random init.
+            single = len(points) == 2 and xs[1] < 0.01 * max(x for p in series.values() for _, x in p)
+            line, = axes.plot(xs[1:] if single else xs, ys[1:] if single else ys,
+                              marker="x" if single else markers[index % len(markers)], markersize=9 if single else 6,
+                              color=color, linestyle="none" if single else "-" if index == 0 else "--",
+                              label=f"{task}: {run}")
+            color = line.get_color()
+        axes.axhline(100 * mean_over_splits(results, "TF-IDF + logistic regression", task), color=color,
+                     linestyle=":", linewidth=0.8, label=f"{task}: TF-IDF + LR")
+    axes.set_xlabel("pretraining examples read, thousands (0 = random init)" if by_examples
+                    else "pretraining steps (0 = random init)")
     axes.set_ylabel("test accuracy (%)")
-    axes.legend(fontsize=8)
+    axes.legend(fontsize=7)
     axes.grid(alpha=0.3)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
@@ -321,6 +367,7 @@ def main():
     results = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = {}
     steps = {"random init": 0}
+    runs = {name: pretraining_run(spec) for name, spec in models}
     for split_seed, task in itertools.product(args.split_seed, args.tasks):
         split = split_rows(task_rows(task), split_seed, args.train_limit)
         sizes[task] = {k: len(v) for k, v in split.items()}
@@ -419,7 +466,7 @@ def main():
             json.dump({"settings": settings, "split_seeds": args.split_seed, "sizes": sizes, "steps": steps,
                        "results": results}, f, indent=1)
     if args.plot:
-        plot_steps(results, steps, args.tasks, args.plot)
+        plot_steps(results, steps, runs, args.tasks, args.plot)
 
 
 if __name__ == "__main__":

@@ -47,6 +47,39 @@ def test_transfer_keys_random_init_by_config_and_tokenizer(monkeypatch):
     assert identity(config, tokenizer) != identity(config, other)
 
 
+def _run_dir(root, name, batch):
+    run = root / name
+    (run / "checkpoints").mkdir(parents=True)
+    (run / "training_config.json").write_text(json.dumps({"trainer": {"global_batch_size": batch}}))
+    return run
+
+
+def test_transfer_plots_each_pretraining_run_as_its_own_line(monkeypatch, tmp_path):
+    """Checkpoints of one run share a line, in examples read (steps x batch); another run is another line."""
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    functions = runpy.run_path(os.path.join(BENCH_DIR, "transfer.py"))
+    demo, longer = _run_dir(tmp_path, "demo", 16), _run_dir(tmp_path, "long", 32)
+    specs = {"demo": f"{demo}/final", "demo@500": f"{demo}/checkpoints/ckpt-500",
+             "long@1000": f"{longer}/checkpoints/ckpt-1000", "long": f"{longer}/final/"}
+    runs = {name: functions["pretraining_run"](spec) for name, spec in specs.items()}
+    assert runs["demo@500"] == (os.path.normpath(str(demo)), 16)
+    assert runs["long"] == (os.path.normpath(str(longer)), 32)
+    steps = {"random init": 0, "demo": 3000, "demo@500": 500, "long@1000": 1000, "long": 6000}
+    series, by_examples = functions["step_series"](steps, runs)
+    assert by_examples
+    assert series == {"demo": [("random init", 0), ("demo@500", 8000), ("demo", 48000)],
+                      "long": [("random init", 0), ("long@1000", 32000), ("long", 192000)]}
+    # Without its final/, a run's line is named after its last checkpoint.
+    del steps["long"]
+    assert list(functions["step_series"](steps, runs)[0]) == ["demo", "long@1000"]
+    steps["long"] = 6000
+    # A run whose batch size is unknown: every line falls back to steps.
+    (longer / "training_config.json").unlink()
+    runs["long"] = functions["pretraining_run"](specs["long"])
+    series, by_examples = functions["step_series"](steps, runs)
+    assert not by_examples and series["demo"][-1] == ("demo", 3000)
+
+
 def _summary(split_seeds, results, tasks=("rt",)):
     sizes = {task: {"train": 4, "dev": 2, "test": 2} for task in tasks}
     return {"split_seeds": split_seeds, "sizes": sizes, "results": results}

@@ -109,7 +109,7 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
 
     args = cli.build_parser().parse_args(
         ["demo", "--out", "x", "--optimizer", "adamw", "--masked-lm-prob", "0.4", "--max-predictions-per-seq", "26",
-         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.25"])
+         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.5"])
     config = DemoConfig(**config_kwargs(DemoConfig, args))
     assert config.embedding_init == "random"
     with pytest.raises(ValueError, match="`embedding_init` must be one of"):
@@ -117,7 +117,7 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["demo", "--out", "x", "--embedding-init", "svd"])
     trainer = config.trainer_config()
-    assert (trainer.optimizer, trainer.keep_checkpoints, trainer.word_embedding_lr_scale) == ("adamw", 50, 0.25)
+    assert (trainer.optimizer, trainer.keep_checkpoints, trainer.word_embedding_lr_scale) == ("adamw", 50, 0.5)
     data = config.data_config()
     assert (data.masked_lm_prob, data.max_predictions_per_seq) == (0.4, 26)
     # The defaults are the documented demo recipe.
@@ -127,4 +127,4 @@ def test_demo_recipe_flags_reach_the_trainer_and_the_data():
     assert (default.embedding_init, default.documents) == ("ppmi-svd", 19928)
     assert (default.vocab_size, default.tokenizer_documents) == (30000, 19928)
     recipe = default.trainer_config()
-    assert (recipe.global_batch_size, recipe.num_steps, recipe.word_embedding_lr_scale) == (16, 3000, 0.5)
+    assert (recipe.global_batch_size, recipe.num_steps, recipe.word_embedding_lr_scale) == (16, 3000, 0.25)
