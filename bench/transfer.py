@@ -207,15 +207,20 @@ def reused(out, key):
 _CHECKPOINT = re.compile(r"^(?P<run>.*)/checkpoints/ckpt-(?P<step>\d+)$")
 
 
+def _run_dir(spec):
+    """(run directory, checkpoint match or None) of a model given as a directory or RUN_DIR/checkpoints/ckpt-STEP."""
+    match = _CHECKPOINT.match(spec.rstrip("/"))
+    return (match["run"] if match else os.path.dirname(os.path.abspath(spec.rstrip("/")))), match
+
+
 def load_model(spec):
     """(backbone, tokenizer, pretraining step or None) for a model directory or a run's checkpoint."""
     from albert_tf import AlbertConfig
     from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone, AlbertPretrainer
 
-    match = _CHECKPOINT.match(spec.rstrip("/"))
+    run_dir, match = _run_dir(spec)
     if match is None:
-        run_dir = os.path.dirname(os.path.abspath(spec.rstrip("/")))
         step = None
         if os.path.basename(spec.rstrip("/")) == "final" and os.path.isfile(os.path.join(run_dir, "train_log.jsonl")):
             with open(os.path.join(run_dir, "train_log.jsonl")) as f:
@@ -223,7 +228,6 @@ def load_model(spec):
         return AlbertBackbone.from_pretrained(spec), find_tokenizer(spec), step
     import tensorflow as tf
 
-    run_dir = match["run"]
     with open(os.path.join(run_dir, "config.json")) as f:
         model_config = AlbertConfig.from_dict(json.load(f))
     pretrainer = AlbertPretrainer(AlbertBackbone(model_config))
@@ -259,8 +263,7 @@ def paired_differences(results, row, task):
 
 def pretraining_run(spec):
     """(run directory, examples per step or None) of a model given as `final/` or a checkpoint."""
-    match = _CHECKPOINT.match(spec.rstrip("/"))
-    run_dir = match["run"] if match else os.path.dirname(os.path.abspath(spec.rstrip("/")))
+    run_dir, _ = _run_dir(spec)
     try:
         with open(os.path.join(run_dir, "training_config.json")) as f:
             batch = json.load(f)["trainer"]["global_batch_size"]
@@ -302,13 +305,14 @@ def plot_steps(results, steps, runs, tasks, path):
     series, by_examples = step_series(steps, runs)
     figure, axes = plt.subplots(figsize=(7, 4.5))
     markers = "osD^v"
+    largest = max(x for points in series.values() for _, x in points)
     for task in tasks:
         color = None
         for index, (run, points) in enumerate(sorted(series.items())):
             xs = [x / 1000 if by_examples else x for _, x in points]
             ys = [100 * mean_over_splits(results, name, task) for name, _ in points]
             # A run of a single short point (e.g. 1 step) is a marker, not a line from random init.
-            single = len(points) == 2 and xs[1] < 0.01 * max(x for p in series.values() for _, x in p)
+            single = len(points) == 2 and points[1][1] < 0.01 * largest
             line, = axes.plot(xs[1:] if single else xs, ys[1:] if single else ys,
                               marker="x" if single else markers[index % len(markers)], markersize=9 if single else 6,
                               color=color, linestyle="none" if single else "-" if index == 0 else "--",

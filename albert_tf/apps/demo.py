@@ -54,9 +54,9 @@ class DemoConfig:
             own (the default since session 18; 8,000 before). More words are
             one piece, so they get a PPMI-SVD row of their own, and a
             126-piece fine-tuning window reads more of a text. Fine-tuned
-            with the CLI's defaults at 2,000 labels, the model leads random
-            init of its size by 7.2 points on Rotten Tomatoes and 4.3 on IMDB
-            (8,000 pieces: 5.8 and 0.4). The IMDB lead shrinks when random
+            with the CLI's defaults at 2,000 labels, session 18's model (word
+            table at half rate) led random init of its size by 7.2 points on
+            Rotten Tomatoes and 4.3 on IMDB (8,000 pieces: 5.8 and 0.4). The IMDB lead shrinks when random
             init trains longer. It costs 28% more time: the MLM output layer
             is larger (docs/pretraining.md).
         tokenizer_documents: reviews the tokenizer is trained on (all of
