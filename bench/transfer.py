@@ -371,7 +371,6 @@ def main():
     results = collections.defaultdict(lambda: collections.defaultdict(list))
     sizes = {}
     steps = {"random init": 0}
-    runs = {name: pretraining_run(spec) for name, spec in models}
     for split_seed, task in itertools.product(args.split_seed, args.tasks):
         split = split_rows(task_rows(task), split_seed, args.train_limit)
         sizes[task] = {k: len(v) for k, v in split.items()}
@@ -470,6 +469,7 @@ def main():
             json.dump({"settings": settings, "split_seeds": args.split_seed, "sizes": sizes, "steps": steps,
                        "results": results}, f, indent=1)
     if args.plot:
+        runs = {name: pretraining_run(spec) for name, spec in models}
         plot_steps(results, steps, runs, args.tasks, args.plot)
 
 

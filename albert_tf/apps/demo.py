@@ -56,9 +56,9 @@ class DemoConfig:
             126-piece fine-tuning window reads more of a text. Fine-tuned
             with the CLI's defaults at 2,000 labels, session 18's model (word
             table at half rate) led random init of its size by 7.2 points on
-            Rotten Tomatoes and 4.3 on IMDB (8,000 pieces: 5.8 and 0.4). The IMDB lead shrinks when random
-            init trains longer. It costs 28% more time: the MLM output layer
-            is larger (docs/pretraining.md).
+            Rotten Tomatoes and 4.3 on IMDB (8,000 pieces: 5.8 and 0.4). The
+            IMDB lead shrinks when random init trains longer. It costs 28%
+            more time: the MLM output layer is larger (docs/pretraining.md).
         tokenizer_documents: reviews the tokenizer is trained on (all of
             them by default: 4,000 reviews hold at most ~26,600 pieces).
         documents: pretraining reviews (IMDB "pretrain" split; all 19,928 by
