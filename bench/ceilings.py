@@ -16,7 +16,8 @@ import json
 import os
 import time
 
-from bench_utils import cpu_flags, emit_table
+from benchlib.machine import cpu_flags
+from benchlib.output import emit_table
 
 SIZES = (256, 512, 1024, 2048)
 # The ISA flags that decide each precision's ceiling, as /proc/cpuinfo spells them.

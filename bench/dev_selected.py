@@ -21,8 +21,8 @@ init (mean over the splits, its standard error).
 import argparse
 import json
 
-from bench_utils import emit_table
-from transfer import mean_over_splits, paired_differences
+from benchlib.output import emit_table
+from benchlib.transfer_results import mean_over_splits, paired_differences
 
 RANDOM_INIT = "random init"
 

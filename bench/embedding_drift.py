@@ -24,7 +24,7 @@ import os
 
 import numpy as np
 
-from bench_utils import emit_table
+from benchlib.output import emit_table
 
 
 def row_cosines(a, b):

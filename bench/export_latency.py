@@ -23,7 +23,9 @@ import time
 
 import numpy as np
 
-from bench_utils import albert_flops, alternate, machine_line, measure_ceilings, ratio_stats, serve, timed
+from benchlib.flops import albert_flops
+from benchlib.machine import machine_line, measure_ceilings
+from benchlib.timing import alternate, ratio_stats, serve, timed
 
 SEQ = 128
 ROWS = {

@@ -13,31 +13,11 @@ accuracy on test.
 """
 
 import argparse
-import csv
 import os
 import time
 
-import numpy as np
-
-from bench_utils import emit_table
-
-
-def split_sentences(seed, limit=None):
-    from input_pipeline import corpora
-
-    rows = corpora.rotten_tomatoes_sentences()
-    order = np.random.default_rng(seed).permutation(len(rows))[:limit]
-    n_test = n_dev = len(order) // 10
-    parts = {"test": order[:n_test], "dev": order[n_test : n_test + n_dev], "train": order[n_test + n_dev :]}
-    return {name: [rows[i] for i in idx] for name, idx in parts.items()}
-
-
-def write_csv(path, rows):
-    with open(path, "w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(["text", "label"])
-        writer.writerows((text, "positive" if label else "negative") for text, label in rows)
-    return path
+from benchlib.output import emit_table
+from benchlib.sentiment_data import DEFAULT_SPLIT_SEED, split_rows, task_rows, write_csv
 
 
 def main():
@@ -50,7 +30,7 @@ def main():
     parser.add_argument("--learning-rate", type=float, default=1e-4)
     parser.add_argument("--max-seq-length", type=int, default=128)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--split-seed", type=int, default=20200209)
+    parser.add_argument("--split-seed", type=int, default=DEFAULT_SPLIT_SEED)
     parser.add_argument("--limit", type=int, default=None, help="Use only this many sentences (quick runs).")
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
@@ -62,7 +42,7 @@ def main():
     from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
 
     os.makedirs(args.out, exist_ok=True)
-    split = split_sentences(args.split_seed, args.limit)
+    split = split_rows(task_rows("rt"), args.split_seed, limit=args.limit)
     paths = {name: write_csv(os.path.join(args.out, f"{name}.csv"), rows) for name, rows in split.items()}
     print("split: " + ", ".join(f"{k} {len(v)}" for k, v in split.items()))
     tokenizer = find_tokenizer(args.pretrained, args.tokenizer)

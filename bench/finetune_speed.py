@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from bench_utils import emit_table
+from benchlib.output import emit_table
 
 
 def timed_epochs(fit_epoch, epochs=2):

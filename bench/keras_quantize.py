@@ -20,7 +20,10 @@ import statistics
 
 import numpy as np
 
-from bench_utils import albert_flops, alternate, emit_table, machine_line, measure_ceilings, serve, timed
+from benchlib.flops import albert_flops
+from benchlib.machine import machine_line, measure_ceilings
+from benchlib.output import emit_table
+from benchlib.timing import alternate, serve, timed
 
 SEQ = 128
 BATCHES = (1, 8)

@@ -23,8 +23,9 @@ import os
 import subprocess
 import sys
 
-from bench_utils import emit_table
-from transfer import mean_over_splits, paired_differences
+from benchlib.output import emit_table, pyplot, save_figure
+from benchlib.sentiment_data import DEFAULT_SPLIT_SEED
+from benchlib.transfer_results import mean_over_splits, paired_differences
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASELINES = ("majority label", "TF-IDF + logistic regression",
@@ -72,11 +73,7 @@ def table(summaries, task, models):
 
 
 def plot(summaries, tasks, models, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+    plt = pyplot()
     sizes = list(summaries)
     figure, axes = plt.subplots(1, len(tasks), figsize=(5 * len(tasks), 4), squeeze=False)
     for axis, task in zip(axes[0], tasks):
@@ -92,8 +89,7 @@ def plot(summaries, tasks, models, path):
         axis.set_title(task)
         axis.grid(alpha=0.3)
         axis.legend(fontsize=8)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path)
     print(f"Wrote {path}")
 
 
@@ -102,7 +98,7 @@ def main():
     parser.add_argument("--model", action="append", required=True, metavar="NAME=DIR")
     parser.add_argument("--sizes", type=int, nargs="+", default=[250, 500, 1000, 2000])
     parser.add_argument("--tasks", nargs="+", choices=("rt", "imdb"), default=["rt", "imdb"])
-    parser.add_argument("--split-seed", type=int, nargs="+", default=[20200209, 1, 2])
+    parser.add_argument("--split-seed", type=int, nargs="+", default=[DEFAULT_SPLIT_SEED, 1, 2])
     parser.add_argument("--out", default="runs/transfer", help="Runs go to OUT_n{N}/.")
     parser.add_argument("--write", help="Also write the tables to this Markdown file.")
     parser.add_argument("--plot", help="Also draw accuracy against training examples into this PNG.")

@@ -31,10 +31,11 @@ import subprocess
 import sys
 import time
 
-from bench_utils import cpu_flags, cpu_name, emit_table
-from finetune_sentiment import write_csv
-from transfer import DEFAULT_SPLIT_SEED, RESULT_FILE, majority, reused, split_rows, task_rows
-from transfer import tfidf_logistic_regression
+from benchlib.baselines import majority, tfidf_logistic_regression
+from benchlib.machine import cpu_flags, cpu_name
+from benchlib.output import emit_table
+from benchlib.sentiment_data import DEFAULT_SPLIT_SEED, split_rows, task_rows, write_csv
+from benchlib.transfer_results import RESULT_FILE, reused
 
 
 def run_one(args):

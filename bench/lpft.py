@@ -17,8 +17,9 @@ import argparse
 
 import numpy as np
 
-from bench_utils import emit_table
-from transfer import load_model, split_rows, task_rows
+from benchlib.output import emit_table
+from benchlib.pretrained import load_model
+from benchlib.sentiment_data import DEFAULT_SPLIT_SEED, split_rows, task_rows
 
 BATCH = 32
 
@@ -65,7 +66,7 @@ def main():
     parser.add_argument("--train-limit", type=int, default=2000)
     parser.add_argument("--lp-epochs", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--split-seed", type=int, default=20200209)
+    parser.add_argument("--split-seed", type=int, default=DEFAULT_SPLIT_SEED)
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
 

@@ -23,7 +23,8 @@ import time
 
 import numpy as np
 
-from bench_utils import emit_table, machine_line, measure_ceilings
+from benchlib.machine import machine_line, measure_ceilings
+from benchlib.output import emit_table
 
 PREDICTIONS = 20
 

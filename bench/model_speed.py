@@ -26,7 +26,10 @@ import statistics
 
 import numpy as np
 
-from bench_utils import albert_flops, alternate, emit_table, machine_line, measure_ceilings, ratio_stats, serve, timed
+from benchlib.flops import albert_flops
+from benchlib.machine import machine_line, measure_ceilings
+from benchlib.output import emit_table
+from benchlib.timing import alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
 

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from bench_utils import emit_table
+from benchlib.output import emit_table
 
 # (seq, batch, masked predictions per sequence)
 SHAPES = ((128, 16, 20), (512, 4, 76))

@@ -32,7 +32,7 @@ import time
 
 import numpy as np
 
-from bench_utils import emit_table
+from benchlib.output import emit_table, pyplot, save_figure
 
 _FIELDS = ("token_ids", "segment_ids", "padding_mask", "mask_positions", "mask_ids", "mask_weights",
            "sentence_order_label")
@@ -266,11 +266,7 @@ def differences(curves, pairs):
 
 
 def plot(curves, path):
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     figure, (loss_axes, diff_axes) = plt.subplots(1, 2, figsize=(11, 4))
     for name, curve in curves.items():
         loss_axes.plot(np.arange(1, len(curve) + 1), curve[:, 0], label=name, linewidth=1)
@@ -286,10 +282,7 @@ def plot(curves, path):
     diff_axes.set_xlabel("step")
     diff_axes.set_title("absolute loss difference to HF (same optimizer)")
     diff_axes.legend(fontsize=7)
-    figure.tight_layout()
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    figure.savefig(path, dpi=100)
-    plt.close(figure)
+    save_figure(figure, path)
 
 
 def main():

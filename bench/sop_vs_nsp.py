@@ -21,7 +21,7 @@ from albert_tf import AlbertConfig
 from albert_tf.training import Trainer, TrainerConfig, evaluate_pretraining
 from input_pipeline.dataset import pretraining_dataset_fn
 
-from bench_utils import emit_table
+from benchlib.output import emit_table
 
 EVAL_SEED = 12345
 

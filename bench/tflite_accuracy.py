@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from bench_utils import cpu_flags, cpu_name, emit_table
+from benchlib.machine import cpu_flags, cpu_name
+from benchlib.output import emit_table
 
 from albert_tf.export import QUANTIZE_MODES, export_tflite, pack_texts
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir

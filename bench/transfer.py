@@ -40,85 +40,20 @@ import itertools
 import json
 import math
 import os
-import re
 import time
 
 import numpy as np
 
-from bench_utils import emit_table
-from finetune_sentiment import write_csv
+from benchlib.baselines import logistic_regression_accuracy, majority, tfidf_logistic_regression
+from benchlib.output import emit_table, pyplot, save_figure
+from benchlib.pretrained import load_model, pretraining_run
+from benchlib.sentiment_data import DEFAULT_SPLIT_SEED, split_rows, task_rows, write_csv
+from benchlib.transfer_results import RESULT_FILE, mean_over_splits, paired_differences, reused
 
-
-def task_rows(task):
-    from input_pipeline import corpora
-
-    if task == "rt":
-        return corpora.rotten_tomatoes_sentences()
-    return corpora.imdb_reviews("heldout")
-
-
-def split_rows(rows, seed, train_limit=None):
-    order = np.random.default_rng(seed).permutation(len(rows))
-    n_test = n_dev = len(order) // 10
-    parts = {"test": order[:n_test], "dev": order[n_test : n_test + n_dev], "train": order[n_test + n_dev :]}
-    parts["train"] = parts["train"][:train_limit]
-    return {name: [rows[i] for i in index] for name, index in parts.items()}
+WINDOW_BASELINE = "TF-IDF + logistic regression, the models' input window"
 
 
 # ----------------------------------------------------------------------------- baselines
-def _words(text):
-    words = re.findall(r"[a-z0-9']+", text.lower())
-    return words + [a + " " + b for a, b in zip(words, words[1:])]
-
-
-def tfidf_logistic_regression(train, test, c=10.0):
-    """Test accuracy of TF-IDF + L2 logistic regression.
-
-    scikit-learn's formulation (sum of log losses * c + ||w||^2 / 2), solved
-    with SciPy's L-BFGS; rows are L2-normalized TF-IDF vectors.
-    """
-    from scipy import sparse
-
-    counts = collections.Counter(w for text, _ in train for w in set(_words(text)))
-    vocab = {w: i for i, w in enumerate(w for w, c in counts.items() if c >= 2)}
-    idf = np.log((1 + len(train)) / (1 + np.array([counts[w] for w in vocab], np.float64))) + 1
-
-    def features(rows):
-        data, indices, indptr = [], [], [0]
-        for text, _ in rows:
-            row = collections.Counter(vocab[w] for w in _words(text) if w in vocab)
-            values = np.array([c * idf[i] for i, c in row.items()])
-            data.extend(values / max(np.linalg.norm(values), 1e-12) if len(values) else [])
-            indices.extend(row)
-            indptr.append(len(indices))
-        return sparse.csr_matrix((data, indices, indptr), shape=(len(rows), len(vocab)))
-
-    test_y = np.array([label for _, label in test])
-    return logistic_regression_accuracy(features(train), np.array([label for _, label in train]), features(test),
-                                        test_y, c)
-
-
-def logistic_regression_accuracy(x, y, test_x, test_y, c):
-    """Test accuracy of L2 logistic regression (sum of log losses * c + ||w||^2 / 2) fit with L-BFGS.
-
-    x, test_x: (n, d) feature matrices, dense or SciPy sparse; y, test_y: 0/1 labels.
-    """
-    from scipy import optimize
-
-    sign = 2 * np.asarray(y, np.float64) - 1
-
-    def loss_and_gradient(theta):
-        w, b = theta[:-1], theta[-1]
-        margin = sign * (x @ w + b)
-        loss = c * np.sum(np.logaddexp(0, -margin)) + 0.5 * w @ w
-        d_margin = -c * sign / (1 + np.exp(margin))
-        return loss, np.concatenate([x.T @ d_margin + w, [d_margin.sum()]])
-
-    theta = optimize.minimize(loss_and_gradient, np.zeros(x.shape[1] + 1), jac=True, method="L-BFGS-B").x
-    w, b = theta[:-1], theta[-1]
-    return float(np.mean(((test_x @ w + b) > 0) == np.asarray(test_y)))
-
-
 def probe_accuracy(backbone, tokenizer, split, max_length, c=1.0):
     """Linear probe: logistic regression on the frozen backbone's mean token state (standardized).
 
@@ -152,12 +87,6 @@ def model_window(rows, tokenizer, max_length, truncate_from, max_windows=1):
             for text, label in rows]
 
 
-def majority(train, test):
-    labels = [label for _, label in train]
-    most = max(set(labels), key=labels.count)
-    return float(np.mean([label == most for _, label in test]))
-
-
 # ----------------------------------------------------------------------------- fine-tuning
 def finetune_and_test(name, backbone, tokenizer, paths, args, out):
     from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
@@ -182,59 +111,6 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
             "learning_rate": resolved.learning_rate}
 
 
-RESULT_FILE = "transfer_result.json"
-WINDOW_BASELINE = "TF-IDF + logistic regression, the models' input window"
-DEFAULT_SPLIT_SEED = 20200209
-
-
-def reused(out, key):
-    """The result a killed or earlier run left in `out` for these settings, else None.
-
-    The settings must be the same, except that a result with a probe also
-    serves a run without one (the fine-tuning is the same).
-    """
-    path = os.path.join(out, RESULT_FILE)
-    if not os.path.isfile(path):
-        return None
-    with open(path) as f:
-        saved = json.load(f)
-    settings = dict(saved["settings"])
-    if settings.get("probe") and not key.get("probe"):
-        settings["probe"] = key.get("probe")
-    return saved["result"] if settings == key else None
-
-
-_CHECKPOINT = re.compile(r"^(?P<run>.*)/checkpoints/ckpt-(?P<step>\d+)$")
-
-
-def _run_dir(spec):
-    """(run directory, checkpoint match or None) of a model given as a directory or RUN_DIR/checkpoints/ckpt-STEP."""
-    match = _CHECKPOINT.match(spec.rstrip("/"))
-    return (match["run"] if match else os.path.dirname(os.path.abspath(spec.rstrip("/")))), match
-
-
-def load_model(spec):
-    """(backbone, tokenizer, pretraining step or None) for a model directory or a run's checkpoint."""
-    from albert_tf import AlbertConfig
-    from albert_tf.model_dirs import find_tokenizer
-    from albert_tf.models import AlbertBackbone, AlbertPretrainer
-
-    run_dir, match = _run_dir(spec)
-    if match is None:
-        step = None
-        if os.path.basename(spec.rstrip("/")) == "final" and os.path.isfile(os.path.join(run_dir, "train_log.jsonl")):
-            with open(os.path.join(run_dir, "train_log.jsonl")) as f:
-                step = max(json.loads(line)["step"] for line in f if line.strip())
-        return AlbertBackbone.from_pretrained(spec), find_tokenizer(spec), step
-    import tensorflow as tf
-
-    with open(os.path.join(run_dir, "config.json")) as f:
-        model_config = AlbertConfig.from_dict(json.load(f))
-    pretrainer = AlbertPretrainer(AlbertBackbone(model_config))
-    tf.train.Checkpoint(model=pretrainer).read(spec).expect_partial().assert_existing_objects_matched()
-    return pretrainer.backbone, find_tokenizer(run_dir), int(match["step"])
-
-
 def random_init_identity(config, tokenizer):
     """What random init's result depends on besides the settings: the config and the tokenizer.
 
@@ -246,30 +122,6 @@ def random_init_identity(config, tokenizer):
     digest.update(tokenizer.model_proto)
     digest.update(repr((tokenizer.language, tokenizer.preprocessing)).encode())
     return f"random init (config and tokenizer sha256 {digest.hexdigest()[:16]})"
-
-
-def mean_over_splits(results, row, task, field="test"):
-    """Mean of one field over the splits run, or None where no split has it."""
-    values = [r[field] for r in results[row].get(task, []) if r.get(field) is not None]
-    return float(np.mean(values)) if values else None
-
-
-def paired_differences(results, row, task):
-    """Test accuracy of `row` minus random init's, per split, in points; and the mean's standard error."""
-    diffs = 100 * (np.array([r["test"] for r in results[row][task]])
-                   - np.array([r["test"] for r in results["random init"][task]]))
-    return diffs, np.std(diffs, ddof=1) / math.sqrt(len(diffs))
-
-
-def pretraining_run(spec):
-    """(run directory, examples per step or None) of a model given as `final/` or a checkpoint."""
-    run_dir, _ = _run_dir(spec)
-    try:
-        with open(os.path.join(run_dir, "training_config.json")) as f:
-            batch = json.load(f)["trainer"]["global_batch_size"]
-    except (OSError, KeyError, ValueError):
-        batch = None
-    return os.path.normpath(os.path.abspath(run_dir)), batch
 
 
 def step_series(steps, runs):
@@ -297,11 +149,7 @@ def step_series(steps, runs):
 
 def plot_steps(results, steps, runs, tasks, path):
     """Test accuracy against pretraining examples (or steps), one line per run and task; baselines dashed."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    from matplotlib import pyplot as plt
-
+    plt = pyplot()
     series, by_examples = step_series(steps, runs)
     figure, axes = plt.subplots(figsize=(7, 4.5))
     markers = "osD^v"
@@ -325,8 +173,7 @@ def plot_steps(results, steps, runs, tasks, path):
     axes.set_ylabel("test accuracy (%)")
     axes.legend(fontsize=7)
     axes.grid(alpha=0.3)
-    figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    save_figure(figure, path)
     print(f"Wrote {path}")
 
 

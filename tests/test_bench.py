@@ -1,7 +1,11 @@
-"""Every benchmark script builds its command line (`--help`): a renamed config field must not break one unnoticed."""
+"""The benchmark scripts and their shared library (bench/benchlib/).
+
+Every script builds its command line (`--help`): a renamed config field must not break one unnoticed.
+"""
 
 import contextlib
 import glob
+import importlib
 import io
 import json
 import os
@@ -11,7 +15,14 @@ import sys
 import pytest
 
 BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
-SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCH_DIR, "*.py")) if not p.endswith("bench_utils.py"))
+SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCH_DIR, "*.py")))
+
+
+@pytest.fixture
+def benchlib(monkeypatch):
+    """Imports a module of bench/benchlib/ the way the scripts do (bench/ first on the path)."""
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    return lambda name: importlib.import_module(f"benchlib.{name}")
 
 
 def test_the_benchmarks_are_found():
@@ -54,14 +65,14 @@ def _run_dir(root, name, batch):
     return run
 
 
-def test_transfer_plots_each_pretraining_run_as_its_own_line(monkeypatch, tmp_path):
+def test_transfer_plots_each_pretraining_run_as_its_own_line(benchlib, tmp_path):
     """Checkpoints of one run share a line, in examples read (steps x batch); another run is another line."""
-    monkeypatch.syspath_prepend(BENCH_DIR)
+    pretraining_run = benchlib("pretrained").pretraining_run
     functions = runpy.run_path(os.path.join(BENCH_DIR, "transfer.py"))
     demo, longer = _run_dir(tmp_path, "demo", 16), _run_dir(tmp_path, "long", 32)
     specs = {"demo": f"{demo}/final", "demo@500": f"{demo}/checkpoints/ckpt-500",
              "long@1000": f"{longer}/checkpoints/ckpt-1000", "long": f"{longer}/final/"}
-    runs = {name: functions["pretraining_run"](spec) for name, spec in specs.items()}
+    runs = {name: pretraining_run(spec) for name, spec in specs.items()}
     assert runs["demo@500"] == (os.path.normpath(str(demo)), 16)
     assert runs["long"] == (os.path.normpath(str(longer)), 32)
     steps = {"random init": 0, "demo": 3000, "demo@500": 500, "long@1000": 1000, "long": 6000}
@@ -75,7 +86,7 @@ def test_transfer_plots_each_pretraining_run_as_its_own_line(monkeypatch, tmp_pa
     steps["long"] = 6000
     # A run whose batch size is unknown: every line falls back to steps.
     (longer / "training_config.json").unlink()
-    runs["long"] = functions["pretraining_run"](specs["long"])
+    runs["long"] = pretraining_run(specs["long"])
     series, by_examples = functions["step_series"](steps, runs)
     assert not by_examples and series["demo"][-1] == ("demo", 3000)
 
@@ -116,3 +127,15 @@ def test_dev_selected_keeps_each_splits_best_dev_setting(monkeypatch, tmp_path):
     paths["long"].write_text(json.dumps(_summary([7, 9], long)))
     with pytest.raises(ValueError, match="split_seeds"):
         runpy.run_path(os.path.join(BENCH_DIR, "dev_selected.py"), run_name="__main__")
+
+
+def test_split_rows_limits_the_training_part_or_every_part(benchlib):
+    """`train_limit` cuts only train (dev and test stay); `limit` cuts the shuffled rows before the split."""
+    split_rows = benchlib("sentiment_data").split_rows
+    rows = [(f"text {i}", i % 2) for i in range(100)]
+    full, cut = split_rows(rows, 7), split_rows(rows, 7, train_limit=5)
+    assert [len(full[k]) for k in ("test", "dev", "train")] == [10, 10, 80]
+    assert cut["test"] == full["test"] and cut["dev"] == full["dev"] and cut["train"] == full["train"][:5]
+    small = split_rows(rows, 7, limit=50)
+    assert [len(small[k]) for k in ("test", "dev", "train")] == [5, 5, 40]
+    assert small["test"] == full["test"][:5]
