@@ -9,6 +9,7 @@ import importlib
 import io
 import json
 import os
+import re
 import runpy
 import sys
 
@@ -139,3 +140,16 @@ def test_split_rows_limits_the_training_part_or_every_part(benchlib):
     small = split_rows(rows, 7, limit=50)
     assert [len(small[k]) for k in ("test", "dev", "train")] == [5, 5, 40]
     assert small["test"] == full["test"][:5]
+
+
+def test_results_index_lists_every_results_file_and_only_existing_ones():
+    """bench/results/README.md links every results file of bench/ (in results/ or beside the scripts), and each link resolves."""
+    results_dir = os.path.join(BENCH_DIR, "results")
+    with open(os.path.join(results_dir, "README.md")) as f:
+        index = f.read()
+    linked = {os.path.normpath(os.path.join(results_dir, target))
+              for target in re.findall(r"^\| \[[^\]]+\]\(([^)]+)\)", index, re.MULTILINE)}
+    on_disk = {os.path.normpath(p) for p in glob.glob(os.path.join(BENCH_DIR, "*.md"))
+               + glob.glob(os.path.join(results_dir, "*.md")) if not p.endswith("README.md")}
+    assert sorted(linked - on_disk) == []
+    assert sorted(on_disk - linked) == []
