@@ -95,7 +95,7 @@ def main():
     from albert_tf.apps.demo import DemoConfig, heldout_examples
 
     # The recorded tables (bench/results/anisotropy_*.md) used an 8,000-piece tokenizer trained on 4,000
-    # reviews, the demo's default until session 18; they stay this script's defaults.
+    # reviews, the demo's default until commit 093aee3 (2026-11-25); they stay this script's defaults.
     defaults = dataclasses.replace(DemoConfig(), vocab_size=8000, tokenizer_documents=4000)
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
@@ -109,7 +109,7 @@ def main():
         value = getattr(defaults, name)
         parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
     # The recorded tables (bench/results/anisotropy_*.md) ran at batch 32 with the word table at the full
-    # rate, the demo's defaults until session 13; they stay this script's defaults.
+    # rate, the demo's defaults until commit 56f5d3b (2026-11-24); they stay this script's defaults.
     parser.set_defaults(batch_size=32)
     parser.add_argument("--word-embedding-lr-scale", type=float, default=1.0,
                         help="factor on the word table's learning rate (the demo's default is 0.25)")
