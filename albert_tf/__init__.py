@@ -7,6 +7,8 @@ package (data-writer workers, `albert-tf --help`) never load Keras or the models
 
 import importlib
 
+from albert_tf import keras_registry
+
 __version__ = "0.1.0"
 
 # Public name -> module that defines it.
@@ -27,6 +29,10 @@ _EXPORTS = {
 _SUBMODULES = ("optimizers", "schedules")
 
 __all__ = sorted(_EXPORTS) + list(_SUBMODULES)
+
+
+# `keras.models.load_model` then finds albert-tf's classes without importing them first.
+keras_registry.register_when_keras_loads()
 
 
 def __getattr__(name):

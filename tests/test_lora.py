@@ -112,6 +112,37 @@ def test_merged_model_equals_the_unmerged_one(embedding_rank):
     assert count(model.backbone.trainable_weights) == model.backbone.count_params()
 
 
+def test_predict_after_merge_lora_runs_the_merged_model():
+    model = lora_classifier()
+    backbone = model.backbone
+    inputs = backbone_batch(backbone.config)
+    randomize_factors(backbone)
+    model.predict(inputs, verbose=0)  # traces the predict functions with the factors
+    backbone.predict(inputs, verbose=0)
+    backbone.merge_lora()
+    assert max_abs_diff(model.predict(inputs, verbose=0)["logits"], model(inputs)["logits"]) <= 1e-5
+    assert max_abs_diff(backbone.predict(inputs, verbose=0), backbone(inputs)) <= 1e-5
+
+
+def test_evaluate_predict_and_fit_after_enable_lora_use_the_factors():
+    model = AlbertClassifier(AlbertBackbone(tiny_config(classifier_dropout=0.0)), CLASSES)
+    inputs = backbone_batch(model.backbone.config, batch=4)
+    labels = np.array([0, 1, 2, 1], "int32")
+    model.compile(optimizer=keras.optimizers.Adam(1e-2))
+    model.predict(inputs, verbose=0)
+    model.evaluate(inputs, labels, verbose=0)
+    model.backbone.enable_lora(RANK)
+    randomize_factors(model.backbone)
+    logits = model(inputs)["logits"]
+    assert max_abs_diff(model.predict(inputs, verbose=0)["logits"], logits) <= 1e-5
+    loss = float(model.compute_loss(inputs, labels, model(inputs)))
+    assert model.evaluate(inputs, labels, verbose=0, return_dict=True)["loss"] == pytest.approx(loss, abs=1e-5)
+    frozen = {v.path: np.array(v) for v in model.non_trainable_weights}
+    model.fit(inputs, labels, batch_size=4, epochs=2, verbose=0)
+    assert all(np.array_equal(frozen[v.path], np.array(v)) for v in model.non_trainable_weights)
+    assert max_abs_diff(model(inputs)["logits"], logits) > 1e-3
+
+
 def test_merge_uses_the_alpha_over_rank_scale():
     backbone = AlbertBackbone(tiny_config())
     backbone.enable_lora(RANK, lora_alpha=2 * RANK)

@@ -11,16 +11,21 @@ The best epoch (by the task's first metric) is kept in OUT/best, with its
 tokenizer; OUT/finetune.json records the resolved settings and every epoch's
 metrics. For squad_v2 it also reports the no-answer threshold that maximizes
 dev F1 (best_f1_threshold), which `predict` then uses by default.
+
+Ctrl-C after an epoch finished keeps the best finished epoch: OUT is written
+as a normal run's (usable by predict and export), and OUT/finetune.json says
+"interrupted". Ctrl-C before that writes nothing.
 """
 
 import os
+import sys
 
-
+from albert_tf.cli import EXIT_INTERRUPTED
 from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.models import AlbertBackbone
-from albert_tf.tasks import TASKS, FinetuneConfig, finetune
+from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
 
 
 def add_parser(subparsers):
@@ -57,8 +62,30 @@ def run(args):
         backbone = AlbertBackbone(backbone.config)
     init = "random initialisation" if args.random_init else model_dir
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters)")
-    with fresh_output_dir(args.out, args.overwrite) as staging:
-        result = finetune(config, backbone, tokenizer, args.train, args.eval, staging, verbose=args.verbose)
+    try:
+        with fresh_output_dir(args.out, args.overwrite, keep_when=_kept) as staging:
+            # Flushed: each epoch's line shows as it ends, also through a pipe.
+            result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
+                              log=lambda line: print(line, flush=True), verbose=args.verbose)
+    except KeyboardInterrupt as e:
+        print(f"\nalbert-tf finetune: {_interrupted(e, args)}", file=sys.stderr)
+        return EXIT_INTERRUPTED
     best = result["best"]
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
         f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; saved to {args.out}/best")
+
+
+def _kept(error):
+    return isinstance(error, FinetuneInterrupted) and error.best_epoch is not None
+
+
+def _interrupted(error, args):
+    """One line: where the run stopped, what was kept in --out, and what to do next."""
+    where = str(error) if isinstance(error, FinetuneInterrupted) else "interrupted before training"
+    if not _kept(error):
+        return (f"{where}, before any epoch finished; nothing was kept (nothing written to {args.out}). "
+                "Rerun the same command to start again.")
+    return (f"{where}; kept the best finished epoch, {error.best_epoch} ({error.metric} "
+            f"{error.best[error.metric]:.4f}), in {args.out} (finetune.json marks it \"interrupted\"). "
+            f"Use it as it is (albert-tf predict --model {args.out}), or rerun with --overwrite to train "
+            f"all {error.epochs} epochs.")

@@ -26,8 +26,13 @@ def check_out(path, overwrite, flag="--out"):
 
 
 @contextlib.contextmanager
-def fresh_output_dir(path, overwrite, flag="--out"):
+def fresh_output_dir(path, overwrite, flag="--out", keep_when=None):
     """Yields a temporary directory that becomes `path` when the block succeeds.
+
+    Args:
+        keep_when: None, or called with an exception leaving the block: True
+            when the directory is complete all the same (an interrupted run's
+            finished part); it then becomes `path` before the exception goes on.
 
     Raises:
         ValueError: when `path` is not empty and not `overwrite`.
@@ -38,9 +43,16 @@ def fresh_output_dir(path, overwrite, flag="--out"):
     staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.normpath(path))}.", dir=parent)
     try:
         yield staging
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
+    except BaseException as e:
+        if keep_when is not None and keep_when(e):
+            _move_into_place(staging, path)
+        else:
+            shutil.rmtree(staging, ignore_errors=True)
         raise
+    _move_into_place(staging, path)
+
+
+def _move_into_place(staging, path):
     if os.path.isdir(path):
         shutil.rmtree(path)
     elif os.path.exists(path):

@@ -8,6 +8,7 @@ from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, Transf
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
 from albert_tf.models.quantization import TFLiteQuantizationOnly
+from albert_tf.models.retracing import RetracesOnNewVariables
 from albert_tf.saving import PretrainedMixin
 from input_pipeline import features
 
@@ -18,7 +19,7 @@ def attention_bias_from_padding_mask(padding_mask, dtype="float32"):
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
+class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
     """The ALBERT encoder.
 
     Factorized embedding (V x E, then one E -> H projection), then
@@ -161,7 +162,10 @@ class AlbertBackbone(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
         it most: on Rotten Tomatoes from the demo model, rank-8 attention LoRA
         alone stayed 3.1 points below full fine-tuning (bench/results/lora.md).
 
-        Call it before `compile`. Saving keeps the factors and the ranks
+        Call it before the first `fit`: the optimizer is built for the
+        variables trainable then. Compiled `fit`/`evaluate`/`predict`
+        functions follow the change (`RetracesOnNewVariables`), here and in
+        `merge_lora`. Saving keeps the factors and the ranks
         (`get_config`); `merge_lora` folds them into the weights for export.
 
         Args:

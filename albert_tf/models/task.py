@@ -21,6 +21,7 @@ from keras import ops
 
 from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.models.quantization import TFLiteQuantizationOnly
+from albert_tf.models.retracing import RetracesOnNewVariables
 from albert_tf.saving import PretrainedMixin, load_pretrained
 from input_pipeline import features
 
@@ -129,7 +130,7 @@ def _preprocessing():
     return preprocessor
 
 
-class AlbertTask(TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
+class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
     """Base of the task models: loss, metrics, config, the backbone and the preprocessor.
 
     Every subclass sets the class attribute `export_kind` (one of

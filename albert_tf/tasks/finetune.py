@@ -5,12 +5,15 @@ Output directory:
                      with its tokenizer in best/tokenizer/
     tokenizer/       the tokenizer it was trained with
     finetune.json    the resolved `FinetuneConfig`, label names, per-epoch
-                     metrics and the best epoch: enough to rebuild and rerun
+                     metrics and the best epoch: enough to rebuild and rerun;
+                     "interrupted" when Ctrl-C stopped the run after an epoch
+                     finished (`FinetuneInterrupted`)
 """
 
 import json
 import math
 import os
+import shutil
 import time
 
 import keras
@@ -24,6 +27,25 @@ from albert_tf.tasks.registry import SentenceTask, get_task
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"
+# best/ is written here, then renamed into place: Ctrl-C never leaves a half-written best/.
+_NEXT_BEST, _PREVIOUS_BEST = ".best-next", ".best-previous"
+
+
+class FinetuneInterrupted(KeyboardInterrupt):
+    """Ctrl-C during `finetune`'s epochs.
+
+    Attributes:
+        epoch, epochs: the epoch that was running, of how many.
+        best_epoch: the best finished epoch, complete in `out_dir` (best/,
+            tokenizer/, finetune.json with "interrupted"); None when no epoch
+            had finished, and `out_dir` holds nothing usable.
+        best: that epoch's scores (None with it).
+        metric: the name of the score that picked it.
+    """
+
+    def __init__(self, epoch, epochs, best_epoch, best, metric):
+        super().__init__(f"interrupted in epoch {epoch} of {epochs}")
+        self.epoch, self.epochs, self.best_epoch, self.best, self.metric = epoch, epochs, best_epoch, best, metric
 
 
 def check_lengths(config, backbone, tokenizer):
@@ -100,28 +122,60 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     os.makedirs(out_dir, exist_ok=True)
     tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
     main_metric = task.metrics[0]
-    history, best, best_epoch = [], None, None
-    for epoch in range(1, config.epochs + 1):
-        start = time.perf_counter()
-        fit = model.fit(dataset, epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
-        train_seconds = time.perf_counter() - start
-        scores = task.evaluate(model, evaluation, config)
-        record = {"epoch": epoch, "train_loss": float(fit.history["loss"][-1]),
-                  "train_seconds": round(train_seconds, 2), **scores}
-        history.append(record)
-        improved = best is None or scores[main_metric] > best[main_metric]
-        if improved:
-            best, best_epoch = scores, epoch
-            model.save_pretrained(os.path.join(out_dir, BEST_DIR))
-            tokenizer.save(os.path.join(out_dir, BEST_DIR, TOKENIZER_DIR))
-        log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
-            + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
-            + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
-        _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
+    history, best, best_epoch, epoch, finished = [], None, None, 1, 0
+    try:
+        for epoch in range(1, config.epochs + 1):
+            start = time.perf_counter()
+            fit = model.fit(dataset, epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
+            train_seconds = time.perf_counter() - start
+            scores = task.evaluate(model, evaluation, config)
+            record = {"epoch": epoch, "train_loss": float(fit.history["loss"][-1]),
+                      "train_seconds": round(train_seconds, 2), **scores}
+            history.append(record)
+            improved = best is None or scores[main_metric] > best[main_metric]
+            if improved:
+                _save_best(model, tokenizer, out_dir)
+                best, best_epoch = scores, epoch
+            log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
+                + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
+                + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
+            _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
+            finished = epoch
+    except KeyboardInterrupt:
+        if best_epoch is not None:
+            _recover_best(out_dir)
+            # An epoch stopped while its best/ was being written is not finished.
+            kept = [r for r in history if r["epoch"] <= max(finished, best_epoch)]
+            _write_run(out_dir, config, label_names, kept, best_epoch, train, evaluation,
+                       interrupted={"epoch": epoch, "epochs": config.epochs})
+        raise FinetuneInterrupted(epoch, config.epochs, best_epoch, best, main_metric) from None
+    shutil.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
     return {"history": history, "best_epoch": best_epoch, "best": best}
 
 
-def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation):
+def _save_best(model, tokenizer, out_dir):
+    """Writes best/ (model and tokenizer) whole: into a sibling first, then renamed."""
+    staging, previous = os.path.join(out_dir, _NEXT_BEST), os.path.join(out_dir, _PREVIOUS_BEST)
+    for leftover in (staging, previous):
+        shutil.rmtree(leftover, ignore_errors=True)
+    model.save_pretrained(staging)
+    tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
+    best = os.path.join(out_dir, BEST_DIR)
+    if os.path.isdir(best):
+        os.rename(best, previous)  # removed by the next save, or after the run
+    os.rename(staging, best)
+
+
+def _recover_best(out_dir):
+    """After Ctrl-C: the last complete best/ in place, `_save_best`'s leftovers removed."""
+    best, previous = os.path.join(out_dir, BEST_DIR), os.path.join(out_dir, _PREVIOUS_BEST)
+    if not os.path.isdir(best) and os.path.isdir(previous):
+        os.rename(previous, best)  # stopped between `_save_best`'s two renames
+    shutil.rmtree(previous, ignore_errors=True)
+    shutil.rmtree(os.path.join(out_dir, _NEXT_BEST), ignore_errors=True)
+
+
+def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):
     run = {
         "config": config.to_dict(),
         "label_names": label_names,
@@ -129,6 +183,8 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
         "history": history,
         "best_epoch": best_epoch,
     }
+    if interrupted:
+        run["interrupted"] = interrupted
     with open(os.path.join(out_dir, RUN_FILE), "w") as f:
         json.dump(run, f, indent=2)
 
