@@ -23,6 +23,7 @@ _EXPORTS = {
     "AlbertQuestionAnswerer": "albert_tf.models",
     "AlbertRegressor": "albert_tf.models",
     "AlbertTagger": "albert_tf.models",
+    "AlbertTokenizer": "input_pipeline.tokenizer",
     "load_pretrained": "albert_tf.saving",
     "save_pretrained": "albert_tf.saving",
 }

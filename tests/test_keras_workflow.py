@@ -1,10 +1,6 @@
 """The Keras workflow on raw text: `AlbertPreprocessor`, `fit`/`predict` on strings, `from_pretrained`."""
 
 import json
-import os
-import re
-import subprocess
-import sys
 import warnings
 
 import keras
@@ -18,14 +14,12 @@ from albert_tf import (
 )
 from albert_tf.export import export_saved_model, export_tflite, load_saved_model, pack_texts
 from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
-from cli_helpers import user_environment
 from export_fixtures import VOCAB_SIZE, texts_and_pairs, tokenizer
 from helpers import max_abs_diff, tiny_config
 from input_pipeline import corpora
 from input_pipeline.tokenizer import AlbertTokenizer
 
 LENGTH = 24
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def preprocessor(**kwargs):
@@ -284,21 +278,3 @@ def test_export_defaults_to_the_preprocessors_tokenizer(tmp_path):
     assert max_abs_diff(served["logits"].numpy(), model.predict(texts, verbose=0)["logits"]) <= 1e-5
     export_tflite(model, str(tmp_path / "tflite"), max_length=LENGTH)
     assert AlbertTokenizer.load(str(tmp_path / "tflite")).model_proto == tokenizer().model_proto
-
-
-@pytest.mark.slow
-def test_readme_keras_example_runs_as_written(tmp_path):
-    with open(os.path.join(REPO, "README.md"), encoding="utf-8") as f:
-        readme = f.read()
-    block = re.search(r"<!-- keras-example -->\s*```python\n(.*?)```\s*<!-- /keras-example -->", readme, re.S)
-    assert block, "README.md lacks the <!-- keras-example --> python block"
-    # The example's path, as `albert-tf pretrain --out runs/base` leaves it.
-    _pretrain_run(tmp_path / "runs" / "base", max_position_embeddings=128)
-    (tmp_path / "example.py").write_text(block.group(1))
-    done = subprocess.run(
-        [sys.executable, "example.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
-        env=user_environment(PYTHONPATH=REPO, TF_CPP_MIN_LOG_LEVEL="2"),
-    )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert os.path.isfile(tmp_path / "saved_models" / "sentiment" / "1" / "saved_model.pb")
-    assert "tf.Tensor" in done.stdout and "(1, 2)" in done.stdout  # the printed probabilities

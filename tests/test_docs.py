@@ -1,0 +1,163 @@
+"""Every code block in README.md and docs/ runs as written, or says right above it why it cannot.
+
+A page's ```python blocks run with this environment's Python and its ```bash / ```sh blocks with
+bash (`-e -o pipefail`, this environment's bin/ first on PATH), in order, in one working directory
+per page, each in a fresh process. A block that cannot run here carries
+`<!-- not run: REASON -->` on the line above it. Every other fence names its language (`text`
+for output), so no command hides in an unnamed block.
+"""
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cli_helpers import user_environment
+
+REPO = Path(__file__).resolve().parent.parent
+
+# ---- The one place where the docs' runs are made small ---------------------------------------
+# The README's main job pretrains for 3,000 steps on 19,928 reviews (minutes). Here it pretrains a
+# tiny model for 20 steps on 300 reviews; every block that reads `runs/demo` reads that run. Each
+# line that equals a key is run as its value, and a key no block uses is an error, so the list
+# cannot go stale.
+TINY_DEMO = (
+    "--steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 --tokenizer-documents 1500 "
+    "--documents 300 --heldout-documents 60 --eval-examples 40 --baseline-batches 2"
+)
+SUBSTITUTIONS = {
+    "albert-tf demo --out runs/demo": f"albert-tf demo --out runs/demo {TINY_DEMO}",
+}
+# README.md runs first, in an empty directory; every page under docs/ then starts in a copy of
+# the directory the README's tour leaves (runs/demo, runs/sentiment, saved_models/sentiment, ...).
+FIRST_PAGE = "README.md"
+BLOCK_TIMEOUT_S = 600
+# -----------------------------------------------------------------------------------------------
+
+RUN_LANGUAGES = {"python", "bash", "sh"}
+NOT_RUN = re.compile(r"^<!-- not run: (\S.*?) -->$")
+FENCE = re.compile(r"^(\s*)```(.*)$")
+
+
+def pages():
+    return [FIRST_PAGE] + sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").rglob("*.md"))
+
+
+def blocks(page):
+    """The fenced blocks of `page` as dicts: language, line (1-based, of the fence), code, reason.
+
+    `reason` is the text of a `<!-- not run: ... -->` marker on the line above the fence, else None.
+    """
+    lines = (REPO / page).read_text(encoding="utf-8").split("\n")
+    found, i = [], 0
+    while i < len(lines):
+        match = FENCE.match(lines[i])
+        if not match:
+            i += 1
+            continue
+        indent, language = match.group(1), match.group(2).strip()
+        end = i + 1
+        while end < len(lines) and lines[end].strip() != "```":
+            end += 1
+        code = "\n".join(line[len(indent):] for line in lines[i + 1:end]) + "\n"
+        marker = NOT_RUN.match(lines[i - 1].strip()) if i else None
+        found.append({"language": language, "line": i + 1, "code": code,
+                      "reason": marker.group(1) if marker else None})
+        i = end + 1
+    return found
+
+
+def substituted(code, used):
+    out = []
+    for line in code.split("\n"):
+        if line.strip() in SUBSTITUTIONS:
+            used.add(line.strip())
+            line = line.replace(line.strip(), SUBSTITUTIONS[line.strip()])
+        out.append(line)
+    return "\n".join(out)
+
+
+def run_page(page, workdir, used):
+    """Runs `page`'s runnable blocks in `workdir`; returns a failure message or None."""
+    bin_dir = str(Path(sys.executable).parent)
+    env = user_environment(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2",
+                           PATH=bin_dir + os.pathsep + os.environ.get("PATH", ""))
+    for block in blocks(page):
+        if block["language"] not in RUN_LANGUAGES or block["reason"]:
+            continue
+        code = substituted(block["code"], used)
+        script = workdir / f"block_{block['line']}.{'py' if block['language'] == 'python' else 'sh'}"
+        script.write_text(code, encoding="utf-8")
+        command = ([sys.executable, script.name] if block["language"] == "python"
+                   else ["bash", "-e", "-o", "pipefail", script.name])
+        try:
+            done = subprocess.run(command, cwd=workdir, env=env, capture_output=True, text=True,
+                                  timeout=BLOCK_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            return f"{page}:{block['line']}: the {block['language']} block ran past {BLOCK_TIMEOUT_S} s"
+        if done.returncode != 0:
+            return (f"{page}:{block['line']}: the {block['language']} block exited {done.returncode}\n"
+                    f"--- block ---\n{code}--- stdout ---\n{done.stdout[-3000:]}\n"
+                    f"--- stderr ---\n{done.stderr[-3000:]}")
+    return None
+
+
+@pytest.fixture(scope="module")
+def used_substitutions():
+    return set()
+
+
+@pytest.fixture(scope="module")
+def tour(tmp_path_factory, used_substitutions):
+    """The README's directory after its blocks ran, and the failure message (None when all ran)."""
+    workdir = tmp_path_factory.mktemp("readme")
+    return workdir, run_page(FIRST_PAGE, workdir, used_substitutions)
+
+
+def test_every_block_names_its_language_and_runs_or_says_why_not():
+    problems = []
+    for page in pages():
+        for block in blocks(page):
+            where = f"{page}:{block['line']}"
+            if not block["language"]:
+                problems.append(f"{where}: a fence without a language (```text for output)")
+            elif block["reason"] and block["language"] not in RUN_LANGUAGES:
+                problems.append(f"{where}: a not-run marker on a {block['language']} block, which never runs")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_readme_names_the_test_command_that_ci_runs():
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"^pip install -e \"\.\[test\]\" && (python -m pytest -q)$", readme, re.M)
+    assert commands, "README.md lacks its test command"
+    assert f".venv/bin/{commands[0]}" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_readme_blocks_run_as_written(tour):
+    assert tour[1] is None, tour[1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("page", pages()[1:])
+def test_docs_blocks_run_as_written(page, tour, tmp_path, used_substitutions):
+    readme_dir, failure = tour
+    assert failure is None, f"the README's tour failed, so {page} has nothing to start from"
+    workdir = tmp_path / "page"
+    shutil.copytree(readme_dir, workdir, symlinks=True)
+    failure = run_page(page, workdir, used_substitutions)
+    assert failure is None, failure
+
+
+@pytest.mark.slow
+def test_every_substitution_is_used(tour, used_substitutions):
+    for page in pages()[1:]:  # collects what the docs pages use, whether or not they ran first
+        for block in blocks(page):
+            if block["language"] in RUN_LANGUAGES and not block["reason"]:
+                substituted(block["code"], used_substitutions)
+    unused = set(SUBSTITUTIONS) - used_substitutions
+    assert not unused, f"substitutions no runnable block uses: {sorted(unused)}"
