@@ -117,8 +117,8 @@ def tf_spell_unknown_as_bytes(texts, known):
 def tf_bytes_to_text(texts):
     """Undoes `tf_spell_unknown_as_bytes` on decoded text: private-use bytes back to UTF-8.
 
-    Bytes that are not valid UTF-8 (ids cut inside a character) become U+FFFD:
-    one per maximal invalid run (ICU), where sentencepiece writes one per byte.
+    Bytes that are not valid UTF-8 (ids cut inside a character) become one
+    U+FFFD each, as sentencepiece decodes them.
 
     Args:
         texts: tf.string of any shape.
@@ -130,11 +130,22 @@ def tf_bytes_to_text(texts):
 
     flat = tf.reshape(texts, [-1])
     chars = tf.strings.unicode_split(flat, "UTF-8")  # tf.string ragged (batch, chars)
-    cps = tf.strings.unicode_decode(flat, "UTF-8").flat_values
-    offset = cps - PRIVATE_USE_BASE
+    offset = tf.strings.unicode_decode(flat, "UTF-8").flat_values - PRIVATE_USE_BASE
     is_byte = (offset >= 0) & (offset < 256)
     single_bytes = tf.constant([bytes([b]) for b in range(256)])
     raw = tf.where(is_byte, tf.gather(single_bytes, tf.clip_by_value(offset, 0, 255)), chars.flat_values)
-    joined = tf.strings.reduce_join(chars.with_flat_values(raw), axis=1)
-    valid = tf.strings.unicode_transcode(joined, "UTF-8", "UTF-8", errors="replace", replacement_char=0xFFFD)
-    return tf.reshape(valid, tf.shape(texts))
+    joined = tf.strings.reduce_join(chars.with_flat_values(raw), axis=1)  # UTF-8, or not quite
+    # ICU replaces a maximal invalid run by one U+FFFD; its width in bytes gives
+    # sentencepiece's count. A U+FFFD that was in the text spans its own 3 bytes.
+    cps, starts = tf.strings.unicode_decode_with_offsets(joined, "UTF-8", errors="replace")
+    rows = cps.value_rowids()
+    is_last = tf.range(tf.size(rows, out_type=tf.int64)) == tf.gather(cps.row_limits(), rows) - 1
+    next_start = tf.concat([starts.flat_values[1:], tf.zeros([1], tf.int64)], 0)[: tf.size(rows)]
+    ends = tf.where(is_last, tf.gather(tf.cast(tf.strings.length(joined), tf.int64), rows), next_start)
+    widths = ends - starts.flat_values
+    genuine = tf.strings.substr(tf.gather(joined, rows), starts.flat_values, widths) == "\ufffd".encode()
+    count = tf.where((cps.flat_values == 0xFFFD) & ~genuine, widths, 1)
+    out = tf.RaggedTensor.from_row_lengths(
+        tf.repeat(cps.flat_values, count), tf.math.unsorted_segment_sum(count, rows, cps.nrows())
+    )
+    return tf.reshape(tf.strings.unicode_encode(out, "UTF-8"), tf.shape(texts))
