@@ -273,7 +273,7 @@ class AlbertTokenizer:
         fast, known = self._tf()
         texts = self.preprocessing.tf_apply(texts)
         if known is not None:
-            texts = byte_fallback_lib.tf_spell_unknown_as_bytes(texts, known)
+            texts = byte_fallback_lib.tf_fast_op_input(texts, known)
         return fast.tokenize(texts)
 
     def tf_decode(self, ids):
