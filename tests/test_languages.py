@@ -262,6 +262,7 @@ def test_train_tokenizer_cli_language(tmp_path):
                      "--vocab-size", "1500", "--out", str(out)]) == 0
     tokenizer = AlbertTokenizer.load(out)
     assert tokenizer.language == "ko" and tokenizer.preprocessing == Preprocessing.for_language("ko")
+    assert tokenizer.byte_fallback and tokenizer.vocab_size == 1500
     assert "▁대한민국" in [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     # The English default refuses the same corpus (exit status 2 with the message).
     assert cli.main(["train-tokenizer", "--input", str(corpus), "--format", "text",
