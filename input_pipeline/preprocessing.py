@@ -20,6 +20,13 @@ LANGUAGES = ("en", "ko", "ja", "zh", "multi")
 # small ones; 0.99995 is what the English vocabularies here were trained with.
 DEFAULT_CHARACTER_COVERAGE = {"en": 0.99995, "ko": 0.9995, "ja": 0.9995, "zh": 0.9995, "multi": 0.9995}
 
+# The 0.05% of characters a rich character set leaves out still occur in any
+# real corpus (a rare Hangul syllable or kanji in 2% of lines): byte fallback
+# encodes them as their UTF-8 bytes instead of <unk>, as multilingual
+# SentencePiece models do, so no character is lost. English keeps the original
+# ALBERT vocabulary layout.
+DEFAULT_BYTE_FALLBACK = {"en": False, "ko": True, "ja": True, "zh": True, "multi": True}
+
 # Scripts written without spaces between words (Han, kana, CJK punctuation), as
 # a regex character class body. SentencePiece puts no '▁' inside such runs, so
 # the word-start table and the sentence splitter treat them specially.
@@ -76,7 +83,8 @@ class Preprocessing:
         NFKC and neither strip marks nor lowercase: their scripts have no case,
         and Latin words inside them keep theirs, as in cased multilingual BERT.
         They differ in their default `character_coverage` (see
-        `DEFAULT_CHARACTER_COVERAGE`), not in their steps.
+        `DEFAULT_CHARACTER_COVERAGE`), not in their steps, and train with byte
+        fallback (`DEFAULT_BYTE_FALLBACK`).
         """
         check_language(language)
         if language == "en":

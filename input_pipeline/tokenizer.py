@@ -3,8 +3,10 @@
 The same preprocessing runs in Python (`encode`) and in the TensorFlow graph
 (`tf_encode`), so a SavedModel that tokenizes raw strings produces exactly the
 ids the training data was made with. A tokenizer directory holds `spiece.model`
-(the SentencePiece model, embeddable in exports) and `tokenizer.json` (the
-language and the preprocessing steps; a file without a language is "en").
+(the SentencePiece model, embeddable in exports; it also says whether unknown
+characters fall back to bytes) and `tokenizer.json` (the language, the
+preprocessing steps and, for apps, byte_fallback; a file without a language is
+"en").
 """
 
 import dataclasses
@@ -16,7 +18,9 @@ import re
 import numpy as np
 import sentencepiece as spm
 
+from input_pipeline import byte_fallback as byte_fallback_lib
 from input_pipeline.preprocessing import (
+    DEFAULT_BYTE_FALLBACK,
     DEFAULT_CHARACTER_COVERAGE,
     UNSPACED_SCRIPT_CHARS,
     AccentStrippingGuard,
@@ -72,7 +76,7 @@ class AlbertTokenizer:
         language="en",
         preprocessing=None,
         character_coverage=None,
-        byte_fallback=False,
+        byte_fallback=None,
         input_sentence_size=10_000_000,
         seed=0,
         num_threads=None,
@@ -97,8 +101,10 @@ class AlbertTokenizer:
                 None takes `DEFAULT_CHARACTER_COVERAGE[language]`.
             byte_fallback: encode characters outside the vocabulary as their UTF-8
                 bytes (256 extra pieces) instead of <unk>, so decoding gives the
-                text back. Python encoding only: `tf_encode` refuses such models,
-                because tensorflow-text's FastSentencepieceTokenizer emits <unk>.
+                text back; None takes `DEFAULT_BYTE_FALLBACK[language]`. With
+                NFKC preprocessing (the non-"en" presets) SentencePiece's own
+                normalization is then off, so that `tf_encode` can reproduce
+                the byte pieces (`input_pipeline.byte_fallback`).
             input_sentence_size: cap on the number of sentences sampled for training.
             seed: seed of SentencePiece's sampling, so training is reproducible.
             num_threads: trainer threads; None keeps SentencePiece's default.
@@ -112,14 +118,20 @@ class AlbertTokenizer:
         preprocessing = preprocessing or Preprocessing.for_language(language)
         if character_coverage is None:
             character_coverage = DEFAULT_CHARACTER_COVERAGE[language]
+        if byte_fallback is None:
+            byte_fallback = DEFAULT_BYTE_FALLBACK[language]
         guard = AccentStrippingGuard() if preprocessing.strip_accents else None
 
+        num_texts = 0
+
         def processed():
+            nonlocal num_texts
             for sentence in sentences:
                 if guard is not None:
                     guard.observe(sentence)
                 text = preprocessing.apply(sentence)
                 if text:
+                    num_texts += 1
                     yield text
             # SentencePiece reads the whole stream before it trains, so the guard
             # stops a doomed run before the expensive part.
@@ -128,6 +140,11 @@ class AlbertTokenizer:
 
         model = io.BytesIO()
         options = _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads, byte_fallback)
+        if byte_fallback and preprocessing.normalization == "NFKC":
+            # SentencePiece's default nmt_nfkc is NFKC (done) plus dropping control
+            # characters: skipping it keeps every character (decode gives the
+            # preprocessed text back) and lets the graph see what SentencePiece sees.
+            options["normalization_rule_name"] = "identity"
         spm.set_random_generator_seed(seed)
         try:
             spm.SentencePieceTrainer.train(sentence_iterator=processed(), model_writer=model, **options)
@@ -136,9 +153,8 @@ class AlbertTokenizer:
                 # An exception raised by the sentence iterator reaches us wrapped
                 # in SentencePiece's RuntimeError: re-raise the guard's own error.
                 guard.check()
-            # SentencePiece reports unusable input (e.g. too few characters for the
-            # vocabulary size) as RuntimeError: that is bad input, so a ValueError.
-            raise ValueError(f"SentencePiece training failed: {e}") from e
+            # SentencePiece reports unusable input as RuntimeError: that is bad input, so a ValueError.
+            raise _training_error(e, num_texts, vocab_size, character_coverage, byte_fallback) from e
         return cls(model.getvalue(), preprocessing, language)
 
     @classmethod
@@ -158,7 +174,13 @@ class AlbertTokenizer:
             return cls(proto)
         with open(config_path, encoding="utf-8") as f:
             config = json.load(f)
-        return cls(proto, Preprocessing(**config["preprocessing"]), config.get("language", "en"))
+        tokenizer = cls(proto, Preprocessing(**config["preprocessing"]), config.get("language", "en"))
+        if config.get("byte_fallback", tokenizer.byte_fallback) != tokenizer.byte_fallback:
+            raise ValueError(
+                f"{config_path} says byte_fallback={config['byte_fallback']} but {model_path} has "
+                f"byte_fallback={tokenizer.byte_fallback}: the two files come from different tokenizers."
+            )
+        return tokenizer
 
     def save(self, directory):
         os.makedirs(directory, exist_ok=True)
@@ -167,6 +189,8 @@ class AlbertTokenizer:
         config = {
             "vocab_size": self.vocab_size,
             "language": self.language,
+            # Informs apps that tokenize on device; spiece.model itself is what decides.
+            "byte_fallback": self.byte_fallback,
             "preprocessing": dataclasses.asdict(self.preprocessing),
         }
         with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
@@ -246,32 +270,64 @@ class AlbertTokenizer:
         Returns:
             int32 RaggedTensor (batch, None) of ids, or a 1-D tensor for a scalar.
         """
-        return self._tf().tokenize(self.preprocessing.tf_apply(texts))
+        fast, known = self._tf()
+        texts = self.preprocessing.tf_apply(texts)
+        if known is not None:
+            texts = byte_fallback_lib.tf_fast_op_input(texts, known)
+        return fast.tokenize(texts)
 
     def tf_decode(self, ids):
         """Turns an int32 (Ragged)Tensor (batch, None) of ids into tf.string (batch,)."""
-        return self._tf().detokenize(ids)
+        fast, known = self._tf()
+        texts = fast.detokenize(ids)
+        return texts if known is None else byte_fallback_lib.tf_bytes_to_text(texts)
 
     def _tf(self):
-        if self.byte_fallback:
-            raise ValueError(
-                "This tokenizer was trained with byte_fallback=True, which tensorflow-text's "
-                "FastSentencepieceTokenizer does not implement (it would emit <unk> where Python "
-                "emits byte pieces). Train without byte fallback for in-graph tokenization and "
-                "text signatures."
-            )
+        """(FastSentencepieceTokenizer, known code points or None without byte fallback)."""
         if self._tf_tokenizer is None:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
+            proto, known = self.model_proto, None
+            if self.byte_fallback:
+                proto, known = byte_fallback_lib.fast_op_model(self.model_proto)
             # FastSentencepieceTokenizer, not SentencepieceTokenizer: the latter bundles
             # an older SentencePiece whose Viterbi breaks score ties differently (runs
             # like "...." or "000" split in another order), while the fast one gives
-            # the ids of the sentencepiece library and also runs in TFLite.
+            # the ids of the sentencepiece library and also runs in TFLite. It has no
+            # byte fallback: `input_pipeline.byte_fallback` spells the bytes around it.
             # Created outside any tf.function being traced, so its resource outlives it.
             with tf.init_scope():
-                self._tf_tokenizer = tf_text.FastSentencepieceTokenizer(self.model_proto)
+                self._tf_tokenizer = (tf_text.FastSentencepieceTokenizer(proto), known)
         return self._tf_tokenizer
+
+
+def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallback):
+    """SentencePiece's RuntimeError as a ValueError naming the argument (and flag) to change."""
+    message = str(error)
+    if num_texts == 0:
+        return ValueError(
+            "There is no text to train on: every sentence of the corpus (`sentences`, `--input`) is empty "
+            "after preprocessing."
+        )
+    too_small = re.search(r"smaller than required_chars\. \d+ vs (\d+)", message)
+    if too_small:
+        needed = int(too_small.group(1))
+        extra = NUM_SPECIAL_IDS + (256 if byte_fallback else 0)
+        return ValueError(
+            f"`vocab_size` (`--vocab-size`) is too small for the corpus: the {needed - extra} characters that "
+            f"cover {character_coverage} of its text (character_coverage), {NUM_SPECIAL_IDS} special pieces"
+            f"{' and 256 byte pieces' if byte_fallback else ''} need at least {needed}. Received: "
+            f"vocab_size={vocab_size}. Use vocab_size >= {needed} or a lower `character_coverage` "
+            f"(`--character-coverage`)."
+        )
+    too_large = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message)
+    if too_large:
+        return ValueError(
+            f"`vocab_size` (`--vocab-size`) is larger than the corpus has pieces for: at most "
+            f"{too_large.group(1)}. Received: vocab_size={vocab_size}. Use a smaller vocab_size or more text."
+        )
+    return ValueError(f"SentencePiece training failed: {message}")
 
 
 def _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads, byte_fallback=False):

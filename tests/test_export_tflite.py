@@ -92,3 +92,28 @@ def test_cli_pretrainer_with_tokenizer_subdir_and_dynamic_batch(tmp_path):
     expected = pretrainer(padded)
     assert max_abs_diff(out["mlm_logits"], np.asarray(expected["mlm_logits"])) <= 1e-4
     assert max_abs_diff(out["sop_logits"], np.asarray(expected["sop_logits"])) <= 1e-4
+
+
+def test_byte_fallback_tokenizer_ships_with_an_ids_only_model(tmp_path):
+    """The TFLite model takes ids: byte fallback changes the files next to it, not the conversion."""
+    from albert_tf.models import AlbertClassifier
+    from helpers import tiny_config
+    from input_pipeline import AlbertTokenizer
+    from language_corpora import korean_lines
+
+    tokenizer = AlbertTokenizer.train(korean_lines()[::2], 1256, language="ko", num_threads=2)
+    model = AlbertClassifier(AlbertBackbone(tiny_config(vocab_size=tokenizer.vocab_size)), num_classes=2)
+    path = export_tflite(model, str(tmp_path), tokenizer=tokenizer, max_length=MAX_LENGTH)
+    interpreter, ops = _ops(path)
+    assert not any(op.startswith("Flex") for op in ops)
+    with open(tmp_path / "tokenizer.json", encoding="utf-8") as f:
+        assert json.load(f)["byte_fallback"] is True
+    assert AlbertTokenizer.load(tmp_path).encode("뷁 𠮷") == tokenizer.encode("뷁 𠮷")
+    texts = ["뷁 똠방각하 햏", "𠮷野家 😀", korean_lines()[1]]
+    packed = pack_texts(tokenizer, texts, None, MAX_LENGTH, pad_to=MAX_LENGTH)
+    assert ((packed["token_ids"] >= 5) & (packed["token_ids"] < 261)).any()  # byte pieces
+    runner = interpreter.get_signature_runner("serving_default")
+    expected = np.asarray(model(packed)["logits"])
+    for row in range(len(texts)):
+        out = runner(**{k: v[row : row + 1] for k, v in packed.items()})
+        assert max_abs_diff(out["logits"], expected[row : row + 1]) <= 1e-4

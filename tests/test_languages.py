@@ -1,6 +1,7 @@
 """Languages other than English, on real Korean and Japanese text: presets that keep
-kana marks and Hangul syllables, Python/in-graph parity on every line, the guard
-on the English preset, CJK sentence splitting and piece-level whole-word masking."""
+kana marks and Hangul syllables, byte fallback that loses no character,
+Python/in-graph parity on every line, the guard on the English preset, CJK
+sentence splitting and piece-level whole-word masking."""
 
 import json
 import re
@@ -15,8 +16,11 @@ from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.corpus import split_paragraphs_into_sentences, split_sentences
 from input_pipeline.pretraining_data import PretrainingDataConfig, mask_tokens
-from input_pipeline.preprocessing import DEFAULT_CHARACTER_COVERAGE, LANGUAGES, AccentStrippingGuard
-from input_pipeline.tokenizer import CLS_ID, SEP_ID, WORD_START
+from input_pipeline.byte_fallback import parse
+from input_pipeline.preprocessing import (
+    DEFAULT_BYTE_FALLBACK, DEFAULT_CHARACTER_COVERAGE, LANGUAGES, AccentStrippingGuard,
+)
+from input_pipeline.tokenizer import CLS_ID, NUM_SPECIAL_IDS, SEP_ID, WORD_START
 from language_corpora import japanese_sentences, korean_documents, korean_lines
 
 HANGUL_SYLLABLE = re.compile("[\uac00-\ud7a3]")
@@ -26,10 +30,20 @@ VOICING_MARKS = re.compile("[\u3099\u309a\uff9e\uff9f]")  # combining and half-w
 # Kana whose voicing mark is part of the letter: が, ぱ, ヴ ... (NFD splits off U+3099/U+309A).
 VOICED_KANA = re.compile("[\u3040-\u30ff]")
 NFKC_EDGE_CASES = ["①②③ ㍻ ｶﾞｷﾞ ＡＢＣ１２３", "ﬁne Ⅻ ™ ¨x", "パン\u3000と\u00a0스프", "ΟΔΟΣ İstanbul Straße", ""]
+# Rare Hangul syllables and kanji (𠮷 is outside the BMP: 4 UTF-8 bytes), an emoji,
+# characters SentencePiece's default normalization would drop (U+200B, U+0001),
+# and runs whose segmentation ties (tensorflow-text's SentencepieceTokenizer
+# splits those differently from the sentencepiece library).
+RARE_AND_TIES = ["뷁 똠방각하 햏 쀍", "鬱 麤 𠮷野家 饂飩", "😀 한국어😀", "a\u200bb\x01c", "제22조(의견청취) 1------------",
+                 "-" * 25, "0" * 17, "다음 사항을 관장한다."]
 
 
 def voiced_kana(text):
     return [c for c in text if VOICED_KANA.match(c) and len(unicodedata.normalize("NFD", c)) > 1]
+
+
+def lines_of(language):
+    return korean_lines() if language == "ko" else japanese_sentences()
 
 
 @pytest.fixture(scope="module")
@@ -42,12 +56,26 @@ def ja_tokenizer():
     return AlbertTokenizer.train(japanese_sentences(), 2000, language="ja", num_threads=2)
 
 
+@pytest.fixture(scope="module")
+def small_tokenizers():
+    """(language, byte_fallback) -> a 1000 (ko) / 1500-piece (ja) tokenizer trained on every
+    other line: the other half holds syllables and kanji it never saw."""
+    return {
+        (language, fallback): AlbertTokenizer.train(
+            lines_of(language)[::2], size + (256 if fallback else 0), language=language,
+            byte_fallback=fallback, num_threads=2,
+        )
+        for language, size in (("ko", 1000), ("ja", 1500)) for fallback in (False, True)
+    }
+
+
 def test_issue_example_and_presets():
     text = "がぎぐ パン 한국어 텍스트 Café"
     assert Preprocessing().apply(text) == "かきく ハン " + unicodedata.normalize("NFKD", "한국어 텍스트") + " cafe"
     for language in ("ko", "ja", "zh", "multi"):
         assert Preprocessing.for_language(language).apply(text) == text
-        assert DEFAULT_CHARACTER_COVERAGE[language] == 0.9995
+        assert DEFAULT_CHARACTER_COVERAGE[language] == 0.9995 and DEFAULT_BYTE_FALLBACK[language]
+    assert not DEFAULT_BYTE_FALLBACK["en"]
     assert Preprocessing.for_language("en") == Preprocessing()
     # NFKC folds compatibility forms, composing half-width kana with their marks.
     assert Preprocessing.for_language("ja").apply("ｶﾞｷﾞ ＡＢＣ１２３ ①") == "ガギ ABC123 1"
@@ -88,7 +116,9 @@ def test_presets_keep_hangul_composed_and_kana_marks(language):
 @pytest.mark.parametrize("language", ["ko", "ja"])
 def test_python_and_in_graph_ids_identical_on_every_line(language, ko_tokenizer, ja_tokenizer):
     tokenizer = ko_tokenizer if language == "ko" else ja_tokenizer
-    texts = list(korean_lines() if language == "ko" else japanese_sentences()) + NFKC_EDGE_CASES
+    # A '▁' in the text is SentencePiece's space symbol: stripped at the end only.
+    space_symbols = ["▁", "a▁", "a ▁", "▁a", "a ▁ b"]
+    texts = list(lines_of(language)) + NFKC_EDGE_CASES + RARE_AND_TIES + space_symbols
     graph_ids = tf.function(tokenizer.tf_encode)(tf.constant(texts)).to_list()
     python_ids = [tokenizer.encode(t) for t in texts]
     mismatches = [t for t, g, p in zip(texts, graph_ids, python_ids) if g != p]
@@ -98,29 +128,98 @@ def test_python_and_in_graph_ids_identical_on_every_line(language, ko_tokenizer,
 
 
 @pytest.mark.parametrize("language", ["ko", "ja"])
-def test_decode_encode_round_trip(language, ko_tokenizer, ja_tokenizer):
-    tokenizer = ko_tokenizer if language == "ko" else ja_tokenizer
-    lines = korean_lines() if language == "ko" else japanese_sentences()
-    with_unk = 0
-    for line in lines:
-        ids = tokenizer.encode(line)
-        if tokenizer.unk_id in ids:
-            with_unk += 1  # characters outside the 99.95% coverage decode to ' ⁇ '
-        else:
-            assert tokenizer.decode(ids) == tokenizer.preprocessing.apply(line)
-    assert with_unk < 0.05 * len(lines)
-    # With byte fallback every character has pieces: every line comes back.
-    fallback = AlbertTokenizer.train(lines, 2400, language=language, byte_fallback=True, num_threads=2)
-    assert fallback.byte_fallback and not tokenizer.byte_fallback
-    bytes_used = 0
-    for line in lines:
-        ids = fallback.encode(line)
-        assert fallback.unk_id not in ids
-        assert fallback.decode(ids) == fallback.preprocessing.apply(line)
-        bytes_used += any(fallback.id_to_piece(i).startswith("<0x") for i in ids)
-    assert bytes_used > 0
-    with pytest.raises(ValueError, match="byte_fallback=True"):
-        fallback.tf_encode(tf.constant(["한국어"]))
+def test_byte_fallback_round_trips_every_line_in_python_and_in_graph(language, small_tokenizers):
+    tokenizer = small_tokenizers[language, True]
+    assert tokenizer.byte_fallback and tokenizer.vocab_size == (1256 if language == "ko" else 1756)
+    assert [tokenizer.id_to_piece(i) for i in (5, 6, 260)] == ["<0x00>", "<0x01>", "<0xFF>"]
+    texts = list(lines_of(language)) + NFKC_EDGE_CASES + RARE_AND_TIES
+    expected = [tokenizer.preprocessing.apply(t) for t in texts]
+    python_ids = [tokenizer.encode(t) for t in texts]
+    graph_ids = tf.function(tokenizer.tf_encode)(tf.constant(texts))
+    assert graph_ids.to_list() == python_ids
+    assert not any(tokenizer.unk_id in ids for ids in python_ids)
+    assert [tokenizer.decode(ids) for ids in python_ids] == expected
+    assert [t.decode() for t in tf.function(tokenizer.tf_decode)(graph_ids).numpy()] == expected
+    # Held-out lines use byte pieces: without them these lines would hold <unk>.
+    with_bytes = sum(any(NUM_SPECIAL_IDS <= i < NUM_SPECIAL_IDS + 256 for i in ids) for ids in python_ids)
+    assert with_bytes > (100 if language == "ko" else 50)
+    assert tokenizer.tf_encode(tf.constant("𠮷")).numpy().tolist() == tokenizer.encode("𠮷")
+    # Spans cut inside a character, and stray byte pieces, decode as sentencepiece does.
+    cut = [ids[k:] for ids in python_ids[-len(RARE_AND_TIES):] for k in (1, 2)] + [[5 + 0xF0, 5 + 0x9F, 300], [6]]
+    assert [t.decode() for t in tokenizer.tf_decode(tf.ragged.constant(cut)).numpy()] == \
+        [tokenizer.decode(ids) for ids in cut]
+
+
+def test_byte_fallback_in_the_preprocessor_layer_and_serve_text(small_tokenizers, tmp_path):
+    from albert_tf import AlbertBackbone, AlbertPreprocessor
+    from albert_tf.export import export_saved_model, pack_texts
+    from albert_tf.models import AlbertQuestionAnswerer
+    from helpers import tiny_config
+
+    tokenizer = small_tokenizers["ko", True]
+    held_out = [line for line in korean_lines()[1::2] if "<0x" in "".join(tokenizer.tokenize(line))][:4]
+    questions, contexts = RARE_AND_TIES[:4], [line[:60] for line in held_out]
+    expected = pack_texts(tokenizer, questions, contexts, max_length=64)
+    layer = AlbertPreprocessor(tokenizer, sequence_length=64)
+    got = layer((tf.constant(questions), tf.constant(contexts)))
+    assert {k: v.numpy().tolist() for k, v in got.items()} == {k: v.tolist() for k, v in expected.items()}
+    rebuilt = AlbertPreprocessor.from_config(layer.get_config())
+    assert rebuilt((tf.constant(questions), tf.constant(contexts)))["token_ids"].numpy().tolist() == \
+        expected["token_ids"].tolist()
+
+    qa = AlbertQuestionAnswerer(AlbertBackbone(tiny_config(vocab_size=tokenizer.vocab_size)))
+    loaded = tf.saved_model.load(export_saved_model(qa, str(tmp_path), tokenizer=tokenizer, max_length=64))
+    out = loaded.signatures["serve_text"](question=tf.constant(questions), context=tf.constant(contexts))
+    tokens = [[p.decode() for p in row[mask.astype(bool)]] for row, mask in
+              zip(out["tokens"].numpy(), out["padding_mask"].numpy())]
+    assert tokens == [[tokenizer.id_to_piece(i) for i in row[mask.astype(bool)]]
+                      for row, mask in zip(expected["token_ids"], expected["padding_mask"])]
+    # The answer is detokenized in-graph: sentencepiece's text of the span, even
+    # where a random model's span cuts a character's bytes (one U+FFFD per byte).
+    for i, answer in enumerate(out["answer"].numpy()):
+        start, end = out["answer_start"][i].numpy(), out["answer_end"][i].numpy()
+        assert answer.decode() == tokenizer.decode(expected["token_ids"][i][start : end + 1])
+
+
+@pytest.mark.parametrize("language", ["ko", "ja"])
+def test_without_byte_fallback_rare_characters_are_unknown_as_before(language, small_tokenizers, tmp_path):
+    tokenizer = small_tokenizers[language, False]
+    # What a tokenizer trained before byte fallback existed is: SentencePiece's own
+    # normalization, no byte pieces, and a tokenizer.json without the key.
+    assert parse(tokenizer.model_proto).normalizer_spec.name == "nmt_nfkc" and not tokenizer.byte_fallback
+    tokenizer.save(tmp_path)
+    config = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    assert config.pop("byte_fallback") is False
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
+    old = AlbertTokenizer.load(tmp_path)
+    texts = list(lines_of(language)) + NFKC_EDGE_CASES
+    python_ids = [old.encode(t) for t in texts]
+    assert tf.function(old.tf_encode)(tf.constant(texts)).to_list() == python_ids
+    lost = [t for t, ids in zip(texts, python_ids) if old.unk_id in ids]
+    assert len(lost) > 20  # the lines byte fallback brings back
+    assert "⁇" in old.decode(old.encode(lost[0]))
+
+
+def test_byte_fallback_choice_is_saved_and_checked(small_tokenizers, tmp_path):
+    small_tokenizers["ko", True].save(tmp_path)
+    config = json.loads((tmp_path / "tokenizer.json").read_text(encoding="utf-8"))
+    assert config["byte_fallback"] is True
+    assert AlbertTokenizer.load(tmp_path).byte_fallback
+    config["byte_fallback"] = False
+    (tmp_path / "tokenizer.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ValueError, match="says byte_fallback=False but .*spiece.model has byte_fallback=True"):
+        AlbertTokenizer.load(tmp_path)
+
+
+def test_byte_fallback_with_sentencepiece_normalization_is_python_only():
+    # A cased English tokenizer does not NFKC its text, so SentencePiece keeps its own
+    # normalization, which the graph cannot reproduce around byte pieces.
+    english = [s for d in imdb_documents()[:100] for s in d]
+    cased = AlbertTokenizer.train(english, 600, preprocessing=Preprocessing(lower_case=False, strip_accents=False),
+                                  byte_fallback=True, num_threads=2)
+    assert cased.byte_fallback and cased.decode(cased.encode("Zoë 😀")) == "Zoë 😀"
+    with pytest.raises(ValueError, match="applies 'nmt_nfkc'.*Retrain"):
+        cased.tf_encode(tf.constant(["Zoë"]))
 
 
 @pytest.mark.parametrize("language,char", [("ko", "다"), ("ja", "が")])
@@ -163,6 +262,7 @@ def test_train_tokenizer_cli_language(tmp_path):
                      "--vocab-size", "1500", "--out", str(out)]) == 0
     tokenizer = AlbertTokenizer.load(out)
     assert tokenizer.language == "ko" and tokenizer.preprocessing == Preprocessing.for_language("ko")
+    assert tokenizer.byte_fallback and tokenizer.vocab_size == 1500
     assert "▁대한민국" in [tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)]
     # The English default refuses the same corpus (exit status 2 with the message).
     assert cli.main(["train-tokenizer", "--input", str(corpus), "--format", "text",

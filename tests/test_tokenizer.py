@@ -6,6 +6,7 @@ import sentencepiece as spm
 import tensorflow as tf
 
 from albert_tf import cli
+from cli_helpers import run_cli
 from data_fixtures import imdb_documents, tokenizer  # noqa: F401 (fixture)
 from input_pipeline import AlbertTokenizer, Preprocessing, corpora
 from input_pipeline.tokenizer import _trainer_options
@@ -73,6 +74,32 @@ def test_train_tokenizer_cli(tmp_path):
     assert cli.main(["train-tokenizer", "--input", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 0
     assert AlbertTokenizer.load(tmp_path / "tok").vocab_size == 300
     assert cli.main(["train-tokenizer", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
+
+
+def test_train_tokenizer_errors_name_the_flag(tmp_path):
+    empty, blank, text = tmp_path / "empty.txt", tmp_path / "blank.txt", tmp_path / "ko.txt"
+    empty.write_text("")
+    blank.write_text("\n \n\t\n")
+    text.write_text("가나다라마바사 아자차카타파하\n", encoding="utf-8")
+    for corpus in (empty, blank):
+        done = run_cli("train-tokenizer", "--input", corpus, "--format", "text", "--out", tmp_path / "o", expect_rc=2)
+        assert done.stderr.strip() == (
+            f"albert-tf train-tokenizer: error: --input {corpus}: no text to train a tokenizer on "
+            "(1 empty documents skipped)."
+        )
+    # 14 syllables and the space: 15 characters, 5 special and 256 byte pieces.
+    done = run_cli("train-tokenizer", "--input", text, "--language", "ko", "--vocab-size", "100",
+                   "--out", tmp_path / "o", expect_rc=2)
+    assert len(done.stderr.strip().splitlines()) == 1 and "character_coverage with" not in done.stderr
+    assert "`--vocab-size`" in done.stderr and "need at least 276. Received: vocab_size=100" in done.stderr
+    done = run_cli("train-tokenizer", "--input", text, "--language", "ko", "--no-byte-fallback",
+                   "--vocab-size", "19", "--out", tmp_path / "o", expect_rc=2)
+    assert "15 characters" in done.stderr and "need at least 20. Received: vocab_size=19" in done.stderr
+    done = run_cli("train-tokenizer", "--input", text, "--language", "ko", "--vocab-size", "276", "--out", tmp_path / "ok")
+    assert "276-piece ko tokenizer on 1 documents (0 empty skipped), byte fallback on" in done.stdout
+    done = run_cli("train-tokenizer", "--input", text, "--vocab-size", "300", "--keep-accents",
+                   "--out", tmp_path / "big", expect_rc=2)
+    assert "larger than the corpus has pieces for: at most 20. Received: vocab_size=300" in done.stderr
 
 
 @pytest.mark.slow

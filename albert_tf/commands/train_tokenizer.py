@@ -1,5 +1,6 @@
 """`albert-tf train-tokenizer`: train a SentencePiece unigram vocabulary with ALBERT's layout."""
 
+import argparse
 import dataclasses
 
 from albert_tf.commands.flags import add_command
@@ -19,7 +20,7 @@ def add_parser(subparsers):
     parser.add_argument(
         "--language", choices=LANGUAGES, default="en",
         help="Preprocessing preset: en = original (NFKD, strip accents, lowercase); ko/ja/zh/multi = "
-        "NFKC, marks and case kept, character coverage 0.9995 (default: en).",
+        "NFKC, marks and case kept, character coverage 0.9995, byte fallback (default: en).",
     )
     add_overwrite_flag(parser)
     parser.add_argument("--cased", action="store_true", help="Keep case and accents (sets both flags below).")
@@ -27,7 +28,11 @@ def add_parser(subparsers):
     parser.add_argument("--keep-accents", action="store_true", help="Do not strip accents.")
     parser.add_argument("--keep-whitespace", action="store_true", help="Do not collapse whitespace.")
     parser.add_argument("--character-coverage", type=float, default=None, help="Default: 0.99995 for en, 0.9995 otherwise.")
-    parser.add_argument("--byte-fallback", action="store_true", help="Unknown characters become UTF-8 byte pieces (Python encoding only).")
+    parser.add_argument(
+        "--byte-fallback", action=argparse.BooleanOptionalAction, default=None,
+        help="Characters outside the vocabulary become UTF-8 byte pieces (256 more) instead of <unk> "
+        "(default: on for ko/ja/zh/multi, off for en).",
+    )
     parser.add_argument("--input-sentence-size", type=int, default=10_000_000, help="Sentences sampled for training.")
     parser.add_argument("--seed", type=int, default=0, help="Seed of the sentence sampling.")
     return parser
@@ -43,18 +48,27 @@ def run(args):
     )
     with fresh_output_dir(args.out, args.overwrite) as staging:
         corpus = Corpus(args.input, format=args.format, column=args.column)
-        tokenizer = AlbertTokenizer.train(
-            corpus.sentences(),
-            args.vocab_size,
-            language=args.language,
-            preprocessing=preprocessing,
-            character_coverage=args.character_coverage,
-            byte_fallback=args.byte_fallback,
-            input_sentence_size=args.input_sentence_size,
-            seed=args.seed,
-        )
+        try:
+            tokenizer = AlbertTokenizer.train(
+                corpus.sentences(),
+                args.vocab_size,
+                language=args.language,
+                preprocessing=preprocessing,
+                character_coverage=args.character_coverage,
+                byte_fallback=args.byte_fallback,
+                input_sentence_size=args.input_sentence_size,
+                seed=args.seed,
+            )
+        except ValueError as e:
+            if corpus.num_documents == 0:
+                raise ValueError(
+                    f"--input {' '.join(args.input)}: no text to train a tokenizer on "
+                    f"({corpus.num_empty_skipped} empty documents skipped)."
+                ) from e
+            raise
         tokenizer.save(staging)
     print(
         f"Trained a {tokenizer.vocab_size}-piece {args.language} tokenizer on {corpus.num_documents} documents "
-        f"({corpus.num_empty_skipped} empty skipped); saved to {args.out}"
+        f"({corpus.num_empty_skipped} empty skipped), byte fallback {'on' if tokenizer.byte_fallback else 'off'}; "
+        f"saved to {args.out}"
     )

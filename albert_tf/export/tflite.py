@@ -5,9 +5,9 @@ outputs of the SavedModel's id signature, at shape (batch_size, max_length):
 the sequence length is fixed (pad every input to `max_length`, padding_mask 0),
 the batch is 1 by default (mobile inference; static shapes let the converter
 fold all shape arithmetic) or dynamic with `batch_size=None`. Next to it:
-`spiece.model` + `tokenizer.json` (the tokenizer) and `export.json` (special
-ids, max length, truncation rule, label names) for on-device tokenization,
-which must follow `albert_tf.export.text.pack_texts`.
+`spiece.model` + `tokenizer.json` (the tokenizer, byte fallback included)
+and `export.json` (special ids, max length, truncation rule, label names) for
+on-device tokenization, which must follow `albert_tf.export.text.pack_texts`.
 
 Quantization (`quantize`):
     none     float32.
@@ -181,7 +181,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         tflite_inputs={n: s.shape.as_list() for n, s in specs.items()},
         tflite_outputs=sorted(concrete.structured_outputs),
         on_device_tokenization="preprocess as tokenizer.json says, SentencePiece-encode with "
-        "spiece.model, pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
+        "spiece.model (characters without a piece become UTF-8 byte pieces where tokenizer.json says "
+        "byte_fallback, as the sentencepiece library does), pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
         "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
     with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
