@@ -7,7 +7,8 @@
 
 BASE_PATH is a TF-Serving base path (versions 1/, 2/, ...), or an albert-tf
 model or run directory or a HuggingFace directory, which is exported to a temporary SavedModel first
-(with its tokenizer's text signatures). For trying request formats without
+(with its tokenizer's text signatures, and the fine-tuning run's --max-seq-length as
+the longest text; 128 or the model's max_position_embeddings for other models). For trying request formats without
 Docker; production serving is TF-Serving (see docs/deployment.md).
 """
 
@@ -49,13 +50,15 @@ def run(args):
 
 
 def _export(path, base_path):
+    from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_saved_model
     from albert_tf.saving import load_pretrained
     from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
 
     model_dir = resolve_model_dir(path)
     tokenizer = find_tokenizer(model_dir, required=False)
-    export_saved_model(load_pretrained(model_dir), base_path, tokenizer=tokenizer,
+    model = load_pretrained(model_dir)
+    export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(model_dir, model),
                        truncate_from=run_truncate_from(model_dir), max_windows=run_max_windows(model_dir))
     return base_path
 
