@@ -92,7 +92,7 @@ def run(args):
               + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
                  if backbone.lora_embedding_rank else "") + ".")
         backbone.merge_lora()
-    max_length = default_max_length(model_dir, model) if max_length is None else max_length
+    max_length = default_max_length(model_dir, model) if args.max_length is None else args.max_length
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     truncate_from = args.truncate_from or run_truncate_from(model_dir)
     if truncate_from != "end" and tokenizer is not None:
