@@ -4,7 +4,8 @@ Each subcommand lives in its own module under `albert_tf.commands` with two
 functions, `add_parser(subparsers)` and `run(args)`.
 
 Expected user errors (a missing or unreadable file, a wrong format, a bad
-flag value) print one line naming the problem and exit 2; Ctrl-C exits 130.
+flag value, a mistyped flag or command, with the closest known one) print one
+line naming the problem and exit 2; Ctrl-C exits 130.
 TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
 """
 

@@ -88,7 +88,7 @@ def short_run(tour, pretrained):
     """SST-2 fine-tuned with --max-seq-length 32 (the model allows 512)."""
     run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
             "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_short", "--batch-size", "16", "--epochs", "1",
-            "--max-seq-length", "32", cwd=tour)
+            "--max-seq-length", "32", "--truncate", cwd=tour)
     return tour / "runs" / "sst2_short"
 
 

@@ -118,6 +118,14 @@ def _is_table(task, config, lines):
     return all(column in fields for column in columns if column)
 
 
+def _threshold(args, config, record):
+    if args.null_score_diff_threshold is not None:
+        return args.null_score_diff_threshold
+    best = record.get("best_epoch")
+    found = record["history"][best - 1].get("best_f1_threshold") if best else None
+    return config.null_score_diff_threshold if found is None else found
+
+
 def _lines_file(lines, task_name, directory):
     """Writes plain-text lines (stdin's, or a file without a header) as JSONL the task's reader accepts.
 
