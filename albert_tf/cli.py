@@ -4,7 +4,8 @@ Each subcommand lives in its own module under `albert_tf.commands` with two
 functions, `add_parser(subparsers)` and `run(args)`.
 
 Expected user errors (a missing or unreadable file, a wrong format, a bad
-flag value) print one line naming the problem and exit 2; Ctrl-C exits 130.
+flag value, a mistyped flag or command, with the closest known one) print one
+line naming the problem and exit 2; Ctrl-C exits 130.
 TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
 """
 
@@ -31,9 +32,9 @@ def build_parser(argv=None):
     `argv` every command's parser is built (tests parse several command lines).
     """
     from albert_tf.commands import COMMANDS
-    from albert_tf.commands.flags import HelpFormatter
+    from albert_tf.commands.flags import ArgumentParser, HelpFormatter
 
-    parser = argparse.ArgumentParser(
+    parser = ArgumentParser(
         prog="albert-tf", description="ALBERT in TensorFlow 2 / Keras 3.", formatter_class=HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"albert-tf {__version__}")
@@ -56,13 +57,19 @@ def _command_name(argv):
 
 
 # TensorFlow's start-up lines (absl's pre-init banner, C++ INFO/WARNING log
-# lines such as cudart_stub's "Could not find cuda drivers" and
-# cpu_feature_guard's, and the latter's second line, and the CUDA error of a
-# machine without a GPU). Other errors (E...) are kept.
+# lines such as cudart_stub's "Could not find cuda drivers", port.cc's "oneDNN
+# custom operations are on" and cpu_feature_guard's, and the latter's second
+# line), and two ERROR lines that are not errors: the CUDA probe of a machine
+# without a GPU, and util.cc's note that a CPU without AVX-512 runs int64 ops
+# in Eigen instead of oneDNN (the TPU VM's host and many laptops). Other
+# errors (E...) are kept. TF_CPP_MIN_LOG_LEVEL=2 (set below) reaches only part
+# of them: port.cc and cudart_stub log through their own copy of absl before
+# TensorFlow's logging starts, and level 3 would hide every real C++ error too.
 _NOISE = re.compile(
     r"WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
     r"|[IW]\d{4} [\d:.]+\s+\d+ \S+:\d+\] "
     r"|E\d{4} [\d:.]+\s+\d+ cuda\w*\.cc:\d+\] failed call to cuInit"
+    r"|E\d{4} [\d:.]+\s+\d+ util\.cc:\d+\] oneDNN supports DT_\w+ only on platforms with"
     r"|To enable the following instructions: .* rebuild TensorFlow"
 )
 
@@ -130,6 +137,14 @@ def main(argv=None):
 
 
 def _run(argv):
+    from albert_tf.commands import COMMANDS
+    from albert_tf.commands.flags import closest_command
+
+    command = _command_name(argv)
+    if command is not None and command not in COMMANDS:
+        print(f"albert-tf: error: unknown command {command!r}{closest_command(command, COMMANDS)}; "
+              f"commands: {', '.join(COMMANDS)}", file=sys.stderr)
+        return EXIT_USER_ERROR
     args = build_parser(argv).parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
     try:

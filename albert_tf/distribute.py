@@ -1,5 +1,8 @@
 """tf.distribute strategies by name, and a CPU splitter for testing them."""
 
+import socket
+import urllib.parse
+
 import tensorflow as tf
 
 STRATEGY_NAMES = ("default", "mirrored", "multi_worker", "tpu")
@@ -28,6 +31,10 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
     Returns:
         A `tf.distribute.Strategy`. Build models and optimizers under its
         `scope()`.
+
+    Raises:
+        ValueError: for "tpu", when no TPU answers at `tpu` (an unknown name,
+            an unreachable address, or "local" on a machine without a TPU).
     """
     if name not in STRATEGY_NAMES:
         raise ValueError(
@@ -60,10 +67,35 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=cluster_resolver
         )
-    resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
-    tf.config.experimental_connect_to_cluster(resolver)
-    tf.tpu.experimental.initialize_tpu_system(resolver)
-    return tf.distribute.TPUStrategy(resolver)
+    return tf.distribute.TPUStrategy(_connect_tpu(tpu))
+
+
+# Seconds to wait for a grpc:// TPU address to accept a connection: TensorFlow
+# itself waits without end on an address where nothing listens.
+TPU_CONNECT_TIMEOUT = 10
+
+
+def _connect_tpu(tpu):
+    """Resolves, connects to and initializes the TPU system at `tpu`; returns its resolver."""
+    where = f"tpu={tpu!r}" if tpu is not None else "tpu=None (this machine's TPU)"
+    address = urllib.parse.urlparse(tpu) if tpu and tpu.startswith("grpc://") else None
+    if address is not None:
+        try:
+            socket.create_connection((address.hostname, address.port), timeout=TPU_CONNECT_TIMEOUT).close()
+        except (OSError, ValueError) as error:
+            raise ValueError(f"No TPU answers at {where}: {error}.") from error
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+    except (ValueError, OSError, tf.errors.OpError) as error:
+        # The resolver looks a name up in Cloud TPU's API (URLError when there
+        # is none) and "local" fails in ConfigureDistributedTPU without a TPU;
+        # the first sentence of TensorFlow's message is the one that says why.
+        message = str(getattr(error, "message", error)).strip()
+        reason = message.splitlines()[0].split(". ")[0] if message else ""
+        raise ValueError(f"No TPU answers at {where}: {type(error).__name__}: {reason}") from error
+    return resolver
 
 
 def configure_logical_cpus(num_devices):

@@ -23,3 +23,15 @@ def test_a_command_that_ends_before_the_copying_thread_runs_keeps_its_error(monk
     err = capfd.readouterr().err
     assert "something the user must see" in err
     assert "start-up noise" not in err
+
+
+def test_benign_error_lines_are_dropped_and_real_ones_kept(capfd):
+    with cli.QuietStderr():
+        # util.cc's note on a CPU without AVX-512: the op runs in Eigen instead; nothing failed.
+        os.write(2, b"E0000 00:00:1795628714.721118   20435 util.cc:131] oneDNN supports DT_INT64 only on "
+                    b"platforms with AVX-512. Falling back to the default Eigen-based implementation if present.\n")
+        os.write(2, b"E0000 00:00:1795628714.721118   20435 cuda_platform.cc:52] failed call to cuInit: INTERNAL\n")
+        os.write(2, b"E0000 00:00:1795628714.721118   20435 some_kernel.cc:99] a real failure\n")
+    err = capfd.readouterr().err
+    assert "DT_INT64" not in err and "cuInit" not in err
+    assert "a real failure" in err

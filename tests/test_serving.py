@@ -95,6 +95,26 @@ def test_bad_requests_get_400_and_the_server_keeps_serving(server):
         {"signature_name": "serve_text", "instances": [""]},  # empty text
         {"signature_name": "serve_text", "instances": ["ok"] * 17},  # over max_batch_size
         {"instances": good["instances"], "inputs": {}},
+        # JSON values of the wrong kind inside id arrays, and bodies of the wrong kind.
+        {"instances": [{**row, "token_ids": [None] + row["token_ids"][1:]}]},
+        {"instances": [{**row, "token_ids": [True] + row["token_ids"][1:]}]},
+        {"instances": [{**row, "token_ids": [[t] for t in row["token_ids"]]}]},  # nested lists
+        {"instances": [{**row, "token_ids": [row["token_ids"][0], [1, 2]] + row["token_ids"][2:]}]},
+        {"instances": [{**row, "token_ids": None}]},
+        {"instances": [{**row, "token_ids": 3}]},  # a scalar, not a row
+        {"instances": [{**row, "padding_mask": ["1"] * 4}]},
+        {"instances": [{**row, "token_ids": {"b64": "AAAA"}}]},
+        {"inputs": {**{k: v.tolist() for k, v in good_ids.items()}, "segment_ids": [[None] * 4]}},
+        {"instances": None},
+        {"instances": [None]},
+        {"instances": "token_ids"},
+        {"inputs": None},
+        {"signature_name": None, **good},
+        {"signature_name": "serve_text", "instances": [None]},
+        {"signature_name": "serve_text", "instances": [1.5]},
+        {"signature_name": "serve_text", "instances": [["nested"]]},
+        {"signature_name": "serve_text", "inputs": {"text": [True]}},
+        b"null", b'"text"', b"1.5", b"true", b"",
         b'{"signature_name": "serve_text", "instances": ["' + b"x" * MAX_BODY_BYTES + b'"]}',  # oversized
     ]
     for body in bad_requests:
@@ -125,6 +145,29 @@ def test_every_error_is_json_with_the_right_status(server):
         status, answer = _request(url, body, method)
         assert status == expected and isinstance(answer.get("error"), str), (url, method, status, answer)
     assert "surrogate" in _request(server.url + ":predict", surrogate)[1]["error"]
+
+
+def _raw(server, request_bytes):
+    """The raw answer of the server to `request_bytes` sent on a fresh connection (until it closes)."""
+    import socket
+
+    with socket.create_connection(server.server_address[:2], timeout=30) as connection:
+        connection.sendall(request_bytes)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.parametrize("line", [b"GET /", b"GET /v1/models/classifier", b"garbage", b"\x00\xff nonsense here too",
+                                  b"GET / HTTP/x", b"GET " + b"a" * 70000 + b" HTTP/1.1"])
+def test_request_lines_it_cannot_parse_get_a_400_status_line_and_json(server, line):
+    answer = _raw(server, line + b"\r\n\r\n")
+    head, _, body = answer.partition(b"\r\n\r\n")
+    status = head.split(b"\r\n")[0]
+    assert status.startswith(b"HTTP/1.") and status.split()[1] in (b"400", b"414"), answer[:200]
+    assert isinstance(json.loads(body)["error"], str)
+    assert _request(server.url)[0] == 200
 
 
 @pytest.mark.slow

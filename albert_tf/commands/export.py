@@ -20,7 +20,7 @@ from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
 from albert_tf.export.tflite import CALIBRATED_MODES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
-from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
+from albert_tf.tasks.finetune import run_max_seq_length, run_max_windows, run_truncate_from
 from input_pipeline import corpora
 from input_pipeline.packing import TRUNCATE_FROM
 
@@ -43,9 +43,10 @@ def add_parser(subparsers):
         help="saved_model: id signature only, for a TF-Serving build without TF Text's ops.",
     )
     parser.add_argument(
-        "--max-length", type=int, default=DEFAULT_MAX_LENGTH,
+        "--max-length", type=int,
         help="Longest sequence, special tokens included; text is truncated to it. TFLite: the "
-        "fixed input length.",
+        "fixed input length. Default: the fine-tuning run's --max-seq-length; for other models "
+        f"{DEFAULT_MAX_LENGTH}, or the model's max_position_embeddings when smaller.",
     )
     parser.add_argument(
         "--truncate-from", choices=TRUNCATE_FROM,
@@ -91,14 +92,15 @@ def run(args):
               + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
                  if backbone.lora_embedding_rank else "") + ".")
         backbone.merge_lora()
+    max_length = default_max_length(model_dir, model) if args.max_length is None else args.max_length
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     truncate_from = args.truncate_from or run_truncate_from(model_dir)
     if truncate_from != "end" and tokenizer is not None:
-        print(f"Text longer than --max-length {args.max_length} loses pieces from its {truncate_from}"
+        print(f"Text longer than --max-length {max_length} loses pieces from its {truncate_from}"
               + ("" if args.truncate_from else " (as in fine-tuning)") + ".")
     max_windows = run_max_windows(model_dir) if args.max_windows is None else args.max_windows
     if max_windows > 1 and tokenizer is not None:
-        print(f"Text longer than --max-length {args.max_length} is read as up to {max_windows} windows, their "
+        print(f"Text longer than --max-length {max_length} is read as up to {max_windows} windows, their "
               "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
@@ -108,7 +110,7 @@ def run(args):
         existing = version_dirs(args.out) if os.path.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
         with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
-            export_saved_model(model, staging, tokenizer=tokenizer, max_length=args.max_length, version=version,
+            export_saved_model(model, staging, tokenizer=tokenizer, max_length=max_length, version=version,
                                truncate_from=truncate_from, max_windows=max_windows)
             staged_version = os.path.join(staging, str(version))
             for name in os.listdir(staged_version):
@@ -121,12 +123,21 @@ def run(args):
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
     with fresh_output_dir(args.out, args.overwrite) as staging:
         path = export_tflite(
-            model, staging, tokenizer=tokenizer, max_length=args.max_length, quantize=args.quantize,
+            model, staging, tokenizer=tokenizer, max_length=max_length, quantize=args.quantize,
             representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
             max_windows=max_windows,
         )
     print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
     return 0
+
+
+def default_max_length(model_dir, model):
+    """--max-length's default: the fine-tuning run's max_seq_length; else DEFAULT_MAX_LENGTH, within the model's
+    max_position_embeddings."""
+    run_length = run_max_seq_length(model_dir)
+    if run_length is not None:
+        return run_length
+    return min(DEFAULT_MAX_LENGTH, getattr(model, "backbone", model).config.max_position_embeddings)
 
 
 def _calibration_texts(path, limit):

@@ -8,9 +8,63 @@ choices and default, and `config_kwargs` reads them back.
 
 import argparse
 import dataclasses
+import difflib
 import types
 
 from albert_tf.commands import COMMANDS
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """A parser whose usage errors are one line, exit 2, and name the closest known flag.
+
+    argparse's own error prints the whole usage block; a mistyped flag
+    (`--learning_rate`) then reads as a wall of text without the one fix.
+    Subcommand parsers are of this class too (argparse uses the parent's).
+    """
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+    def parse_args(self, args=None, namespace=None):
+        namespace, extras = self.parse_known_args(args, namespace)
+        if extras:
+            parser = self._chosen_parser(namespace)
+            parser.error(unknown_arguments_message(extras, parser))
+        return namespace
+
+    def _chosen_parser(self, namespace):
+        """The innermost subcommand parser `namespace` was parsed with (self without subcommands)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                chosen = action.choices.get(getattr(namespace, action.dest, None))
+                if chosen is not None:
+                    return chosen._chosen_parser(namespace)
+        return self
+
+
+def unknown_arguments_message(extras, parser):
+    """'unknown flag --learning_rate (did you mean --learning-rate?)', and so on for each extra word."""
+    known = [flag for action in parser._actions for flag in action.option_strings]
+    parts = []
+    for index, word in enumerate(extras):
+        if not word.startswith("-"):
+            # The value of an unknown flag just named: not a second problem.
+            if not (index and extras[index - 1].startswith("-") and "=" not in extras[index - 1]):
+                parts.append(f"unexpected argument {word!r}")
+            continue
+        flag = word.split("=", 1)[0]
+        # "_" for "-" is the usual slip (the config fields are snake_case); rank that spelling first.
+        close = difflib.get_close_matches(flag.replace("_", "-"), known, n=3, cutoff=0.6)
+        close += [f for f in difflib.get_close_matches(flag, known, n=3, cutoff=0.6) if f not in close]
+        hint = f" (did you mean {' or '.join(close[:3])}?)" if close else ""
+        parts.append(f"unknown flag {flag}{hint}")
+    return "; ".join(parts)
+
+
+def closest_command(name, commands):
+    """' (did you mean pretrain?)' for `name`='pretrian', or '' when nothing is close."""
+    close = difflib.get_close_matches(name, list(commands), n=2, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter):

@@ -4,11 +4,13 @@
     echo "a gorgeous, witty film" | albert-tf predict --model runs/sst2
     printf 'A man plays.\\tA man is playing.\\n' | albert-tf predict --model runs/stsb
 
---model is a `finetune` output directory (or its best/). Files are read like
-the task's training data, without labels (SQuAD questions need no answers).
-From stdin, sentence tasks take one text per line (a pair as two
-tab-separated texts) and tagging one whitespace-tokenized sentence per line;
-SQuAD and RACE need a file.
+--model is a `finetune` output directory (or its best/). A file or stdin whose
+first line is a header naming the task's text column(s) (`sentence` for SST-2,
+--text-column for a CSV task) is read like the task's training data, without
+labels; any other text, file or stdin alike, is one text per line (a pair as
+two tab-separated texts). JSON(L) files are read as the task's JSON. Tagging
+reads its file format, or from stdin one whitespace-tokenized sentence per
+line; SQuAD and RACE need a file (SQuAD questions need no answers).
 
 Every input row (line, or SQuAD/RACE question) gives exactly one output line,
 in input order, with its 0-based "index" (and "id" where the input has one):
@@ -18,6 +20,7 @@ Texts longer than the model's max_seq_length are cut, as the exported
 score is null).
 """
 
+import csv
 import json
 import math
 import os
@@ -55,15 +58,28 @@ def run(args):
     config = config.replace(eval_batch_size=args.batch_size, skip_invalid=True, truncate=True,
                             null_score_diff_threshold=_threshold(args, config, record))
     with tempfile.TemporaryDirectory() as tmp:
-        if args.input == "-":
-            path, rows = _stdin_file(config.task, tmp)
-            if config.task != "tagging":
-                # stdin rows are generic tables: read them as such, with the run's labels.
+        path, rows = args.input, None
+        if config.task in _FILE_ONLY_TASKS:
+            if args.input == "-":
+                raise ValueError(f"--task {config.task} reads JSON: pass --input FILE.")
+        elif config.task == "tagging":
+            if args.input == "-":
+                path, rows = _lines_file(sys.stdin.read().splitlines(), "tagging", tmp)
+        elif args.input == "-" or os.path.splitext(args.input)[1].lower() not in (".json", ".jsonl"):
+            lines = _input_lines(args.input)
+            if _is_table(task, config, lines):
+                # A table (a file, or a file piped in): read like the task's training data.
+                if args.input == "-":
+                    path = os.path.join(tmp, "stdin.tsv" if "\t" in lines[0] else "stdin.csv")
+                    with open(path, "w", encoding="utf-8") as f:
+                        f.write("\n".join(lines) + "\n")
+            else:
+                # Plain text: one text per line (a pair as two tab-separated texts), read as a generic
+                # table with the run's labels.
+                path, rows = _lines_file(lines, config.task, tmp)
                 task = SentenceTask(config.task, regression=getattr(task, "regression", False))
                 has_pair = any(row.get("text_b") is not None for row in rows if "error" not in row)
                 config = config.replace(text_column="text", text_pair_column="text_b" if has_pair else None)
-        else:
-            path, rows = args.input, None
         encoded = task.encode(path, tokenizer, config, model.label_names, labelled=False)
         predictions = task.predictions(model, encoded, config) if encoded.inputs else []
         records = _aligned(path, encoded, predictions, rows)
@@ -77,6 +93,31 @@ def run(args):
     print("; ".join(encoded.notes) + (f"; {errors} rows gave an error record" if errors else ""), file=sys.stderr)
 
 
+def _input_lines(path):
+    """The lines of --input (a file, or stdin for -), without their line ends."""
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    with open(path, encoding="utf-8") as f:
+        return f.read().splitlines()
+
+
+def _is_table(task, config, lines):
+    """Whether `lines` are the task's table: a CSV/TSV header naming its text column(s) comes first.
+
+    CoLA's files have no header; its rows are recognized by their field count.
+    """
+    first = next((line for line in lines if line.strip()), "")
+    glue = getattr(task, "glue", None)
+    if glue is not None:
+        if glue.implicit_header and len(first.split("\t")) == len(glue.implicit_header):
+            return True
+        columns = (glue.text_a, glue.text_b)
+    else:
+        columns = (config.text_column, config.text_pair_column)
+    fields = set(first.split("\t")) | set(next(csv.reader([first]), []))
+    return all(column in fields for column in columns if column)
+
+
 def _threshold(args, config, record):
     if args.null_score_diff_threshold is not None:
         return args.null_score_diff_threshold
@@ -85,17 +126,15 @@ def _threshold(args, config, record):
     return config.null_score_diff_threshold if found is None else found
 
 
-def _stdin_file(task_name, directory):
-    """Writes stdin's usable lines as JSONL the task's reader accepts.
+def _lines_file(lines, task_name, directory):
+    """Writes plain-text lines (stdin's, or a file without a header) as JSONL the task's reader accepts.
 
     Returns:
-        (path, rows): rows has one dict per stdin line, {"error": ...} for a
-        line that cannot be predicted (it is not written to the file).
+        (path, rows): rows has one dict per line, {"error": ...} for a line
+        that cannot be predicted (it is not written to the file).
     """
-    if task_name in _FILE_ONLY_TASKS:
-        raise ValueError(f"--task {task_name} reads JSON: pass --input FILE.")
     rows = []
-    for line in sys.stdin.read().splitlines():
+    for line in lines:
         if not line.strip():
             rows.append({"error": "blank line"})
         elif task_name == "tagging":
@@ -106,7 +145,7 @@ def _stdin_file(task_name, directory):
                 rows.append({"error": f"expected one text or two tab-separated texts, got {len(texts)}"})
             else:
                 rows.append({"text": texts[0], "text_b": texts[1] if len(texts) > 1 else None})
-    path = os.path.join(directory, "stdin.jsonl")
+    path = os.path.join(directory, "lines.jsonl")
     with open(path, "w", encoding="utf-8") as f:
         for row in rows:
             if "error" not in row:

@@ -52,8 +52,10 @@ def add_parser(subparsers):
     training = parser.add_argument_group("training")
     training.add_argument("--out", required=True, metavar="RUN_DIR",
                           help="Run directory; rerunning the same command resumes from its last checkpoint.")
-    training.add_argument("--strategy", choices=STRATEGY_NAMES, default="default", help="tf.distribute strategy.")
-    training.add_argument("--tpu", help="TPU name or address for --strategy tpu.")
+    training.add_argument("--strategy", choices=STRATEGY_NAMES,
+                          help="tf.distribute strategy (default: tpu with --tpu, else default).")
+    training.add_argument("--tpu", help="TPU name, grpc:// address or \"local\"; selects --strategy tpu (any other "
+                          "--strategy with it is an error).")
     training.add_argument("--embedding-init", choices=EMBEDDING_INITS, default="random",
                           help="ppmi-svd: start the word embeddings from PPMI-SVD vectors of the text "
                                "(raw text only; helps short runs transfer, docs/pretraining.md).")
@@ -64,6 +66,7 @@ def add_parser(subparsers):
 
 
 def run(args):
+    strategy_name = _strategy_name(args)
     if args.logical_cpus:
         # Must precede every other TensorFlow call of the process.
         from albert_tf.distribute import configure_logical_cpus
@@ -75,6 +78,13 @@ def run(args):
     from albert_tf.training.trainer import CHECKPOINT_DIR
 
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
+    # Before reading the data: a TPU that is not there is known in seconds.
+    try:
+        strategy = get_strategy(strategy_name, tpu=args.tpu)
+    except ValueError as e:
+        if strategy_name != "tpu":
+            raise
+        raise ValueError(f"--tpu {args.tpu or '(none: this machine)'}: {e}") from e
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
     model_config = _model_config(args, vocab_size, data_config.max_seq_length)
     word_embeddings_init = None
@@ -86,11 +96,10 @@ def run(args):
             )
         word_embeddings_init = ppmi_svd_init(source)
         data_info["embedding_init"] = "ppmi-svd"
-    strategy = get_strategy(args.strategy, tpu=args.tpu) if args.strategy == "tpu" else get_strategy(args.strategy)
     trainer = Trainer(
         model_config, trainer_config, args.out, pretraining_dataset_fn(source, data_config, seed=args.seed),
         strategy=strategy, tokenizer=tokenizer,
-        run_info={"data": data_info, "strategy": args.strategy, "replicas": strategy.num_replicas_in_sync},
+        run_info={"data": data_info, "strategy": strategy_name, "replicas": strategy.num_replicas_in_sync},
         word_embeddings_init=word_embeddings_init,
     )
     # float32 stays the default: bfloat16 was not measured faster on CPUs without bf16 units.
@@ -111,6 +120,14 @@ def run(args):
               "Rerun the same command to resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
+
+
+def _strategy_name(args):
+    """--strategy as given; without it, "tpu" when --tpu names one, else "default"."""
+    if args.tpu is not None and args.strategy not in (None, "tpu"):
+        raise ValueError(f"--tpu {args.tpu} runs on a TPU; it does not go with --strategy {args.strategy}. "
+                         "Drop one of them.")
+    return args.strategy or ("tpu" if args.tpu is not None else "default")
 
 
 def _load_data(args):

@@ -7,11 +7,15 @@
 
 BASE_PATH is a TF-Serving base path (versions 1/, 2/, ...), or an albert-tf
 model or run directory or a HuggingFace directory, which is exported to a temporary SavedModel first
-(with its tokenizer's text signatures). For trying request formats without
+(with its tokenizer's text signatures, and the fine-tuning run's --max-seq-length as
+the longest text; 128 or the model's max_position_embeddings for other models). For trying request formats without
 Docker; production serving is TF-Serving (see docs/deployment.md).
 """
 
+import contextlib
+import errno
 import os
+import socket
 import tempfile
 
 from albert_tf.commands.flags import add_command
@@ -36,6 +40,8 @@ def run(args):
     if (args.model is None) == (args.model_base_path is None):
         raise ValueError("Give what to serve once: BASE_PATH or --model DIR.")
     path = os.path.normpath(args.model or args.model_base_path)
+    # Before loading or exporting the model (seconds): a taken port is known at once.
+    _check_address(args.host, args.port)
     name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)
     with tempfile.TemporaryDirectory() as tmp:
         if holds_model(path):
@@ -44,20 +50,23 @@ def run(args):
 
 
 def _export(path, base_path):
+    from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_saved_model
     from albert_tf.saving import load_pretrained
     from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
 
     model_dir = resolve_model_dir(path)
     tokenizer = find_tokenizer(model_dir, required=False)
-    export_saved_model(load_pretrained(model_dir), base_path, tokenizer=tokenizer,
+    model = load_pretrained(model_dir)
+    export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(model_dir, model),
                        truncate_from=run_truncate_from(model_dir), max_windows=run_max_windows(model_dir))
     return base_path
 
 
 def _serve(base_path, name, args):
     model = ServingModel(base_path, name, args.max_batch_size)
-    server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
+    with _address_errors(args.host, args.port):
+        server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
     print(f"Serving {model.name} version {model.version} at {server.url} "
           f"(signatures: {', '.join(sorted(model.signatures))}); Ctrl-C stops.", flush=True)
     try:
@@ -67,3 +76,31 @@ def _serve(base_path, name, args):
     finally:
         server.server_close()
     return 0
+
+
+
+@contextlib.contextmanager
+def _address_errors(host, port):
+    """Turns a failed bind of HOST:PORT into a ValueError naming --port or --host."""
+    try:
+        yield
+    except OSError as error:
+        address = f"{host}:{port}"
+        if error.errno == errno.EADDRINUSE:
+            raise ValueError(f"--port {port}: {address} is already in use; pick another port "
+                             f"(e.g. --port {port + 1}), or --port 0 for any free one.") from None
+        if error.errno == errno.EACCES:
+            raise ValueError(f"--port {port}: binding {address} needs privileges (ports below 1024); "
+                             "pick a port of 1024 or above.") from None
+        if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
+            raise ValueError(f"--host {host}: not an address of this machine ({error.strerror}).") from None
+        raise
+
+
+def _check_address(host, port):
+    """Binds HOST:PORT as the server will (address reuse on, as http.server sets it), then lets it go."""
+    with _address_errors(host, port):
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))

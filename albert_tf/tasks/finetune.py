@@ -203,6 +203,11 @@ def run_max_windows(model_dir):
     return _run_setting(model_dir, "max_windows", 1)
 
 
+def run_max_seq_length(model_dir):
+    """The `max_seq_length` of the fine-tuning run that wrote `model_dir`; None for any other model directory."""
+    return _run_setting(model_dir, "max_seq_length", None)
+
+
 def _run_setting(model_dir, name, default):
     path = os.path.join(os.path.dirname(os.path.normpath(model_dir)), RUN_FILE)
     if os.path.basename(os.path.normpath(model_dir)) != BEST_DIR or not os.path.isfile(path):

@@ -149,20 +149,21 @@ def to_array(value, spec, name):
     if spec.dtype == tf.string:
         array = np.array([_to_bytes(leaf, name) for leaf in leaves], dtype=object).reshape(shape)
     elif spec.dtype.is_integer:
-        bad = next((v for v in leaves if not isinstance(v, int) or isinstance(v, bool)), None)
+        bad = next((i for i, v in enumerate(leaves) if not isinstance(v, int) or isinstance(v, bool)), None)
         if bad is not None:
             raise RequestError(
-                f"Input `{name}` must hold integers ({spec.dtype.name}). Received the value {json.dumps(bad)[:50]}"
+                f"Input `{name}` must hold integers ({spec.dtype.name}). Received the value {_shown(leaves[bad])}"
             )
         info = np.iinfo(spec.dtype.as_numpy_dtype)
         if leaves and not (info.min <= min(leaves) and max(leaves) <= info.max):
             raise RequestError(f"Input `{name}` holds values outside the {spec.dtype.name} range.")
         array = np.array(leaves, dtype=spec.dtype.as_numpy_dtype).reshape(shape)
     elif spec.dtype.is_floating:
-        bad = next((v for v in leaves if not isinstance(v, (int, float)) or isinstance(v, bool)), None)
+        bad = next((i for i, v in enumerate(leaves) if not isinstance(v, (int, float)) or isinstance(v, bool)),
+                   None)
         if bad is not None:
             raise RequestError(
-                f"Input `{name}` must hold numbers ({spec.dtype.name}). Received the value {json.dumps(bad)[:50]}"
+                f"Input `{name}` must hold numbers ({spec.dtype.name}). Received the value {_shown(leaves[bad])}"
             )
         array = np.array(leaves, dtype=spec.dtype.as_numpy_dtype).reshape(shape)
     else:
@@ -264,7 +265,12 @@ def _to_bytes(value, name):
             return base64.b64decode(value["b64"], validate=True)
         except (ValueError, TypeError) as e:
             raise RequestError(f"Input `{name}` has invalid base64: {e}") from e
-    raise RequestError(f"Input `{name}` must hold strings. Received the value {json.dumps(value)[:50]}")
+    raise RequestError(f"Input `{name}` must hold strings. Received the value {_shown(value)}")
+
+
+def _shown(value):
+    """A received JSON value as the error repeats it: JSON text (null, true, ...), at most 50 characters."""
+    return json.dumps(value)[:50]
 
 
 def _to_json(array):

@@ -4,9 +4,9 @@
     GET  /v1/models/NAME[/versions/V]/metadata signature defs
     POST /v1/models/NAME[/versions/V]:predict  see `codec`
 
-Every answer, errors included, is JSON; errors are {"error": "..."}: bad
-requests 400, unknown models, versions or paths 404, a known path with the
-wrong method 405. A failing request never
+Every answer, errors included, is JSON with an HTTP/1.x status line; errors
+are {"error": "..."}: bad requests (and request lines it cannot parse) 400,
+unknown models, versions or paths 404, a known path with the wrong method 405. A failing request never
 stops the server. It serves the version loaded at start (no hot reload, no
 batching, no gRPC: use TF-Serving for production).
 
@@ -36,6 +36,25 @@ class _Handler(BaseHTTPRequestHandler):
     # Headers and body go out as separate writes; without TCP_NODELAY, Nagle's
     # algorithm holds the body until the client's delayed ACK (up to 40 ms).
     disable_nagle_algorithm = True
+
+    # The version assumed until the request line names one: http.server's
+    # HTTP/0.9 writes no status line, so an error to a line it could not parse
+    # (garbage, an over-long line) went out as a bare body.
+    default_request_version = "HTTP/1.0"
+
+    def parse_request(self):
+        """Refuses, with a 400 status line, a request line that is not `METHOD PATH HTTP/x.y`.
+
+        http.server would take `GET /` as an HTTP/0.9 request: read headers the
+        client never sends, then answer with no status line.
+        """
+        line = str(self.raw_requestline, "iso-8859-1").rstrip("\r\n")
+        if len(line.split()) != 3:
+            self.command, self.request_version, self.requestline = None, self.default_request_version, line
+            self.send_error(HTTPStatus.BAD_REQUEST,
+                            f"Malformed request line {line[:100]!r}; expected METHOD PATH HTTP/1.1.")
+            return False
+        return super().parse_request()
 
     def log_message(self, fmt, *args):
         if self.server.log_requests:

@@ -1,0 +1,162 @@
+"""User errors and quiet logs, as a user meets them: each command in a fresh process.
+
+Every user error is one stderr line naming the flag or file, exit 2, no
+traceback; no command's stderr carries TensorFlow's C++ start-up lines. The
+runs come from `journey_fixtures` (a tiny pretrained and fine-tuned model).
+"""
+
+import json
+import re
+import socket
+
+import numpy as np
+import pytest
+
+from cli_helpers import run_cli
+from journey_fixtures import (  # noqa: F401 - tour, pretrained and finetuned are fixtures
+    STDIN_TEXTS, TINY_MODEL, Server, assert_one_line_error, finetuned, pretrained, strict_json_lines, tour,
+)
+
+# A line TensorFlow's C++ logging writes: I0000 00:00:1795.. 1234 file.cc:12] ...
+_TF_LOG_LINE = re.compile(r"^[IWE]\d{4} ")
+
+
+def one_line_error(*args, cwd, input=None):
+    """Runs `albert-tf ARGS`, expecting exit 2; returns its single stderr line."""
+    done = run_cli(*args, cwd=cwd, input=input, expect_rc=2)
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
+    return lines[0]
+
+
+def test_a_mistyped_flag_or_command_names_the_closest_one(tmp_path):
+    line = one_line_error("pretrain", "--data", "d", "--out", "o", "--learning_rate", "0.1", cwd=tmp_path)
+    assert "--learning_rate" in line and "did you mean --learning-rate?" in line, line
+    assert "'0.1'" not in line  # the unknown flag's value is not a second problem
+    line = one_line_error("finetune", "--task", "sst2", "--model", "m", "--train", "t", "--eval", "e", "--out", "o",
+                          "--max_seq_length=64", cwd=tmp_path)
+    assert "--max-seq-length" in line, line
+    line = one_line_error("pretrian", "--data", "d", cwd=tmp_path)
+    assert "'pretrian'" in line and "did you mean pretrain?" in line, line
+    # argparse's own errors (a missing flag) are one line too, not the usage block.
+    line = one_line_error("export", "--model", "m", cwd=tmp_path)
+    assert "--format" in line and "--out" in line and "albert-tf export --help" in line, line
+
+
+def test_serve_on_a_port_in_use_names_the_port(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        line = one_line_error("serve", "runs/any", "--port", port, cwd=tmp_path)
+    assert f"--port {port}" in line and "already in use" in line and "--port 0" in line, line
+
+
+@pytest.mark.slow
+def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_path):
+    line = one_line_error("pretrain", "--tpu", "my-tpu", "--strategy", "mirrored", "--data", "d", "--out", "o",
+                          cwd=tmp_path)
+    assert "--tpu my-tpu" in line and "--strategy mirrored" in line, line
+    # Without --strategy, --tpu selects the TPU: this machine has none, and says so before reading --data.
+    line = one_line_error("pretrain", "--tpu", "local", "--data", "missing/", "--out", "o", cwd=tmp_path)
+    assert line.startswith("albert-tf pretrain: error: --tpu local: No TPU answers"), line
+    line = one_line_error("pretrain", "--tpu", "grpc://127.0.0.1:1", "--data", "missing/", "--out", "o",
+                          cwd=tmp_path)
+    assert "--tpu grpc://127.0.0.1:1" in line and "refused" in line, line
+    assert not (tmp_path / "o").exists()
+    help_text = " ".join(run_cli("pretrain", "--help", cwd=tmp_path).stdout.split())
+    assert "selects --strategy tpu" in help_text
+
+
+@pytest.mark.slow
+def test_noise_free_stderr_for_help_tokenizer_pretrain_and_predict(tour, finetuned):
+    runs = [
+        run_cli("--help", cwd=tour),
+        run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "300", "--out", "tok_quiet/", cwd=tour),
+        run_cli("pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/quiet", "--batch-size", "4",
+                "--steps", "2", cwd=tour),
+        run_cli("predict", "--model", "runs/sst2", cwd=tour, input=STDIN_TEXTS[0] + "\n"),
+    ]
+    for done in runs:
+        noisy = [line for line in done.stderr.splitlines()
+                 if _TF_LOG_LINE.match(line) or "oneDNN" in line or "cuda" in line.lower()]
+        assert not noisy, (done.args, noisy)
+
+
+@pytest.fixture(scope="module")
+def short_run(tour, pretrained):
+    """SST-2 fine-tuned with --max-seq-length 32 (the model allows 512)."""
+    run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
+            "--eval", "SST-2/dev.tsv", "--out", "runs/sst2_short", "--batch-size", "16", "--epochs", "1",
+            "--max-seq-length", "32", "--truncate", cwd=tour)
+    return tour / "runs" / "sst2_short"
+
+
+@pytest.mark.slow
+def test_predict_reads_a_plain_text_file_as_stdin_does(tour, short_run):
+    (tour / "sentences.txt").write_text("\n".join(STDIN_TEXTS) + "\n")
+    (tour / "sentences.tsv").write_text("\n".join(STDIN_TEXTS) + "\n")
+    from_stdin = strict_json_lines(run_cli("predict", "--model", "runs/sst2_short", cwd=tour,
+                                           input="\n".join(STDIN_TEXTS) + "\n").stdout)
+    assert [row["index"] for row in from_stdin] == [0, 1, 2] and "error" in from_stdin[1]
+    for name in ("sentences.txt", "sentences.tsv"):
+        from_file = strict_json_lines(run_cli("predict", "--model", "runs/sst2_short", "--input", name,
+                                              cwd=tour).stdout)
+        assert from_file == from_stdin, name
+    # And a table piped in is read as the table it is: its header is no text to predict.
+    dev = (tour / "SST-2" / "dev.tsv").read_text()
+    piped = strict_json_lines(run_cli("predict", "--model", "runs/sst2_short", cwd=tour, input=dev).stdout)
+    from_file = strict_json_lines(run_cli("predict", "--model", "runs/sst2_short", "--input", "SST-2/dev.tsv",
+                                          cwd=tour).stdout)
+    assert len(piped) == len(dev.splitlines()) - 1 and piped == from_file
+
+
+@pytest.mark.slow
+def test_export_and_serve_default_to_the_runs_max_seq_length(tour, short_run):
+    done = run_cli("export", "--model", "runs/sst2_short", "--format", "saved_model", "--out",
+                   "saved_models/short", cwd=tour)
+    assert "Wrote" in done.stdout
+    metadata = json.loads((tour / "saved_models" / "short" / "1" / "assets.extra" / "albert_tf_export.json")
+                          .read_text())
+    assert metadata["max_length"] == 32, metadata
+    help_text = " ".join(run_cli("export", "--help", cwd=tour).stdout.split())
+    assert "Default: the fine-tuning run's --max-seq-length" in help_text
+
+
+def _raw(url, request_bytes):
+    """The server's raw answer to `request_bytes` on a fresh connection."""
+    host, port = url.split("//")[1].split("/")[0].split(":")
+    with socket.create_connection((host, int(port)), timeout=60) as connection:
+        connection.sendall(request_bytes)
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+@pytest.mark.slow
+def test_served_run_answers_malformed_requests_with_400(tour, short_run):
+    server = Server("--model", "runs/sst2_short", cwd=tour)
+    try:
+        path = "/" + server.model_url.split("/", 3)[3] + ":predict"
+        row = {"token_ids": [2, 10, 3, 0], "segment_ids": [0] * 4, "padding_mask": [1, 1, 1, 0]}
+        bodies = [b"null", b'"text"', b"1.5", b"true", b"[]",
+                  json.dumps({"instances": [{**row, "token_ids": [2, None, 3, 0]}]}).encode(),
+                  json.dumps({"instances": [{**row, "token_ids": [2, [10], 3, 0]}]}).encode(),
+                  json.dumps({"instances": [{**row, "token_ids": [2.5, 10, 3, 0]}]}).encode(),
+                  json.dumps({"instances": [{**row, "padding_mask": [True, True, True, False]}]}).encode(),
+                  json.dumps({"signature_name": "serve_text", "instances": [None]}).encode()]
+        for body in bodies:
+            answer = _raw(server.model_url, f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {len(body)}\r\n"
+                          "Connection: close\r\n\r\n".encode() + body)
+            head, _, payload = answer.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.") and head.split()[1] == b"400", (body, answer[:300])
+            assert isinstance(json.loads(payload)["error"], str)
+        for line in (b"GET /", b"garbage", b"GET " + path.encode()):
+            answer = _raw(server.model_url, line + b"\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.0 400 "), (line, answer[:300])
+        good = server.request(server.model_url + ":predict",
+                              {"signature_name": "serve_text", "instances": [STDIN_TEXTS[0]]})
+        assert np.isclose(sum(good["predictions"][0]["probabilities"]), 1.0, atol=1e-4)
+    finally:
+        server.stop()
