@@ -34,7 +34,8 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
-from bench_utils import cpu_flags, cpu_name, emit_table  # noqa: E402
+from benchlib.machine import cpu_flags, cpu_name  # noqa: E402
+from benchlib.output import emit_table  # noqa: E402
 from input_pipeline import AlbertTokenizer  # noqa: E402
 from input_pipeline import byte_fallback as byte_fallback_lib  # noqa: E402
 from language_corpora import japanese_sentences, korean_lines  # noqa: E402
