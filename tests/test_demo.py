@@ -6,7 +6,8 @@ import os
 import pytest
 
 from albert_tf import AlbertConfig, cli
-from albert_tf.apps.demo import DemoConfig, heldout_examples
+from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config, heldout_examples
+from albert_tf.commands.demo import config_from_args
 from albert_tf.saving import load_pretrained
 from input_pipeline import TokenizedCorpus
 from data_fixtures import imdb_documents, small_tokenizer
@@ -20,7 +21,7 @@ TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "2
 
 def test_heldout_examples_are_a_count_not_batches_of_the_training_size():
     corpus = TokenizedCorpus.from_documents(imdb_documents()[:40], small_tokenizer())
-    data_config = DemoConfig(max_seq_length=32, max_predictions_per_seq=5).data_config()
+    data_config = DEMO_DATA.replace(max_seq_length=32, max_predictions_per_seq=5)
     dataset, num_batches = heldout_examples(corpus, data_config, 40)
     batches = list(dataset.take(num_batches))
     assert num_batches == 2 and [len(inputs["token_ids"]) for inputs, _ in batches] == [32, 8]
@@ -95,36 +96,42 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
 
 
 def test_demo_boolean_flags_parse_both_ways():
-    from albert_tf.apps.demo import DemoConfig
-
     parser = cli.build_parser()
-    assert DemoConfig.jit_compile is True
-    assert parser.parse_args(["demo", "--out", "x"]).jit_compile is True
-    assert parser.parse_args(["demo", "--out", "x", "--no-jit-compile"]).jit_compile is False
+    assert DemoConfig().trainer.jit_compile is True
+    assert config_from_args(parser.parse_args(["demo", "--out", "x"])).trainer.jit_compile is True
+    assert config_from_args(parser.parse_args(["demo", "--out", "x", "--no-jit-compile"])).trainer.jit_compile is False
 
 
 def test_demo_recipe_flags_reach_the_trainer_and_the_data():
-    from albert_tf.apps.demo import DemoConfig
-    from albert_tf.commands.flags import config_kwargs
-
     args = cli.build_parser().parse_args(
         ["demo", "--out", "x", "--optimizer", "adamw", "--masked-lm-prob", "0.4", "--max-predictions-per-seq", "26",
-         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.5"])
-    config = DemoConfig(**config_kwargs(DemoConfig, args))
+         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.5",
+         "--num-layers", "2", "--steps", "7", "--batch-size", "8", "--seed", "3"])
+    config = config_from_args(args)
     assert config.embedding_init == "random"
     with pytest.raises(ValueError, match="`embedding_init` must be one of"):
         DemoConfig(embedding_init="svd")
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["demo", "--out", "x", "--embedding-init", "svd"])
-    trainer = config.trainer_config()
+    trainer = config.trainer
     assert (trainer.optimizer, trainer.keep_checkpoints, trainer.word_embedding_lr_scale) == ("adamw", 50, 0.5)
-    data = config.data_config()
-    assert (data.masked_lm_prob, data.max_predictions_per_seq) == (0.4, 26)
-    # The defaults are the documented demo recipe.
+    assert (trainer.num_steps, trainer.global_batch_size, trainer.seed, config.model.num_hidden_layers) == (7, 8, 3, 2)
+    assert (config.data.masked_lm_prob, config.data.max_predictions_per_seq) == (0.4, 26)
+    # No flag: the demo's defaults, which the flags' defaults repeat.
     default = DemoConfig()
-    assert default.trainer_config().optimizer == "lamb"
-    assert default.data_config().masked_lm_prob == 0.15
+    assert config_from_args(cli.build_parser().parse_args(["demo", "--out", "x"])) == default
+    assert (default.model, default.trainer, default.data) == (DEMO_MODEL, DEMO_TRAINER, DEMO_DATA)
     assert (default.embedding_init, default.documents) == ("ppmi-svd", 19928)
-    assert (default.vocab_size, default.tokenizer_documents) == (30000, 19928)
-    recipe = default.trainer_config()
-    assert (recipe.global_batch_size, recipe.num_steps, recipe.word_embedding_lr_scale) == (16, 3000, 0.25)
+    assert (default.model.vocab_size, default.tokenizer_documents) == (30000, 19928)
+    assert (default.trainer.optimizer, default.data.masked_lm_prob, default.data.task) == ("lamb", 0.15, "sop")
+    assert (default.trainer.global_batch_size, default.trainer.num_steps, default.trainer.word_embedding_lr_scale) \
+        == (16, 3000, 0.25)
+
+
+def test_demo_position_table_grows_with_longer_examples():
+    assert demo_config().model.max_position_embeddings == 128
+    assert demo_config(data={"max_seq_length": 160}).model.max_position_embeddings == 160
+    with pytest.raises(ValueError, match="`data.max_seq_length` cannot exceed `model.max_position_embeddings`"):
+        DemoConfig(data=DEMO_DATA.replace(max_seq_length=160))
+    with pytest.raises(ValueError, match="`trainer` must be a TrainerConfig"):
+        DemoConfig(trainer={"num_steps": 3})
