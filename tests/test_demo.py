@@ -2,14 +2,20 @@
 
 import json
 import os
+import shlex
+import signal
+import subprocess
 
 import pytest
 
 from albert_tf import AlbertConfig, cli
-from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config, heldout_examples
+from albert_tf.apps.demo import (
+    DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, heldout_examples,
+)
 from albert_tf.commands.demo import config_from_args
 from albert_tf.saving import load_pretrained
 from input_pipeline import TokenizedCorpus
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, user_environment
 from data_fixtures import imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
@@ -55,12 +61,68 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert "PPMI-SVD" not in printed
     assert "| held-out MLM accuracy" in printed
 
-    # Another --vocab-size (a run made under the old 8,000 default) says how to resume it.
+    # Another --vocab-size than the run was made with says how to resume it.
     other_size = [arg if arg != "400" else "500" for arg in TINY]
     assert cli.main(["demo", "--out", out, "--steps", "5", *other_size]) == 2
     error = capsys.readouterr().err
     assert "made with --vocab-size 400" in error and "rerun with --vocab-size 400" in error
     assert not os.path.exists(os.path.join(out, "checkpoints", "ckpt-5.index"))
+
+
+def _interrupt_demo(command, cwd, ready):
+    """Starts `command`, sends SIGINT once `ready(output so far, last line)`; returns (stdout, stderr, exit code)."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=user_environment(PYTHONUNBUFFERED="1"), preexec_fn=ctrl_c_reaches_it)
+    printed = ""
+    for line in process.stdout:
+        printed += line
+        if ready(printed, line):
+            break
+    else:
+        raise AssertionError(f"the demo ended before it was interrupted:\n{printed}{process.stderr.read()}")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    return printed + stdout, stderr, process.returncode
+
+
+def _step(line):
+    return int(line.split()[1].split("/")[0])  # "step 7/100000 | loss ..."
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_demo_names_the_stage_and_checkpoint_and_the_same_command_resumes(tmp_path):
+    args = ["demo", "--out", "run", "--steps", "100000", *TINY]
+    command = albert_tf_command() + args
+    _, stderr, code = _interrupt_demo(
+        command, tmp_path, lambda printed, line: "Saved checkpoint" in printed and line.startswith("step"))
+    assert code == cli.EXIT_INTERRUPTED and "Traceback" not in stderr, stderr
+    checkpoint_step = max(int(name[len("ckpt-"):-len(".index")])
+                          for name in os.listdir(tmp_path / "run" / "checkpoints") if name.endswith(".index"))
+    assert "interrupted while pretraining, at step " in stderr and " of 100000" in stderr, stderr
+    assert f"its last checkpoint is {os.path.join('run', 'checkpoints', f'ckpt-{checkpoint_step}')} " \
+           f"(step {checkpoint_step})" in stderr, stderr
+    # The command it names is this one: the same flags give the same config.
+    said = shlex.split(stderr.split("Rerun the same command to resume: ")[1])
+    assert said[:4] == ["albert-tf", "demo", "--out", "run"], stderr
+    parser = cli.build_parser()
+    assert config_from_args(parser.parse_args(said[1:])) == config_from_args(parser.parse_args(args))
+
+    # Rerunning it resumes from that checkpoint, not from step 0.
+    printed, stderr, code = _interrupt_demo(
+        command, tmp_path, lambda printed, line: "Resumed from" in printed and line.startswith("step"))
+    assert code == cli.EXIT_INTERRUPTED, stderr
+    assert "Reusing the tokenizer" in printed and f"at step {checkpoint_step}." in printed, printed
+    first_step = next(line for line in printed.splitlines() if line.startswith("step"))
+    assert _step(first_step) > checkpoint_step, printed
+
+
+def test_an_interruption_before_anything_is_saved_says_so(tmp_path):
+    message = str(DemoInterrupted(str(tmp_path), "training the tokenizer", None, 3000))
+    assert message == "while training the tokenizer; nothing was saved yet"
+    small_tokenizer().save(str(tmp_path / "tokenizer"))
+    message = str(DemoInterrupted(str(tmp_path), "building the model", None, 3000))
+    assert message == f"while building the model; its tokenizer is saved in {tmp_path / 'tokenizer'}, " \
+                      "no checkpoint was written yet"
 
 
 def test_pretrain_on_raw_text_without_tokenizer_is_an_error(tmp_path, capsys):
