@@ -173,7 +173,8 @@ def main():
               + " | " + " | ".join(f"mean L{i}" for i in range(layers)) + " | "
               + " | ".join(f"token L{i}" for i in range(layers)) + " |")
     lines = [
-        f"{args.optimizer} peak lr {args.learning_rate}, warmup {trainer_config.num_warmup_steps}, batch {args.batch_size} x seq "
+        f"{args.optimizer} peak lr {args.learning_rate}, warmup {trainer_config.num_warmup_steps}, "
+        f"batch {args.batch_size} x seq "
         f"{args.max_seq_length}, {args.steps} steps, E {args.embedding_size} H {args.hidden_size} "
         f"L {args.num_layers} (shared), V {args.vocab_size}, dropout {args.dropout}, "
         f"word-table lr x {args.word_embedding_lr_scale:g}; training {seconds:.0f}s. "
