@@ -18,13 +18,12 @@ on 64 held-out IMDB reviews ([CLS] review [SEP], one segment):
 """
 
 import argparse
-import dataclasses
 import os
 import time
 
 import numpy as np
 
-from benchlib.output import emit_table
+from bench_utils import emit_table
 
 
 def mean_pairwise_cosine(vectors):
@@ -92,25 +91,29 @@ def heldout_inputs(tokenizer, seq, count=64):
 
 
 def main():
-    from albert_tf.apps.demo import DemoConfig, heldout_examples
+    from albert_tf.apps.demo import DemoConfig, demo_config, heldout_examples
 
-    # The recorded tables (bench/results/anisotropy_*.md) used an 8,000-piece tokenizer trained on 4,000
-    # reviews, the demo's default until commit 093aee3 (2026-11-25); they stay this script's defaults.
-    defaults = dataclasses.replace(DemoConfig(), vocab_size=8000, tokenizer_documents=4000)
+    # Flag -> (part of a DemoConfig, field); None is a field of the demo's own.
+    settings = {"learning_rate": ("trainer", "learning_rate"), "warmup_fraction": ("trainer", "warmup_fraction"),
+                "batch_size": ("trainer", "global_batch_size"), "max_seq_length": ("data", "max_seq_length"),
+                "max_predictions_per_seq": ("data", "max_predictions_per_seq"), "vocab_size": ("model", "vocab_size"),
+                "embedding_size": ("model", "embedding_size"), "hidden_size": ("model", "hidden_size"),
+                "num_layers": ("model", "num_hidden_layers"), "num_heads": ("model", "num_attention_heads"),
+                "intermediate_size": ("model", "intermediate_size"), "documents": (None, "documents"),
+                "eval_examples": (None, "eval_examples")}
+    defaults = DemoConfig()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True)
     parser.add_argument("--steps", type=int, default=600)
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--optimizer", choices=("lamb", "adamw"), default="lamb")
     parser.add_argument("--weight-decay", type=float, default=0.01)
-    for name in ("learning_rate", "warmup_fraction", "batch_size", "max_seq_length", "max_predictions_per_seq",
-                 "vocab_size", "embedding_size", "hidden_size", "num_layers", "num_heads", "intermediate_size",
-                 "documents", "eval_examples"):
-        value = getattr(defaults, name)
+    for name, (part, field) in settings.items():
+        value = getattr(getattr(defaults, part) if part else defaults, field)
         parser.add_argument("--" + name.replace("_", "-"), type=type(value), default=value)
-    # The recorded tables (bench/results/anisotropy_*.md) ran at batch 32 with the word table at the full
-    # rate, the demo's defaults until commit 56f5d3b (2026-11-24); they stay this script's defaults.
-    parser.set_defaults(batch_size=32)
+    # The recorded tables (bench/results/anisotropy_*.md) used an 8,000-piece tokenizer trained on 4,000
+    # reviews, batch 32 and the word table at the full rate; they stay this script's defaults.
+    parser.set_defaults(batch_size=32, vocab_size=8000)
     parser.add_argument("--word-embedding-lr-scale", type=float, default=1.0,
                         help="factor on the word table's learning rate (the demo's default is 0.25)")
     parser.add_argument("--dropout", type=float, default=0.0, help="hidden and attention dropout")
@@ -125,32 +128,27 @@ def main():
     from input_pipeline.dataset import pretraining_dataset_fn
     from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora
 
-    demo = dataclasses.replace(
-        defaults, steps=args.steps, checkpoint_every=args.checkpoint_every, learning_rate=args.learning_rate,
-        warmup_fraction=args.warmup_fraction, batch_size=args.batch_size, max_seq_length=args.max_seq_length,
-        max_predictions_per_seq=args.max_predictions_per_seq, vocab_size=args.vocab_size,
-        embedding_size=args.embedding_size, hidden_size=args.hidden_size, num_layers=args.num_layers,
-        num_heads=args.num_heads, intermediate_size=args.intermediate_size, documents=args.documents,
-        eval_examples=args.eval_examples, word_embedding_lr_scale=args.word_embedding_lr_scale,
-    )
-    model_config = dataclasses.replace(
-        demo.model_config(), hidden_dropout=args.dropout, attention_dropout=args.dropout
-    )
-    trainer_config = demo.trainer_config().replace(
-        optimizer=args.optimizer, weight_decay=args.weight_decay, keep_checkpoints=10_000, log_every=50
-    )
+    changes = {"model": {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}, "data": {},
+               "trainer": {"num_steps": args.steps, "checkpoint_every": args.checkpoint_every,
+                           "word_embedding_lr_scale": args.word_embedding_lr_scale, "optimizer": args.optimizer,
+                           "weight_decay": args.weight_decay, "keep_checkpoints": 10_000, "log_every": 50}}
+    own = {"tokenizer_documents": 4000}
+    for name, (part, field) in settings.items():
+        (changes[part] if part else own)[field] = getattr(args, name)
+    demo = demo_config(**changes, **own)
+    model_config, trainer_config = demo.model, demo.trainer
     documents = corpora.imdb_documents("pretrain", limit=demo.documents)
     tokenizer_dir = args.tokenizer or os.path.join(args.out, "tokenizer")
     if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
     else:
         sentences = (s for d in documents[: demo.tokenizer_documents] for s in d)
-        tokenizer = AlbertTokenizer.train(sentences, demo.vocab_size, seed=demo.seed)
+        tokenizer = AlbertTokenizer.train(sentences, demo.model.vocab_size, seed=demo.trainer.seed)
     corpus = TokenizedCorpus.from_documents(documents, tokenizer)
-    data_config = demo.data_config()
+    data_config = demo.data
     trainer = Trainer(model_config, trainer_config, args.out, pretraining_dataset_fn(corpus, data_config),
                       tokenizer=tokenizer, print_fn=lambda line: None)
-    probe_inputs = heldout_inputs(tokenizer, demo.max_seq_length)
+    probe_inputs = heldout_inputs(tokenizer, demo.data.max_seq_length)
     heldout = TokenizedCorpus.from_documents(corpora.imdb_documents("heldout", limit=demo.heldout_documents),
                                              tokenizer)
 
@@ -175,7 +173,8 @@ def main():
               + " | " + " | ".join(f"mean L{i}" for i in range(layers)) + " | "
               + " | ".join(f"token L{i}" for i in range(layers)) + " |")
     lines = [
-        f"{args.optimizer} peak lr {args.learning_rate}, warmup {args.warmup_steps}, batch {args.batch_size} x seq "
+        f"{args.optimizer} peak lr {args.learning_rate}, warmup {trainer_config.num_warmup_steps}, "
+        f"batch {args.batch_size} x seq "
         f"{args.max_seq_length}, {args.steps} steps, E {args.embedding_size} H {args.hidden_size} "
         f"L {args.num_layers} (shared), V {args.vocab_size}, dropout {args.dropout}, "
         f"word-table lr x {args.word_embedding_lr_scale:g}; training {seconds:.0f}s. "

@@ -43,6 +43,7 @@ def linear_map_r2(start, table):
 
 def drift(run_dir, cache):
     """The drift figures of one demo run directory (see the module docstring)."""
+    from albert_tf.config import AlbertConfig
     from albert_tf.saving import load_pretrained
     from albert_tf.training.embedding_init import ppmi_svd_vectors
     from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora
@@ -52,12 +53,14 @@ def drift(run_dir, cache):
     demo = settings.get("demo")
     if demo is None or demo.get("embedding_init") != "ppmi-svd":
         raise SystemExit(f"{run_dir} is not an `albert-tf demo` run with --embedding-init ppmi-svd")
+    trainer = settings["trainer"]
+    embedding_size = AlbertConfig.load(run_dir).embedding_size
     tokenizer = AlbertTokenizer.load(os.path.join(run_dir, "tokenizer"))
-    key = (tokenizer.model_proto, demo["documents"], demo["embedding_size"])
+    key = (tokenizer.model_proto, demo["documents"], embedding_size)
     if key not in cache:
         corpus = TokenizedCorpus.from_documents(corpora.imdb_documents("pretrain", limit=demo["documents"]),
                                                 tokenizer)
-        cache[key] = ppmi_svd_vectors(corpus, demo["embedding_size"])
+        cache[key] = ppmi_svd_vectors(corpus, embedding_size)
     vectors, counts = cache[key]
     seen = counts > 0
     table = np.asarray(load_pretrained(os.path.join(run_dir, "final")).backbone.word_embeddings.embeddings)[seen]
@@ -65,10 +68,10 @@ def drift(run_dir, cache):
     with open(os.path.join(run_dir, "metrics.json")) as f:
         heldout = json.load(f)["heldout"]
     return {
-        "steps": demo["steps"],
-        "batch": demo["batch_size"],
-        "learning_rate": demo["learning_rate"],
-        "word_lr_scale": demo.get("word_embedding_lr_scale", 1.0),
+        "steps": trainer["num_steps"],
+        "batch": trainer["global_batch_size"],
+        "learning_rate": trainer["learning_rate"],
+        "word_lr_scale": trainer.get("word_embedding_lr_scale", 1.0),
         "mlm": heldout["mlm_accuracy"],
         "mlm_examples": heldout["num_examples"],
         "cosine": float(np.median(row_cosines(start, table))),

@@ -2,13 +2,20 @@
 
 import json
 import os
+import shlex
+import signal
+import subprocess
 
 import pytest
 
 from albert_tf import AlbertConfig, cli
-from albert_tf.apps.demo import DemoConfig, heldout_examples
+from albert_tf.apps.demo import (
+    DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, heldout_examples,
+)
+from albert_tf.commands.demo import config_from_args
 from albert_tf.saving import load_pretrained
 from input_pipeline import TokenizedCorpus
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, user_environment
 from data_fixtures import imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
@@ -20,7 +27,7 @@ TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "2
 
 def test_heldout_examples_are_a_count_not_batches_of_the_training_size():
     corpus = TokenizedCorpus.from_documents(imdb_documents()[:40], small_tokenizer())
-    data_config = DemoConfig(max_seq_length=32, max_predictions_per_seq=5).data_config()
+    data_config = DEMO_DATA.replace(max_seq_length=32, max_predictions_per_seq=5)
     dataset, num_batches = heldout_examples(corpus, data_config, 40)
     batches = list(dataset.take(num_batches))
     assert num_batches == 2 and [len(inputs["token_ids"]) for inputs, _ in batches] == [32, 8]
@@ -54,12 +61,68 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert "PPMI-SVD" not in printed
     assert "| held-out MLM accuracy" in printed
 
-    # Another --vocab-size (a run made under the old 8,000 default) says how to resume it.
+    # Another --vocab-size than the run was made with says how to resume it.
     other_size = [arg if arg != "400" else "500" for arg in TINY]
     assert cli.main(["demo", "--out", out, "--steps", "5", *other_size]) == 2
     error = capsys.readouterr().err
     assert "made with --vocab-size 400" in error and "rerun with --vocab-size 400" in error
     assert not os.path.exists(os.path.join(out, "checkpoints", "ckpt-5.index"))
+
+
+def _interrupt_demo(command, cwd, ready):
+    """Starts `command`, sends SIGINT once `ready(output so far, last line)`; returns (stdout, stderr, exit code)."""
+    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               env=user_environment(PYTHONUNBUFFERED="1"), preexec_fn=ctrl_c_reaches_it)
+    printed = ""
+    for line in process.stdout:
+        printed += line
+        if ready(printed, line):
+            break
+    else:
+        raise AssertionError(f"the demo ended before it was interrupted:\n{printed}{process.stderr.read()}")
+    process.send_signal(signal.SIGINT)
+    stdout, stderr = process.communicate(timeout=120)
+    return printed + stdout, stderr, process.returncode
+
+
+def _step(line):
+    return int(line.split()[1].split("/")[0])  # "step 7/100000 | loss ..."
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_demo_names_the_stage_and_checkpoint_and_the_same_command_resumes(tmp_path):
+    args = ["demo", "--out", "run", "--steps", "100000", *TINY]
+    command = albert_tf_command() + args
+    _, stderr, code = _interrupt_demo(
+        command, tmp_path, lambda printed, line: "Saved checkpoint" in printed and line.startswith("step"))
+    assert code == cli.EXIT_INTERRUPTED and "Traceback" not in stderr, stderr
+    checkpoint_step = max(int(name[len("ckpt-"):-len(".index")])
+                          for name in os.listdir(tmp_path / "run" / "checkpoints") if name.endswith(".index"))
+    assert "interrupted while pretraining, at step " in stderr and " of 100000" in stderr, stderr
+    assert f"its last checkpoint is {os.path.join('run', 'checkpoints', f'ckpt-{checkpoint_step}')} " \
+           f"(step {checkpoint_step})" in stderr, stderr
+    # The command it names is this one: the same flags give the same config.
+    said = shlex.split(stderr.split("Rerun the same command to resume: ")[1])
+    assert said[:4] == ["albert-tf", "demo", "--out", "run"], stderr
+    parser = cli.build_parser()
+    assert config_from_args(parser.parse_args(said[1:])) == config_from_args(parser.parse_args(args))
+
+    # Rerunning it resumes from that checkpoint, not from step 0.
+    printed, stderr, code = _interrupt_demo(
+        command, tmp_path, lambda printed, line: "Resumed from" in printed and line.startswith("step"))
+    assert code == cli.EXIT_INTERRUPTED, stderr
+    assert "Reusing the tokenizer" in printed and f"at step {checkpoint_step}." in printed, printed
+    first_step = next(line for line in printed.splitlines() if line.startswith("step"))
+    assert _step(first_step) > checkpoint_step, printed
+
+
+def test_an_interruption_before_anything_is_saved_says_so(tmp_path):
+    message = str(DemoInterrupted(str(tmp_path), "training the tokenizer", None, 3000))
+    assert message == "while training the tokenizer; nothing was saved yet"
+    small_tokenizer().save(str(tmp_path / "tokenizer"))
+    message = str(DemoInterrupted(str(tmp_path), "building the model", None, 3000))
+    assert message == f"while building the model; its tokenizer is saved in {tmp_path / 'tokenizer'}, " \
+                      "no checkpoint was written yet"
 
 
 def test_pretrain_on_raw_text_without_tokenizer_is_an_error(tmp_path, capsys):
@@ -95,36 +158,42 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
 
 
 def test_demo_boolean_flags_parse_both_ways():
-    from albert_tf.apps.demo import DemoConfig
-
     parser = cli.build_parser()
-    assert DemoConfig.jit_compile is True
-    assert parser.parse_args(["demo", "--out", "x"]).jit_compile is True
-    assert parser.parse_args(["demo", "--out", "x", "--no-jit-compile"]).jit_compile is False
+    assert DemoConfig().trainer.jit_compile is True
+    assert config_from_args(parser.parse_args(["demo", "--out", "x"])).trainer.jit_compile is True
+    assert config_from_args(parser.parse_args(["demo", "--out", "x", "--no-jit-compile"])).trainer.jit_compile is False
 
 
 def test_demo_recipe_flags_reach_the_trainer_and_the_data():
-    from albert_tf.apps.demo import DemoConfig
-    from albert_tf.commands.flags import config_kwargs
-
     args = cli.build_parser().parse_args(
         ["demo", "--out", "x", "--optimizer", "adamw", "--masked-lm-prob", "0.4", "--max-predictions-per-seq", "26",
-         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.5"])
-    config = DemoConfig(**config_kwargs(DemoConfig, args))
+         "--keep-checkpoints", "50", "--embedding-init", "random", "--word-embedding-lr-scale", "0.5",
+         "--num-layers", "2", "--steps", "7", "--batch-size", "8", "--seed", "3"])
+    config = config_from_args(args)
     assert config.embedding_init == "random"
     with pytest.raises(ValueError, match="`embedding_init` must be one of"):
         DemoConfig(embedding_init="svd")
     with pytest.raises(SystemExit):
         cli.build_parser().parse_args(["demo", "--out", "x", "--embedding-init", "svd"])
-    trainer = config.trainer_config()
+    trainer = config.trainer
     assert (trainer.optimizer, trainer.keep_checkpoints, trainer.word_embedding_lr_scale) == ("adamw", 50, 0.5)
-    data = config.data_config()
-    assert (data.masked_lm_prob, data.max_predictions_per_seq) == (0.4, 26)
-    # The defaults are the documented demo recipe.
+    assert (trainer.num_steps, trainer.global_batch_size, trainer.seed, config.model.num_hidden_layers) == (7, 8, 3, 2)
+    assert (config.data.masked_lm_prob, config.data.max_predictions_per_seq) == (0.4, 26)
+    # No flag: the demo's defaults, which the flags' defaults repeat.
     default = DemoConfig()
-    assert default.trainer_config().optimizer == "lamb"
-    assert default.data_config().masked_lm_prob == 0.15
+    assert config_from_args(cli.build_parser().parse_args(["demo", "--out", "x"])) == default
+    assert (default.model, default.trainer, default.data) == (DEMO_MODEL, DEMO_TRAINER, DEMO_DATA)
     assert (default.embedding_init, default.documents) == ("ppmi-svd", 19928)
-    assert (default.vocab_size, default.tokenizer_documents) == (30000, 19928)
-    recipe = default.trainer_config()
-    assert (recipe.global_batch_size, recipe.num_steps, recipe.word_embedding_lr_scale) == (16, 3000, 0.25)
+    assert (default.model.vocab_size, default.tokenizer_documents) == (30000, 19928)
+    assert (default.trainer.optimizer, default.data.masked_lm_prob, default.data.task) == ("lamb", 0.15, "sop")
+    assert (default.trainer.global_batch_size, default.trainer.num_steps, default.trainer.word_embedding_lr_scale) \
+        == (16, 3000, 0.25)
+
+
+def test_demo_position_table_grows_with_longer_examples():
+    assert demo_config().model.max_position_embeddings == 128
+    assert demo_config(data={"max_seq_length": 160}).model.max_position_embeddings == 160
+    with pytest.raises(ValueError, match="`data.max_seq_length` cannot exceed `model.max_position_embeddings`"):
+        DemoConfig(data=DEMO_DATA.replace(max_seq_length=160))
+    with pytest.raises(ValueError, match="`trainer` must be a TrainerConfig"):
+        DemoConfig(trainer={"num_steps": 3})

@@ -346,7 +346,7 @@ def test_version_and_help_print_no_start_up_noise(tmp_path):
         assert done.stdout.startswith("usage: albert-tf") and done.stderr == "", (command, done.stderr)
         helps[" ".join(command)] = " ".join(done.stdout.split())
     assert "(default: 0.025)" in helps["pretrain"] and "(default: lamb)" in helps["pretrain"]
-    assert "Optimizer steps. (default: 3000)" in helps["demo"], helps["demo"]
+    assert "(where the learning rate reaches 0). (default: 3000)" in helps["demo"], helps["demo"]
     # The overview and --version load no command module, so neither TensorFlow nor Keras (seconds each).
     probe = ("import sys; from albert_tf.cli import main\n"
              "for argv in (['--help'], ['--version'], ['no-such-command']):\n"

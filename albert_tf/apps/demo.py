@@ -28,14 +28,16 @@ from albert_tf.model_dirs import TOKENIZER_DIR
 from albert_tf.training import (
     Trainer,
     TrainerConfig,
+    checkpoints,
     evaluate_pretraining,
     most_frequent_masked_id,
     ppmi_svd_init,
     read_log,
 )
-from albert_tf.training.config import EMBEDDING_INITS, OPTIMIZERS
+from albert_tf.training.config import EMBEDDING_INITS
+from albert_tf.training.trainer import CHECKPOINT_DIR
 from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
-from input_pipeline.config_base import check_choice, doc
+from input_pipeline.config_base import check_choice, check_positive_int, doc
 from input_pipeline.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"
@@ -44,131 +46,142 @@ PLOT_FILE = "loss_curve.png"
 _EVAL_SEED = 12345
 _EVAL_BATCH_SIZE = 32
 
+# ALBERT's shape (factorized embeddings, one block shared by every layer) at
+# a size that pretrains in minutes on 2 CPU cores: E 64, H 128, L 4, 4 heads,
+# FFN 512. The vocabulary is ALBERT's own 30,000 pieces: more words are one
+# piece, so they get a PPMI-SVD row of their own, and a 126-piece fine-tuning
+# window reads more of a text; against 8,000 pieces it fine-tunes better and
+# costs 28% more time, the MLM output layer being larger (docs/pretraining.md).
+# 128 positions; `demo_config` widens the table for longer examples.
+DEMO_MODEL = AlbertConfig(vocab_size=30000, embedding_size=64, hidden_size=128, num_hidden_layers=4,
+                          num_attention_heads=4, intermediate_size=512, max_position_embeddings=128)
+# Batch 16 x 3,000 steps at a peak rate of 0.005, warmup 2% (60 steps).
+# Batch 16 x 3,000 reads the same 48,000 examples as 32 x 1,500 with twice the
+# updates: held-out MLM 12.4% against 11.1%, for ~15% lower throughput. MLM
+# accuracy first climbs to the unigram level (~4%, always "the") and stays
+# there until the model learns to use context; at 0.005 and batch 32 that
+# happens after ~250 steps, while 0.02 stayed on that plateau for 300+ steps
+# and 0.002 had not reached it by step 400. The SOP head stays at its label
+# prior for ~3,000 steps of 32 at this size (bench/sop_vs_nsp.py), beyond a
+# few-minute budget.
+# The word table learns at a quarter of the rate: at the full rate, batch 16 x
+# 3,000 moves it far from its PPMI-SVD start and the model fine-tunes worse;
+# with 30,000 pieces a quarter scored best on dev of 0.25 / 0.5 / 1 on both
+# fine-tuning tasks (docs/pretraining.md).
+# XLA is on: ~1.8x faster here (about 180 vs 95 examples/s on 2 cores).
+# Checkpoints and progress lines are spaced for a 3,000-step run.
+DEMO_TRAINER = TrainerConfig(global_batch_size=16, num_steps=3000, learning_rate=0.005, warmup_fraction=0.02,
+                             word_embedding_lr_scale=0.25, jit_compile=True, checkpoint_every=250, log_every=25)
+# Short examples (64 pieces, at most 10 of them masked: 15%) keep a step cheap.
+DEMO_DATA = PretrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10)
+
 
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
-    """Sizes of the demo; the defaults take a few minutes on 2 CPU cores.
+    """What the demo runs: the library's three configs, and the demo's own data sizes.
 
-    Attributes:
-        vocab_size: tokenizer pieces (and the model's V): 30,000, ALBERT's
-            own (the default since session 18; 8,000 before). More words are
-            one piece, so they get a PPMI-SVD row of their own, and a
-            126-piece fine-tuning window reads more of a text. Fine-tuned
-            with the CLI's defaults at 2,000 labels, session 18's model (word
-            table at half rate) led random init of its size by 7.2 points on
-            Rotten Tomatoes and 4.3 on IMDB (8,000 pieces: 5.8 and 0.4). The
-            IMDB lead shrinks when random init trains longer. It costs 28%
-            more time: the MLM output layer is larger (docs/pretraining.md).
-        tokenizer_documents: reviews the tokenizer is trained on (all of
-            them by default: 4,000 reviews hold at most ~26,600 pieces).
-        documents: pretraining reviews (IMDB "pretrain" split; all 19,928 by
-            default, 6.3 M pieces: 1,500 steps read 3.1 M of them, so no
-            review is seen twice, and the PPMI-SVD vectors need the counts:
-            a probe on them scores 72% on Rotten Tomatoes from all reviews,
-            63% from 6,000).
-        heldout_documents: evaluation reviews (IMDB "heldout" split).
-        max_seq_length, max_predictions_per_seq, masked_lm_prob: example
-            layout (held-out evaluation masks the same way).
-        embedding_size, hidden_size, num_layers, num_heads, intermediate_size:
-            the model (E, H, L, heads, FFN); one shared block, as ALBERT.
-        batch_size, steps, learning_rate, warmup_fraction: LAMB optimization
-            (warmup 2% of the steps: 60 of the default 3,000). Batch 16 x
-            3,000 steps sees the same 48,000 examples as 32 x 1,500 (the
-            default until session 13) with twice the updates: held-out MLM
-            12.4% against 11.1%, ~15% lower throughput.
-            MLM accuracy first climbs to the unigram level (~4%, always
-            "the") and stays there until the model learns to use context;
-            at 0.005 and batch 32 that happens after ~250 steps. 0.02
-            stayed on that plateau for 300+ steps; 0.002 had not reached it
-            by step 400. The SOP head stays at its label prior for ~3,000
-            steps of 32 at this size (bench/sop_vs_nsp.py), beyond a
-            few-minute budget.
-        word_embedding_lr_scale: factor on the word table's learning rate
-            (default 0.25): at the full rate, batch 16 x 3,000 moves the
-            table far from its PPMI-SVD start and the model fine-tunes worse.
-            With 8,000 pieces a half and a quarter rate transferred alike; with
-            30,000 pieces a quarter scored best on dev of 0.25 / 0.5 / 1 on
-            both tasks (docs/pretraining.md, session 19).
-        jit_compile: XLA for the forward and backward pass; ~1.8x faster
-            here (about 180 vs 95 examples/s on 2 cores).
-        optimizer: "lamb" (ALBERT's) or "adamw".
-        embedding_init: "ppmi-svd" (default): the word-embedding table starts
-            from PPMI-SVD vectors of the pretraining text
-            (`albert_tf.training.embedding_init`, ~5 s here), the one change
-            measured to make a few-minute run transfer (docs/pretraining.md);
-            "random" is ALBERT's truncated normal.
-        checkpoint_every, keep_checkpoints, log_every: bookkeeping (keep
-            more checkpoints to fine-tune from intermediate steps).
-        eval_examples: held-out examples evaluated, in batches of 32 whatever
-            the training batch size (the same examples for every recipe).
-        baseline_batches: training batches counted for the unigram baseline.
-        seed: seed of the tokenizer, the initialization and the data.
+    `model`, `trainer` and `data` are an `AlbertConfig`, a `TrainerConfig`
+    and a `PretrainingDataConfig` (their fields are documented there). Their
+    own defaults are ALBERT-base pretrained as in the paper; the demo's
+    (`DEMO_MODEL`, `DEMO_TRAINER`, `DEMO_DATA`, with the reasons beside them)
+    fit a few minutes on 2 CPU cores. The tokenizer has `model.vocab_size`
+    pieces, and `trainer.seed` also seeds the tokenizer and the data.
+
+    The other fields are the demo's own: which IMDB reviews it reads, how the
+    word table starts, and how much the held-out evaluation and the unigram
+    baseline look at. Every review by default: the PPMI-SVD vectors need the
+    counts (a probe on them scores 72% on Rotten Tomatoes from all 19,928
+    reviews, 63% from 6,000), 3,000 steps of 16 x 64 read 3.1 M of their
+    6.3 M pieces so none is seen twice, and 30,000 pieces need more than the
+    ~26,600 that 4,000 reviews hold.
     """
 
-    vocab_size: int = doc(30000, "Tokenizer pieces (the model's V; ALBERT's 30,000).")
+    model: AlbertConfig = DEMO_MODEL
+    trainer: TrainerConfig = DEMO_TRAINER
+    data: PretrainingDataConfig = DEMO_DATA
     tokenizer_documents: int = doc(19928, "Pretraining reviews the tokenizer is trained on (30,000 pieces need "
                                    "more than 4,000 reviews).")
     documents: int = doc(19928, "Pretraining reviews (IMDB's pretraining split; 19,928 is all of them).")
     heldout_documents: int = doc(600, "Held-out reviews evaluated at the end (never in pretraining).")
-    max_seq_length: int = doc(64, "Pieces per pretraining example.")
-    max_predictions_per_seq: int = doc(10, "Masked-LM predictions per example at most.")
-    masked_lm_prob: float = doc(0.15, "Fraction of the pieces masked.")
-    embedding_size: int = doc(64, "E, the word-embedding width.")
-    hidden_size: int = doc(128, "H, the transformer width.")
-    num_layers: int = doc(4, "Transformer layers (all sharing one block).")
-    num_heads: int = doc(4, "Attention heads.")
-    intermediate_size: int = doc(512, "Feed-forward width.")
-    batch_size: int = doc(16, "Examples per step.")
-    steps: int = doc(3000, "Optimizer steps.")
-    learning_rate: float = doc(0.005, "Peak learning rate (warmup, then linear decay to 0).")
-    warmup_fraction: float = doc(0.02, "Fraction of the steps spent warming up.")
-    optimizer: str = doc("lamb", "lamb (ALBERT's) or adamw.", choices=OPTIMIZERS)
-    word_embedding_lr_scale: float = doc(0.25, "Factor on the word-embedding table's learning rate (and the tied "
-                                         "MLM decoder's); below 1 keeps the PPMI-SVD start nearer where it began.")
     embedding_init: str = doc("ppmi-svd", "ppmi-svd: start the word embeddings from PPMI-SVD vectors of the "
-                              "pretraining text; random: ALBERT's initializer.", choices=EMBEDDING_INITS)
-    jit_compile: bool = doc(True, "Compile the training step with XLA.")
-    checkpoint_every: int = doc(250, "Steps between checkpoints.")
-    keep_checkpoints: int = doc(3, "Checkpoints kept (the newest).")
-    log_every: int = doc(25, "Steps between progress lines.")
+                              "pretraining text (~5 s here; the one change measured to make a few-minute run "
+                              "transfer, docs/pretraining.md); random: ALBERT's initializer.",
+                              choices=EMBEDDING_INITS)
     eval_examples: int = doc(640, "Held-out examples evaluated (the same ones whatever the batch size).")
     baseline_batches: int = doc(20, "Training batches counted for the unigram baseline.")
-    seed: int = doc(0, "Seed of the tokenizer, the initialization and the data.")
 
     def __post_init__(self):
+        for name, cls in (("model", AlbertConfig), ("trainer", TrainerConfig), ("data", PretrainingDataConfig)):
+            if not isinstance(getattr(self, name), cls):
+                raise ValueError(f"`{name}` must be a {cls.__name__}. Received: {name}={getattr(self, name)!r}")
+        for name in ("tokenizer_documents", "documents", "heldout_documents", "eval_examples", "baseline_batches"):
+            check_positive_int(name, getattr(self, name))
         check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
+        if self.data.max_seq_length > self.model.max_position_embeddings:
+            raise ValueError(
+                "`data.max_seq_length` cannot exceed `model.max_position_embeddings`. Received: "
+                f"max_seq_length={self.data.max_seq_length}, "
+                f"max_position_embeddings={self.model.max_position_embeddings}"
+            )
 
-    def model_config(self):
-        return AlbertConfig(
-            vocab_size=self.vocab_size,
-            embedding_size=self.embedding_size,
-            hidden_size=self.hidden_size,
-            num_hidden_layers=self.num_layers,
-            num_attention_heads=self.num_heads,
-            intermediate_size=self.intermediate_size,
-            max_position_embeddings=max(self.max_seq_length, 128),
-        )
+    def own_fields(self):
+        """{name: value} of the fields that are the demo's own (not in `model`, `trainer` or `data`)."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(self)
+                if field.name not in ("model", "trainer", "data")}
 
-    def trainer_config(self):
-        return TrainerConfig(
-            global_batch_size=self.batch_size,
-            num_steps=self.steps,
-            learning_rate=self.learning_rate,
-            warmup_fraction=self.warmup_fraction,
-            optimizer=self.optimizer,
-            word_embedding_lr_scale=self.word_embedding_lr_scale,
-            jit_compile=self.jit_compile,
-            checkpoint_every=self.checkpoint_every,
-            keep_checkpoints=self.keep_checkpoints,
-            log_every=self.log_every,
-            seed=self.seed,
-        )
 
-    def data_config(self):
-        return PretrainingDataConfig(
-            max_seq_length=self.max_seq_length, max_predictions_per_seq=self.max_predictions_per_seq,
-            masked_lm_prob=self.masked_lm_prob, task="sop",
-        )
+def demo_config(model=None, trainer=None, data=None, **fields):
+    """A `DemoConfig` whose three configs are the demo's defaults with these changes.
+
+    Args:
+        model, trainer, data: {field: value} changes to `DEMO_MODEL`,
+            `DEMO_TRAINER` and `DEMO_DATA`. The model's position table grows
+            to `data.max_seq_length` when that is longer than its 128.
+        **fields: the demo's own fields.
+    """
+    data = DEMO_DATA.replace(**(data or {}))
+    model = {"max_position_embeddings": max(data.max_seq_length, DEMO_MODEL.max_position_embeddings),
+             **(model or {})}
+    return DemoConfig(DEMO_MODEL.replace(**model), DEMO_TRAINER.replace(**(trainer or {})), data, **fields)
+
+
+class DemoInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped `run_demo`; `str()` says where, and what a rerun of the same call resumes from.
+
+    Attributes:
+        stage: what the demo was doing ("training the tokenizer", "pretraining", ...).
+        step, num_steps: pretraining steps done and planned (step is None before the model exists).
+        tokenizer_dir: the saved tokenizer's directory, or None before it is saved.
+        checkpoint, checkpoint_step: the newest complete checkpoint and its step, or None.
+    """
+
+    def __init__(self, out_dir, stage, step, num_steps):
+        tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
+        checkpoint_dir = os.path.join(out_dir, CHECKPOINT_DIR)
+        steps = checkpoints.checkpoint_steps(checkpoint_dir)
+        self.stage, self.step, self.num_steps = stage, step, num_steps
+        self.tokenizer_dir = tokenizer_dir if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")) else None
+        self.checkpoint_step = steps[-1] if steps else None
+        self.checkpoint = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
+        super().__init__(str(self))
+
+    def __str__(self):
+        where = f"while {self.stage}" + (f", at step {self.step} of {self.num_steps}" if self.step is not None else "")
+        if self.checkpoint:
+            kept = f"its last checkpoint is {self.checkpoint} (step {self.checkpoint_step})"
+        elif self.tokenizer_dir:
+            kept = f"its tokenizer is saved in {self.tokenizer_dir}, no checkpoint was written yet"
+        else:
+            kept = "nothing was saved yet"
+        return f"{where}; {kept}"
+
+
+@dataclasses.dataclass
+class _Progress:
+    """Where `run_demo` is, for the message of an interruption."""
+
+    stage: str = "reading the reviews"
+    trainer: Trainer | None = None
 
 
 def run_demo(out_dir, config=DemoConfig(), print_fn=print):
@@ -176,55 +189,78 @@ def run_demo(out_dir, config=DemoConfig(), print_fn=print):
 
     Returns:
         dict: what metrics.json holds (held-out accuracies, baseline, timings).
+
+    Raises:
+        DemoInterrupted: on Ctrl-C, saying which stage stopped and the last checkpoint.
     """
+    progress = _Progress()
+    try:
+        return _run_demo(out_dir, config, print_fn, progress)
+    except KeyboardInterrupt as e:
+        step = progress.trainer.step if progress.trainer else None
+        raise DemoInterrupted(out_dir, progress.stage, step, config.trainer.num_steps) from e
+
+
+def _run_demo(out_dir, config, print_fn, progress):
     _require_matplotlib()  # before minutes of training, not after
     start = time.perf_counter()
     timings = {}
     os.makedirs(out_dir, exist_ok=True)
+    model_config, trainer_config, data_config = config.model, config.trainer, config.data
 
     # === Tokenizer (reused on resume) ===
     tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
     documents = corpora.imdb_documents("pretrain", limit=config.documents)
     if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
-        if tokenizer.vocab_size != config.vocab_size:
-            # A run made before the default became 30,000 (it was 8,000) resumes only at its own size.
+        if tokenizer.vocab_size != model_config.vocab_size:
             raise ValueError(
                 f"{out_dir} was made with --vocab-size {tokenizer.vocab_size} (its tokenizer has "
-                f"{tokenizer.vocab_size} pieces), not {config.vocab_size}: rerun with --vocab-size "
+                f"{tokenizer.vocab_size} pieces), not {model_config.vocab_size}: rerun with --vocab-size "
                 f"{tokenizer.vocab_size} to resume it, or pass a new --out."
             )
         print_fn(f"Reusing the tokenizer in {tokenizer_dir}")
     else:
-        print_fn(f"Training a {config.vocab_size}-piece tokenizer on {config.tokenizer_documents} IMDB reviews...")
+        progress.stage = "training the tokenizer"
+        print_fn(f"Training a {model_config.vocab_size}-piece tokenizer on {config.tokenizer_documents} "
+                 "IMDB reviews...")
         sentences = (s for document in documents[: config.tokenizer_documents] for s in document)
-        tokenizer = AlbertTokenizer.train(sentences, config.vocab_size, seed=config.seed)
+        tokenizer = AlbertTokenizer.train(sentences, model_config.vocab_size, seed=trainer_config.seed)
         tokenizer.save(tokenizer_dir)
     timings["tokenizer_seconds"] = time.perf_counter() - start
 
     # === Pretraining (resumes from the last checkpoint) ===
     mark = time.perf_counter()
+    progress.stage = "tokenizing the pretraining reviews"
     corpus = TokenizedCorpus.from_documents(documents, tokenizer)
-    data_config = config.data_config()
     print_fn(
         f"Pretraining on {corpus.num_documents} reviews ({len(corpus.token_ids):,} tokens): "
-        f"{config.steps} steps of {config.batch_size} x {config.max_seq_length} tokens"
+        f"{trainer_config.num_steps} steps of {trainer_config.global_batch_size} x {data_config.max_seq_length} "
+        "tokens"
     )
-    trainer = Trainer(
-        config.model_config(), config.trainer_config(), out_dir,
-        pretraining_dataset_fn(corpus, data_config, seed=config.seed),
+    progress.stage = "computing the PPMI-SVD start"
+    word_embeddings_init = ppmi_svd_init(corpus, print_fn) if config.embedding_init == "ppmi-svd" else None
+    progress.stage = "building the model"
+    progress.trainer = Trainer(
+        model_config, trainer_config, out_dir,
+        pretraining_dataset_fn(corpus, data_config, seed=trainer_config.seed),
         tokenizer=tokenizer, print_fn=print_fn,
-        run_info={"demo": dataclasses.asdict(config), "data": {"source": "imdb pretrain split",
-                                                                "config": dataclasses.asdict(data_config)}},
-        word_embeddings_init=ppmi_svd_init(corpus, print_fn) if config.embedding_init == "ppmi-svd" else None,
+        # The model and the trainer are in their own files; the data config is checked on resume.
+        run_info={"demo": config.own_fields(), "data": {"source": "imdb pretrain split",
+                                                         "config": dataclasses.asdict(data_config)}},
+        word_embeddings_init=word_embeddings_init,
     )
+    trainer = progress.trainer
+    progress.stage = "pretraining"
     trainer.train()
     timings["pretraining_seconds"] = time.perf_counter() - mark
 
     # === Held-out evaluation and the unigram baseline ===
     mark = time.perf_counter()
+    progress.stage = "evaluating on held-out reviews"
     baseline_id = most_frequent_masked_id(
-        make_pretraining_dataset(corpus, config.batch_size, seed=config.seed, config=data_config),
+        make_pretraining_dataset(corpus, trainer_config.global_batch_size, seed=trainer_config.seed,
+                                 config=data_config),
         config.baseline_batches,
     )
     heldout = TokenizedCorpus.from_documents(

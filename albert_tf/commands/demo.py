@@ -1,18 +1,73 @@
 """`albert-tf demo`: tokenizer, pretraining and held-out evaluation on real text, in one command.
 
-Runs in a few minutes on 2 CPU cores; rerun the same command to resume.
+Runs in a few minutes on 2 CPU cores; rerun the same command to resume. The
+model, training and data flags are those of `albert-tf pretrain` with the
+demo's defaults; --vocab-size is also the tokenizer's size, and --seed also
+seeds the tokenizer.
 """
 
-from albert_tf.apps.demo import DemoConfig, run_demo
+import dataclasses
+import shlex
+import sys
+
+from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, run_demo
+from albert_tf.cli import EXIT_INTERRUPTED
 from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
+from albert_tf.config import AlbertConfig
+from albert_tf.training.config import TrainerConfig
+from input_pipeline import PretrainingDataConfig
+
+# The library configs' fields the demo lets a flag change, each group with the demo's defaults.
+_GROUPS = (
+    ("model", AlbertConfig, DEMO_MODEL, ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers",
+                                         "num_attention_heads", "intermediate_size")),
+    ("data", PretrainingDataConfig, DEMO_DATA, ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob")),
+    ("trainer", TrainerConfig, DEMO_TRAINER, ("global_batch_size", "num_steps", "learning_rate", "warmup_fraction",
+                                              "optimizer", "word_embedding_lr_scale", "jit_compile",
+                                              "checkpoint_every", "keep_checkpoints", "log_every", "seed")),
+)
+_DEMO_FIELDS = tuple(DemoConfig().own_fields())
 
 
 def add_parser(subparsers):
     parser = add_command(subparsers, "demo", description=__doc__)
     parser.add_argument("--out", required=True, metavar="RUN_DIR", help="Run directory; the same command resumes it.")
-    add_config_flags(parser, DemoConfig)
+    for group, config_cls, defaults, names in _GROUPS:
+        add_config_flags(parser.add_argument_group(group), config_cls, names=names,
+                         defaults={name: getattr(defaults, name) for name in names})
+    add_config_flags(parser.add_argument_group("demo"), DemoConfig, names=_DEMO_FIELDS)
     return parser
 
 
 def run(args):
-    run_demo(args.out, DemoConfig(**config_kwargs(DemoConfig, args)))
+    try:
+        run_demo(args.out, config_from_args(args))
+    except DemoInterrupted as e:
+        then = "resume" if e.tokenizer_dir or e.checkpoint else "start again"
+        print(f"\nalbert-tf demo: interrupted {e}. Rerun the same command to {then}: {_command_line(args)}",
+              file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def config_from_args(args):
+    """The `DemoConfig` of parsed `args`: the demo's defaults, changed by the flags given."""
+    changes = {group: config_kwargs(config_cls, args, names=names) for group, config_cls, _, names in _GROUPS}
+    return demo_config(**changes, **config_kwargs(DemoConfig, args, names=_DEMO_FIELDS))
+
+
+def _command_line(args):
+    """`albert-tf demo --out RUN_DIR` and every flag of `args` that differs from its default."""
+    words = ["albert-tf", "demo", "--out", args.out]
+    for config_cls, defaults, names in [group[1:] for group in _GROUPS] + [(DemoConfig, DemoConfig(), _DEMO_FIELDS)]:
+        flags = {field.name: field.metadata.get("flag", field.name.replace("_", "-"))
+                 for field in dataclasses.fields(config_cls)}
+        for name in names:
+            value = getattr(args, name)
+            if value == getattr(defaults, name):
+                continue
+            if isinstance(value, bool):
+                words.append(f"--{flags[name]}" if value else f"--no-{flags[name]}")
+            else:
+                words += [f"--{flags[name]}", str(value)]
+    return shlex.join(words)
