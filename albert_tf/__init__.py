@@ -21,8 +21,9 @@ _EXPORTS = {
     "AlbertQuestionAnswerer": "albert_tf.models",
     "AlbertRegressor": "albert_tf.models",
     "AlbertTagger": "albert_tf.models",
+    "AlbertTokenizer": "input_pipeline.tokenizer",
     "load_pretrained": "albert_tf.saving",
-    "save_pretrained": "albert_tf.saving",
+    "save_pretrained": "albert_tf.models.pretrained",
 }
 _SUBMODULES = ("optimizers", "schedules")
 

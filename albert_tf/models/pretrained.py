@@ -1,16 +1,19 @@
 """Pretrained directories: a model saved so that the directory alone rebuilds it.
 
-Layout of a directory written by `save_pretrained`:
+Layout of a directory written by `save_pretrained` (names in `albert_tf.model_dirs`):
     config.json          the `AlbertConfig` (original / HF field names)
     albert_tf.json       the Keras config of the whole model (its class, heads, ...)
     model.weights.h5     the weights
     tokenizer/           the preprocessor's tokenizer, for a model that has one
 
-`load_pretrained` also takes a HuggingFace `save_pretrained` directory of an
-ALBERT model and converts it on load (`albert_tf.convert.hf`).
+A HuggingFace `save_pretrained` directory of an ALBERT model is read with
+`load_hf_dir`: `albert_tf.hf_checkpoint` reads its files and
+`checkpoint_weights` puts the tensors into a model built from its config.
+Neither this module nor those import a model class: a saved model is rebuilt
+from the names its classes register with Keras, all registered as soon as
+any module of `albert_tf.models` is imported (the package imports them all).
 """
 
-import importlib
 import json
 import os
 import warnings
@@ -18,10 +21,9 @@ import warnings
 import keras
 
 from albert_tf.config import AlbertConfig
-
-CONFIG_FILE = "config.json"
-MODEL_FILE = "albert_tf.json"
-WEIGHTS_FILE = "model.weights.h5"
+from albert_tf.hf_checkpoint import READ_ARCHITECTURES, read_hf_checkpoint
+from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE
+from albert_tf.models.checkpoint_weights import hf_scheme, load_checkpoint
 
 
 def save_pretrained(model, directory):
@@ -41,50 +43,26 @@ def save_pretrained(model, directory):
     if preprocessor is not None:
         # Where every command looks for a model's tokenizer; the preprocessor
         # itself (SentencePiece model included) is in the model's config.
-        # Imported here: model_dirs imports this module.
-        from albert_tf.model_dirs import TOKENIZER_DIR
-
         preprocessor.tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
 
 
-def load_pretrained(directory):
-    """Rebuilds the model in `directory`: albert-tf's own, or a HuggingFace one.
-
-    `directory` is either what `save_pretrained` (or `albert-tf convert`)
-    wrote, or a HF transformers `save_pretrained` directory of an ALBERT model
-    (config.json with model.safetensors, pytorch_model.bin or a sharded index
-    of either, and no albert_tf.json), which is converted in memory as
-    `albert-tf convert --from hf` converts it.
+def load_saved_model(directory):
+    """Rebuilds the model that `save_pretrained` (or `albert-tf convert`) wrote to `directory`.
 
     Returns:
         The model that was saved: an `AlbertBackbone`, an `AlbertPretrainer`
-        or a task model. From a HF directory: an `AlbertPretrainer` for
-        AlbertForPreTraining / AlbertForMaskedLM weights (the latter with a
-        freshly initialized SOP head and pooler, with a warning that lists
-        them), an `AlbertBackbone` for AlbertModel.
+        or a task model.
 
     Raises:
         ValueError: naming the file and what is wrong with it: missing files,
             bytes that are not UTF-8, invalid JSON, an unknown config, a
-            corrupt or truncated weights file, weights that do not fit the
-            config; for a HF directory also a `model_type` other than "albert"
-            and tensors the converter does not know (a task head, for one).
+            corrupt or truncated weights file, weights that do not fit the config.
     """
-    # albert_tf.convert.hf imports this module: imported here, on first use.
-    from albert_tf.convert import hf
+    # A fine-tuned model's compile config names our optimizer and schedule,
+    # which Keras knows once their modules are loaded. Imported on use: they
+    # import TensorFlow, which the models alone (on JAX) do not need.
+    from albert_tf import optimizers, schedules  # noqa: F401
 
-    if hf.is_hf_dir(directory):
-        report = hf.load_hf(directory)
-        if report.newly_initialized:
-            # Usable (MLM works; fine-tuning trains the pooler), so a warning
-            # rather than an error, as transformers gives for the same checkpoints.
-            warnings.warn(
-                f"{directory} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
-                f"{len(report.newly_initialized)} weights are newly initialized and need training "
-                f"before use: {', '.join(report.newly_initialized)}",
-                stacklevel=2,
-            )
-        return report.model
     missing = [
         name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
         if not os.path.isfile(os.path.join(directory, name))
@@ -92,7 +70,7 @@ def load_pretrained(directory):
     if missing:
         raise ValueError(
             f"{directory} is not an albert-tf pretrained directory: missing {missing}; nor a HuggingFace "
-            f"one: no {' or '.join(hf.WEIGHT_FILES)} beside a {CONFIG_FILE}. "
+            f"one: no {' or '.join(WEIGHT_FILES)} beside a {CONFIG_FILE}. "
             "Write one with `save_pretrained` or `albert-tf convert`."
         )
     config_path, model_path, weights_path = (os.path.join(directory, n) for n in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE))
@@ -101,13 +79,6 @@ def load_pretrained(directory):
         config = AlbertConfig.from_dict(config_values)
     except ValueError as e:
         raise ValueError(f"{config_path}: {e}") from e
-    # Keras finds the model classes by the names they register when their
-    # modules load; `albert_tf` loads them lazily, and albert_tf.models imports
-    # this module (PretrainedMixin), so they are loaded here, on first use.
-    importlib.import_module("albert_tf.models")
-    # A fine-tuned model's compile config names our optimizer and schedule.
-    importlib.import_module("albert_tf.optimizers")
-    importlib.import_module("albert_tf.schedules")
     try:
         model = keras.saving.deserialize_keras_object(model_values)
     except (ValueError, TypeError, KeyError) as e:
@@ -127,6 +98,56 @@ def load_pretrained(directory):
             f"and {MODEL_FILE}: {e}"
         ) from e
     return model
+
+
+def load_hf_dir(directory, build):
+    """The model of the HF `save_pretrained` directory `directory`, built by `build`.
+
+    Args:
+        directory: a HF directory of AlbertModel, AlbertForPreTraining or
+            AlbertForMaskedLM weights.
+        build: (AlbertConfig, has_heads) -> the empty model to load the
+            weights into: an `AlbertBackbone`, or an `AlbertPretrainer` when
+            `has_heads` (the checkpoint holds the MLM head).
+
+    Returns:
+        A `checkpoint_weights.ConversionReport`: the model, and the weights
+        the checkpoint did not hold (the pooler and SOP head of an
+        AlbertForMaskedLM), initialized fresh.
+
+    Raises:
+        ValueError: unreadable files, a `model_type` other than "albert", or
+            tensors that do not match the config (listing every difference;
+            a task head names the architectures that are read).
+    """
+    checkpoint = read_hf_checkpoint(directory)
+    model = build(checkpoint.config, checkpoint.has_heads)
+    try:
+        return load_checkpoint(
+            model, checkpoint.shapes, checkpoint.read, hf_scheme(checkpoint.backbone_prefix), checkpoint.source
+        )
+    except ValueError as e:
+        # A task model's head shows up as unexpected tensors: say why.
+        others = sorted(set(checkpoint.architectures) - set(READ_ARCHITECTURES))
+        if not others:
+            raise
+        raise ValueError(
+            f"{e}\n  {os.path.join(directory, CONFIG_FILE)} names {others}: albert-tf reads the weights of "
+            f"{', '.join(READ_ARCHITECTURES)}, not task heads."
+        ) from e
+
+
+def warn_newly_initialized(directory, report):
+    """Warns when a HF checkpoint left weights freshly initialized (AlbertForMaskedLM's pooler, SOP head)."""
+    if report.newly_initialized:
+        # Usable (MLM works; fine-tuning trains the pooler), so a warning
+        # rather than an error, as transformers gives for the same checkpoints.
+        warnings.warn(
+            f"{directory} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
+            f"{len(report.newly_initialized)} weights are newly initialized and need training "
+            f"before use: {', '.join(report.newly_initialized)}",
+            stacklevel=3,
+        )
 
 
 def _read_json(path):
@@ -158,29 +179,8 @@ def _check_weights_file(path):
 
 
 class PretrainedMixin:
-    """`save_pretrained` / `from_pretrained` for the models of this package."""
+    """`save_pretrained` for the models of this package (each defines its `from_pretrained`)."""
 
     def save_pretrained(self, directory):
         """Writes this model (and its preprocessor's tokenizer) to `directory`; see `save_pretrained`."""
         save_pretrained(self, directory)
-
-    @classmethod
-    def from_pretrained(cls, directory):
-        """Loads `directory` (a model directory, or a run's) as this class.
-
-        A backbone can be taken from any saved model built on one (a
-        pretrainer, a task model); other classes must match what was saved.
-        Task models override this to build a new head on a saved backbone.
-        """
-        from albert_tf.model_dirs import resolve_model_dir
-
-        model = load_pretrained(resolve_model_dir(directory))
-        if isinstance(model, cls):
-            return model
-        backbone = getattr(model, "backbone", None)
-        if isinstance(backbone, cls):
-            return backbone
-        raise ValueError(
-            f"{directory} holds a {type(model).__name__}, which is not a {cls.__name__} "
-            f"and has no {cls.__name__} backbone."
-        )

@@ -5,6 +5,7 @@ import dataclasses
 from albert_tf.models.classifier import POOLINGS, resolve_pooling
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
+from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.packing import TRUNCATE_FROM
 
 # The original's GLUE rate for ALBERT-base (H 768); the paper used 1e-5 to 5e-5
@@ -90,9 +91,9 @@ class FinetuneConfig(JsonConfig):
     label_names: tuple | None = doc(None, "The label (or tag) set, in class-id order (default: sorted labels "
                                     "of the training file).", flag="labels")
     doc_stride: int = doc(128, "SQuAD: stride between the windows of a long context.")
-    max_query_length: int = doc(64, "SQuAD: question pieces kept.")
+    max_query_length: int = doc(MAX_QUESTION_TOKENS, "SQuAD: question pieces kept.")
     n_best_size: int = doc(20, "SQuAD: candidate spans kept per question.")
-    max_answer_length: int = doc(30, "SQuAD: longest answer, in pieces.")
+    max_answer_length: int = doc(MAX_ANSWER_TOKENS, "SQuAD: longest answer, in pieces.")
     null_score_diff_threshold: float = doc(0.0, "SQuAD v2: answer \"\" when the null score exceeds the best "
                                            "span's by more than this.")
 

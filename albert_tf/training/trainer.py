@@ -49,11 +49,11 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import skip_optimizer_all_reduce
-from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
+from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
+from albert_tf.models.pretrained import save_pretrained
 from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
 from albert_tf.optimizers import build_optimizer
-from albert_tf.saving import WEIGHTS_FILE, save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
