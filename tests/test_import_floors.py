@@ -209,3 +209,30 @@ def test_reading_a_tokenizer_loads_no_keras_and_no_models(tmp_path):
     heavy = sorted(m for m in loaded if m == "keras" or m.startswith(("albert_tf.models", "albert_tf.convert")))
     assert not heavy, heavy
     del AlbertTokenizer
+
+
+PUBLIC_NAMES = (
+    "AlbertTokenizer", "AlbertPreprocessor", "AlbertConfig", "AlbertBackbone", "AlbertPretrainer",
+    "AlbertClassifier", "AlbertRegressor", "AlbertTagger", "AlbertQuestionAnswerer", "AlbertMultipleChoice",
+    "load_pretrained", "save_pretrained", "export_saved_model", "export_tflite",
+)
+
+
+def test_one_public_import_and_it_stays_light():
+    # `import albert_tf` (the CLI's `--help`, data workers) loads neither
+    # Keras nor TensorFlow; each public name loads its module on first use.
+    script = (
+        "import sys\n"
+        "import albert_tf\n"
+        "assert not {'keras', 'tensorflow'} & set(sys.modules), sorted({'keras', 'tensorflow'} & set(sys.modules))\n"
+        f"from albert_tf import {', '.join(PUBLIC_NAMES)}\n"
+        "from albert_tf.models import AlbertBackbone as backbone_class\n"
+        "from input_pipeline.tokenizer import AlbertTokenizer as tokenizer_class\n"
+        "assert AlbertBackbone is backbone_class and AlbertTokenizer is tokenizer_class\n"
+        f"missing = set({PUBLIC_NAMES!r}) - set(albert_tf.__all__)\n"
+        "assert not missing, missing\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 
 pytestmark = pytest.mark.slow
 
@@ -93,8 +93,8 @@ class Server:
 def tour(tmp_path_factory):
     """The working directory of a user following the README, with the inputs they bring."""
     root = tmp_path_factory.mktemp("tour")
-    write_sentences_corpus(root / "corpus", corpora.imdb_documents("pretrain", limit=300))
-    everything = corpora.rotten_tomatoes_sentences()
+    write_sentences_corpus(root / "corpus", movie_reviews.imdb_documents("pretrain", limit=300))
+    everything = movie_reviews.rotten_tomatoes_sentences()
     order = np.random.default_rng(0).permutation(len(everything))
     rows = [(everything[i][0], everything[i][1]) for i in order[:96]]
     write_sst2(str(root / "SST-2" / "train.tsv"), rows[:64])
@@ -309,7 +309,7 @@ def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
 
     ours = AlbertTokenizer.load(str(pretrained / "tokenizer"))
     theirs = AutoTokenizer.from_pretrained(str(tour / "hf_base"))
-    sentences = [s for document in corpora.imdb_documents("heldout", limit=20) for s in document]
+    sentences = [s for document in movie_reviews.imdb_documents("heldout", limit=20) for s in document]
     sentences += ["  Café CRÈME,   naïve ``quoted'' text\tand tabs  "]
     for sentence in sentences:
         assert theirs(sentence, add_special_tokens=False)["input_ids"] == list(ours.encode(sentence)), sentence

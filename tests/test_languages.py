@@ -14,7 +14,7 @@ from albert_tf import cli
 from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.corpus import split_paragraphs_into_sentences, split_sentences
-from input_pipeline.pretraining_data import PretrainingDataConfig, mask_tokens
+from input_pipeline.pretraining.examples import PretrainingDataConfig, mask_tokens
 from input_pipeline.preprocessing import DEFAULT_CHARACTER_COVERAGE, LANGUAGES, AccentStrippingGuard
 from input_pipeline.tokenizer import CLS_ID, SEP_ID, WORD_START
 from language_corpora import japanese_sentences, korean_documents, korean_lines

@@ -3,6 +3,8 @@
 import dataclasses
 
 from albert_tf.models.classifier import POOLINGS, resolve_pooling
+from albert_tf.tasks.registry import TASKS
+from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
 from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
@@ -28,7 +30,7 @@ def default_learning_rate(hidden_size):
     2e-5 is the original recipe for H >= 768 (base to xxlarge). Narrower
     models need far larger steps: on a 5-class topic task a demo-sized model
     (H 128) did not move in 3 epochs at 2e-5, stayed near chance from random
-    init at 1e-4, and learned at 1e-3 (issue 13). Adam moves every weight by
+    init at 1e-4, and learned at 1e-3. Adam moves every weight by
     about the rate whatever its scale, and the effect on an H x H layer's
     output grows with H (the muP argument for rate ~ 1/H), so narrow models
     take larger rates. The exponent 2 is empirical, not that theory's 1: it
@@ -98,8 +100,6 @@ class FinetuneConfig(JsonConfig):
                                            "span's by more than this.")
 
     def __post_init__(self):
-        from albert_tf.tasks.registry import TASKS, SentenceTask
-
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASKS)}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "doc_stride", "max_windows",

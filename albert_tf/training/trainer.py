@@ -127,7 +127,7 @@ class Trainer:
             `input_context.get_per_replica_batch_size(global_batch_size)`
             examples, skipping the first `start_step` global batches.
             `global_batch_size` is the micro-batch size summed over replicas.
-            See `input_pipeline.dataset.pretraining_dataset_fn`.
+            See `input_pipeline.pretraining.dataset.pretraining_dataset_fn`.
         strategy: a `tf.distribute.Strategy`; None uses the current one.
         tokenizer: optional `AlbertTokenizer`, saved in RUN_DIR/tokenizer.
         run_info: optional JSON-serializable dict written into
