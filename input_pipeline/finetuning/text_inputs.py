@@ -17,12 +17,10 @@ rejected. Empty texts (empty after whitespace collapse) are an error.
 
 import numpy as np
 
-
 from input_pipeline import features
 from input_pipeline.finetuning.batching import pad_batch
 from input_pipeline.packing import (
     check_truncate_from, keep_pieces, pack, split_windows, tf_pack, tf_split_windows, tf_truncate, truncate_pair,
-    truncated_lengths,
 )
 from input_pipeline.tokenizer import PAD_ID
 
