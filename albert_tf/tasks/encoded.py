@@ -4,6 +4,8 @@ import dataclasses
 
 from input_pipeline import finetuning as data
 
+
+@dataclasses.dataclass
 class Encoded:
     """A file made ready for a model.
 
