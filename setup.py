@@ -19,7 +19,7 @@ setup(
         # Sparse co-occurrence counts and their truncated SVD (the demo's PPMI-SVD embedding start).
         "scipy>=1.10",
         "safetensors>=0.4",
-        # Checks a weights file is readable HDF5 before Keras loads it (saving.py); keras needs it too.
+        # Checks a weights file is readable HDF5 before Keras loads it (albert_tf/models/pretrained.py); keras needs it too.
         "h5py>=3.10",
         # CRC-32C of the TFRecords that create-data workers write without TensorFlow.
         "google-crc32c>=1.5",

@@ -24,8 +24,10 @@ _EXPORTS = {
     "AlbertRegressor": "albert_tf.models",
     "AlbertTagger": "albert_tf.models",
     "AlbertTokenizer": "input_pipeline.tokenizer",
+    "export_saved_model": "albert_tf.export.saved_model",
+    "export_tflite": "albert_tf.export.tflite",
     "load_pretrained": "albert_tf.saving",
-    "save_pretrained": "albert_tf.saving",
+    "save_pretrained": "albert_tf.models.pretrained",
 }
 _SUBMODULES = ("optimizers", "schedules")
 

@@ -18,25 +18,65 @@ A HuggingFace `save_pretrained` directory of an ALBERT model (config.json
 with model.safetensors or pytorch_model.bin, `spiece.model` and
 tokenizer_config.json beside them) is a model directory too: `load_pretrained`
 converts it on load, and its tokenizer follows its tokenizer_config.json.
+
+This module reads file names and tokenizers only: it imports neither Keras
+nor the models, so `create-data` and its workers read a tokenizer cheaply.
 """
 
+import json
 import os
 
-from albert_tf.saving import CONFIG_FILE, MODEL_FILE
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
-from input_pipeline.tokenizer import AlbertTokenizer
+from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
 
+# albert-tf's own model directories (`save_pretrained`).
+CONFIG_FILE = "config.json"  # the `AlbertConfig` (original / HF field names)
+MODEL_FILE = "albert_tf.json"  # the Keras config of the whole model
+WEIGHTS_FILE = "model.weights.h5"
 TOKENIZER_DIR = "tokenizer"
 FINAL_DIR = "final"
 BEST_DIR = "best"
 
+# HuggingFace transformers' `save_pretrained` directories (config.json is shared).
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
+SPECIAL_TOKENS_FILE = "special_tokens_map.json"
+SAFETENSORS_FILE = "model.safetensors"
+TORCH_FILE = "pytorch_model.bin"
+INDEX_SUFFIX = ".index.json"
+# HF weight files, in the order they are preferred.
+WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + INDEX_SUFFIX, TORCH_FILE, TORCH_FILE + INDEX_SUFFIX)
+
+
+def is_hf_dir(path):
+    """Whether `path` is a HF `save_pretrained` directory.
+
+    That is: a config.json beside HF weights (any of `WEIGHT_FILES`), and no
+    albert_tf.json (which marks albert-tf's own directories, whose config.json
+    says `model_type` "albert" too). Whether the config describes an ALBERT
+    model is checked on load, so that another model type is an error naming
+    config.json rather than a directory that holds "no model".
+    """
+    return (
+        os.path.isfile(os.path.join(path, CONFIG_FILE))
+        and not os.path.isfile(os.path.join(path, MODEL_FILE))
+        and any(os.path.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
+    )
+
+
+def is_hf_tokenizer_dir(path):
+    """Whether the tokenizer in `path` is a HF one (read by `hf_tokenizer`, not `AlbertTokenizer.load`).
+
+    transformers writes tokenizer_config.json, which albert-tf's tokenizer
+    directories never hold; a hub download may lack it, but then sits in a
+    HF model directory. Its tokenizer.json, if any, is transformers' own
+    format, not albert-tf's.
+    """
+    return os.path.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
+
 
 def is_model_dir(path):
     """Whether `path` holds a model `load_pretrained` reads: albert-tf's own or a HF one."""
-    # albert_tf.convert.hf imports this module: imported here, on first use.
-    from albert_tf.convert.hf import is_hf_dir
-
     return (
         os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isfile(os.path.join(path, MODEL_FILE))
     ) or is_hf_dir(path)
@@ -60,8 +100,6 @@ def resolve_model_dir(path):
     for sub in (BEST_DIR, FINAL_DIR):
         if is_model_dir(os.path.join(path, sub)):
             return os.path.join(path, sub)
-    from albert_tf.convert.hf import WEIGHT_FILES
-
     raise ValueError(
         f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
         f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) there, or an albert-tf model in its "
@@ -118,8 +156,6 @@ def load_tokenizer(directory):
     Raises:
         ValueError: naming `directory` when it holds no `spiece.model`.
     """
-    from albert_tf.convert.hf import hf_tokenizer, is_hf_tokenizer_dir
-
     if not os.path.isfile(os.path.join(directory, SPIECE_FILE)):
         raise ValueError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):
@@ -129,8 +165,6 @@ def load_tokenizer(directory):
 
 def _hf_hint(directory):
     """What to do about a HF directory without spiece.model, for error messages; "" for other directories."""
-    from albert_tf.convert.hf import is_hf_tokenizer_dir
-
     if not is_hf_tokenizer_dir(directory):
         return ""
     if os.path.isfile(os.path.join(directory, TOKENIZER_JSON)):
@@ -141,3 +175,37 @@ def _hf_hint(directory):
         f"{found} albert-tf tokenizes with the SentencePiece model: copy {SPIECE_FILE} from where the "
         f"model came from (its hub page has it) into {directory}."
     )
+
+
+def hf_tokenizer(src_dir):
+    """The `AlbertTokenizer` of a HF directory's spiece.model, or None without one.
+
+    The preprocessing follows tokenizer_config.json (transformers' defaults
+    when absent: lowercase, strip accents, collapse whitespace).
+    """
+    model_path = os.path.join(src_dir, SPIECE_FILE)
+    if not os.path.isfile(model_path):
+        return None
+    options = {}
+    config_path = os.path.join(src_dir, TOKENIZER_CONFIG_FILE)
+    if os.path.isfile(config_path):
+        with open(config_path, "rb") as f:
+            try:
+                options = json.loads(f.read().decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError) as e:
+                raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
+        if not isinstance(options, dict):
+            raise ValueError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
+    # transformers 5 writes `"remove_space": null` (its tokenizer always splits
+    # on whitespace): null, like an absent key, takes transformers' default.
+    def option(name, default):
+        value = options.get(name)
+        return default if value is None else bool(value)
+
+    preprocessing = Preprocessing(
+        collapse_whitespace=option("remove_space", True),
+        strip_accents=not option("keep_accents", False),
+        lower_case=option("do_lower_case", True),
+    )
+    with open(model_path, "rb") as f:
+        return AlbertTokenizer(f.read(), preprocessing)

@@ -1,6 +1,6 @@
 """`AlbertPreprocessor`: raw strings -> model inputs, in the TensorFlow graph, as a Keras layer.
 
-The layer runs `albert_tf.export.text.tf_pack_texts`, the packer of the
+The layer runs `input_pipeline.finetuning.text_inputs.tf_pack_texts`, the packer of the
 exported `serve_text` signatures, so `fit`, `predict`, `tf.data` pipelines and
 the exports all see the same ids. It is TensorFlow code (tensorflow-text's
 SentencePiece), like any tf.data preprocessing, whatever the Keras backend.
@@ -14,7 +14,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.export import text as text_lib
+from input_pipeline.finetuning import text_inputs
 from input_pipeline.packing import check_truncate_from
 from input_pipeline.preprocessing import Preprocessing
 from input_pipeline.tokenizer import AlbertTokenizer
@@ -159,9 +159,9 @@ class AlbertPreprocessor(keras.layers.Layer):
                 )
         with text_errors_as_value_errors() if tf.executing_eagerly() else contextlib.nullcontext():
             if choices:
-                packed = text_lib.tf_pack_choices(self.tokenizer, texts, pairs, self.max_length)
+                packed = text_inputs.tf_pack_choices(self.tokenizer, texts, pairs, self.max_length)
             else:
-                packed = text_lib.tf_pack_texts(
+                packed = text_inputs.tf_pack_texts(
                     self.tokenizer, texts, pairs, self.max_length, self.max_first_length, self.truncate_from
                 )
         if self.pad_to_sequence_length:

@@ -1,50 +1,29 @@
-"""Pretrained directories: a model saved so that the directory alone rebuilds it.
+"""`load_pretrained`: the model a directory holds, whatever its class or format.
 
-Layout of a directory written by `save_pretrained`:
-    config.json          the `AlbertConfig` (original / HF field names)
-    albert_tf.json       the Keras config of the whole model (its class, heads, ...)
-    model.weights.h5     the weights
-    tokenizer/           the preprocessor's tokenizer, for a model that has one
-
-`load_pretrained` also takes a HuggingFace `save_pretrained` directory of an
-ALBERT model and converts it on load (`albert_tf.convert.hf`).
+`save_pretrained` (in `albert_tf.models.pretrained`) writes albert-tf's own
+directories. `load_pretrained` reads those, and HuggingFace `save_pretrained`
+directories of an ALBERT model, converted in memory as `albert-tf convert
+--from hf` converts them. A model class's own `from_pretrained` loads into
+that class; this is for callers that take whatever was saved.
 """
 
-import importlib
-import json
-import os
-import warnings
-
-import keras
-
-from albert_tf.config import AlbertConfig
-
-CONFIG_FILE = "config.json"
-MODEL_FILE = "albert_tf.json"
-WEIGHTS_FILE = "model.weights.h5"
+from albert_tf.model_dirs import is_hf_dir
+from albert_tf.models import AlbertBackbone, AlbertPretrainer
+from albert_tf.models.pretrained import load_hf_dir, load_saved_model, warn_newly_initialized
 
 
-def save_pretrained(model, directory):
-    """Writes `model` (a backbone or any model built on one) to `directory`."""
-    backbone = getattr(model, "backbone", model)
-    if not hasattr(backbone, "config") or not isinstance(backbone.config, AlbertConfig):
-        raise ValueError(
-            "`model` must be an AlbertBackbone or a model with a `.backbone`. "
-            f"Received: {type(model).__name__}"
-        )
-    os.makedirs(directory, exist_ok=True)
-    backbone.config.save(os.path.join(directory, CONFIG_FILE))
-    with open(os.path.join(directory, MODEL_FILE), "w") as f:
-        json.dump(keras.saving.serialize_keras_object(model), f, indent=2)
-    model.save_weights(os.path.join(directory, WEIGHTS_FILE))
-    preprocessor = getattr(model, "preprocessor", None)
-    if preprocessor is not None:
-        # Where every command looks for a model's tokenizer; the preprocessor
-        # itself (SentencePiece model included) is in the model's config.
-        # Imported here: model_dirs imports this module.
-        from albert_tf.model_dirs import TOKENIZER_DIR
+def load_hf(directory):
+    """The model of a HF directory, as a `ConversionReport` (the model and its freshly initialized weights).
 
-        preprocessor.tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+    AlbertForPreTraining and AlbertForMaskedLM become an `AlbertPretrainer`
+    (the latter with a fresh pooler and SOP head), AlbertModel an `AlbertBackbone`.
+    """
+
+    def build(config, has_heads):
+        backbone = AlbertBackbone(config)
+        return AlbertPretrainer(backbone) if has_heads else backbone
+
+    return load_hf_dir(directory, build)
 
 
 def load_pretrained(directory):
@@ -70,117 +49,8 @@ def load_pretrained(directory):
             config; for a HF directory also a `model_type` other than "albert"
             and tensors the converter does not know (a task head, for one).
     """
-    # albert_tf.convert.hf imports this module: imported here, on first use.
-    from albert_tf.convert import hf
-
-    if hf.is_hf_dir(directory):
-        report = hf.load_hf(directory)
-        if report.newly_initialized:
-            # Usable (MLM works; fine-tuning trains the pooler), so a warning
-            # rather than an error, as transformers gives for the same checkpoints.
-            warnings.warn(
-                f"{directory} has no pooler/SOP head (e.g. AlbertForMaskedLM); these "
-                f"{len(report.newly_initialized)} weights are newly initialized and need training "
-                f"before use: {', '.join(report.newly_initialized)}",
-                stacklevel=2,
-            )
+    if is_hf_dir(directory):
+        report = load_hf(directory)
+        warn_newly_initialized(directory, report)
         return report.model
-    missing = [
-        name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
-        if not os.path.isfile(os.path.join(directory, name))
-    ]
-    if missing:
-        raise ValueError(
-            f"{directory} is not an albert-tf pretrained directory: missing {missing}; nor a HuggingFace "
-            f"one: no {' or '.join(hf.WEIGHT_FILES)} beside a {CONFIG_FILE}. "
-            "Write one with `save_pretrained` or `albert-tf convert`."
-        )
-    config_path, model_path, weights_path = (os.path.join(directory, n) for n in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE))
-    config_values, model_values = _read_json(config_path), _read_json(model_path)
-    try:
-        config = AlbertConfig.from_dict(config_values)
-    except ValueError as e:
-        raise ValueError(f"{config_path}: {e}") from e
-    # Keras finds the model classes by the names they register when their
-    # modules load; `albert_tf` loads them lazily, and albert_tf.models imports
-    # this module (PretrainedMixin), so they are loaded here, on first use.
-    importlib.import_module("albert_tf.models")
-    # A fine-tuned model's compile config names our optimizer and schedule.
-    importlib.import_module("albert_tf.optimizers")
-    importlib.import_module("albert_tf.schedules")
-    try:
-        model = keras.saving.deserialize_keras_object(model_values)
-    except (ValueError, TypeError, KeyError) as e:
-        raise ValueError(f"{model_path} does not describe an albert-tf model: {e}") from e
-    backbone = getattr(model, "backbone", model)
-    if getattr(backbone, "config", None) != config:
-        raise ValueError(
-            f"{directory}: {CONFIG_FILE} and {MODEL_FILE} describe different models "
-            f"({config} vs {getattr(backbone, 'config', type(model).__name__)})."
-        )
-    _check_weights_file(weights_path)
-    try:
-        model.load_weights(weights_path)
-    except (ValueError, KeyError, OSError) as e:
-        raise ValueError(
-            f"{weights_path}: the weights do not match the model described by {CONFIG_FILE} "
-            f"and {MODEL_FILE}: {e}"
-        ) from e
-    return model
-
-
-def _read_json(path):
-    """The JSON value in `path`; ValueError naming the file for bad bytes or bad JSON."""
-    with open(path, "rb") as f:
-        data = f.read()
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ValueError(
-            f"{path} is not UTF-8 text: byte {data[e.start]:#04x} at offset {e.start} ({e.reason}). "
-            "The file is damaged; write it again (save_pretrained or albert-tf convert)."
-        ) from e
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
-
-
-def _check_weights_file(path):
-    """ValueError naming `path` unless it is a readable HDF5 file (not truncated, not garbage)."""
-    import h5py
-
-    try:
-        with h5py.File(path, "r") as f:
-            f.visit(lambda name: None)
-    except (OSError, RuntimeError) as e:
-        raise ValueError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e
-
-
-class PretrainedMixin:
-    """`save_pretrained` / `from_pretrained` for the models of this package."""
-
-    def save_pretrained(self, directory):
-        """Writes this model (and its preprocessor's tokenizer) to `directory`; see `save_pretrained`."""
-        save_pretrained(self, directory)
-
-    @classmethod
-    def from_pretrained(cls, directory):
-        """Loads `directory` (a model directory, or a run's) as this class.
-
-        A backbone can be taken from any saved model built on one (a
-        pretrainer, a task model); other classes must match what was saved.
-        Task models override this to build a new head on a saved backbone.
-        """
-        from albert_tf.model_dirs import resolve_model_dir
-
-        model = load_pretrained(resolve_model_dir(directory))
-        if isinstance(model, cls):
-            return model
-        backbone = getattr(model, "backbone", None)
-        if isinstance(backbone, cls):
-            return backbone
-        raise ValueError(
-            f"{directory} holds a {type(model).__name__}, which is not a {cls.__name__} "
-            f"and has no {cls.__name__} backbone."
-        )
+    return load_saved_model(directory)

@@ -79,9 +79,9 @@ def anisotropy(backbone, inputs, rng):
 
 def heldout_inputs(tokenizer, seq, count=64):
     from input_pipeline import features
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
 
-    reviews = corpora.imdb_reviews("heldout")[:count]
+    reviews = movie_reviews.imdb_reviews("heldout")[:count]
     token_ids = np.zeros((count, seq), np.int32)
     for i, (text, _) in enumerate(reviews):
         ids = [tokenizer.cls_id] + tokenizer.encode(text)[: seq - 2] + [tokenizer.sep_id]
@@ -125,8 +125,8 @@ def main():
     import tensorflow as tf
 
     from albert_tf.training import Trainer, evaluate_pretraining
-    from input_pipeline.dataset import pretraining_dataset_fn
-    from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora
+    from input_pipeline.pretraining.dataset import pretraining_dataset_fn
+    from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
 
     changes = {"model": {"hidden_dropout": args.dropout, "attention_dropout": args.dropout}, "data": {},
                "trainer": {"num_steps": args.steps, "checkpoint_every": args.checkpoint_every,
@@ -137,7 +137,7 @@ def main():
         (changes[part] if part else own)[field] = getattr(args, name)
     demo = demo_config(**changes, **own)
     model_config, trainer_config = demo.model, demo.trainer
-    documents = corpora.imdb_documents("pretrain", limit=demo.documents)
+    documents = movie_reviews.imdb_documents("pretrain", limit=demo.documents)
     tokenizer_dir = args.tokenizer or os.path.join(args.out, "tokenizer")
     if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
@@ -149,7 +149,7 @@ def main():
     trainer = Trainer(model_config, trainer_config, args.out, pretraining_dataset_fn(corpus, data_config),
                       tokenizer=tokenizer, print_fn=lambda line: None)
     probe_inputs = heldout_inputs(tokenizer, demo.data.max_seq_length)
-    heldout = TokenizedCorpus.from_documents(corpora.imdb_documents("heldout", limit=demo.heldout_documents),
+    heldout = TokenizedCorpus.from_documents(movie_reviews.imdb_documents("heldout", limit=demo.heldout_documents),
                                              tokenizer)
 
     def measure(step):

@@ -24,7 +24,7 @@ from input_pipeline import (  # noqa: E402
     AlbertTokenizer,
     PretrainingDataConfig,
     TokenizedCorpus,
-    corpora,
+    movie_reviews,
     make_pretraining_dataset,
     write_pretraining_tfrecords,
 )
@@ -59,7 +59,7 @@ def peak_memory(num_documents, tokenizer_dir, workers):
 
 
 def memory_child(num_documents, tokenizer_dir, workers):
-    documents = iter(corpora.imdb_documents(limit=num_documents))
+    documents = iter(movie_reviews.imdb_documents(limit=num_documents))
     start = time.perf_counter()
     with tempfile.TemporaryDirectory() as out:
         write_pretraining_tfrecords(
@@ -85,7 +85,7 @@ def main():
         memory_child(int(args.memory_child[0]), args.memory_child[1], int(args.memory_child[2]))
         return
 
-    documents = corpora.imdb_documents(limit=args.documents)
+    documents = movie_reviews.imdb_documents(limit=args.documents)
     start = time.perf_counter()
     tokenizer = AlbertTokenizer.train((s for d in documents for s in d), args.vocab_size)
     print(f"tokenizer: {args.vocab_size} pieces trained in {time.perf_counter() - start:.1f}s", file=sys.stderr)

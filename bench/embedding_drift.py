@@ -46,7 +46,7 @@ def drift(run_dir, cache):
     from albert_tf.config import AlbertConfig
     from albert_tf.saving import load_pretrained
     from albert_tf.training.embedding_init import ppmi_svd_vectors
-    from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora
+    from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
 
     with open(os.path.join(run_dir, "training_config.json")) as f:
         settings = json.load(f)
@@ -58,7 +58,7 @@ def drift(run_dir, cache):
     tokenizer = AlbertTokenizer.load(os.path.join(run_dir, "tokenizer"))
     key = (tokenizer.model_proto, demo["documents"], embedding_size)
     if key not in cache:
-        corpus = TokenizedCorpus.from_documents(corpora.imdb_documents("pretrain", limit=demo["documents"]),
+        corpus = TokenizedCorpus.from_documents(movie_reviews.imdb_documents("pretrain", limit=demo["documents"]),
                                                 tokenizer)
         cache[key] = ppmi_svd_vectors(corpus, embedding_size)
     vectors, counts = cache[key]

@@ -73,9 +73,9 @@ def prepare(workdir, tokenizer_dir):
     tokenizer = AlbertTokenizer.load(tokenizer_dir) if tokenizer_dir else None
     texts = None
     if tokenizer is not None:
-        from input_pipeline import corpora
+        from input_pipeline import movie_reviews
 
-        texts = [t for t, _ in corpora.imdb_reviews("pretrain")[:200]]
+        texts = [t for t, _ in movie_reviews.imdb_reviews("pretrain")[:200]]
     sizes = {}
     for mode in modes:
         path = export_tflite(

@@ -50,11 +50,11 @@ def main():
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.models import AlbertClassifier
     from albert_tf.optimizers import AdamW
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
     from input_pipeline.finetuning import TextEncoder, TextExample, make_dataset
     from input_pipeline.tokenizer import AlbertTokenizer
 
-    rows = corpora.rotten_tomatoes_sentences()
+    rows = movie_reviews.rotten_tomatoes_sentences()
     rows = [rows[i] for i in np.random.default_rng(0).permutation(len(rows))[: args.sentences]]
     texts, labels = [t for t, _ in rows], [y for _, y in rows]
     tokenizer = AlbertTokenizer.load(args.tokenizer)

@@ -41,9 +41,9 @@ _FIELDS = ("token_ids", "segment_ids", "padding_mask", "mask_positions", "mask_i
 # ----------------------------------------------------------------------------- data and model
 def make_batches(args):
     """`args.steps` batches of flat numpy features from our pipeline, and the vocabulary size."""
-    from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
+    from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, movie_reviews, make_pretraining_dataset
 
-    documents = corpora.imdb_documents("pretrain", limit=args.documents)
+    documents = movie_reviews.imdb_documents("pretrain", limit=args.documents)
     sentences = (s for document in documents[: args.documents // 2] for s in document)
     tokenizer = AlbertTokenizer.train(sentences, args.vocab_size, seed=0)
     corpus = TokenizedCorpus.from_documents(documents, tokenizer)

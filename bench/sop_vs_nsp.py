@@ -19,7 +19,7 @@ import time
 
 from albert_tf import AlbertConfig
 from albert_tf.training import Trainer, TrainerConfig, evaluate_pretraining
-from input_pipeline.dataset import pretraining_dataset_fn
+from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 from benchlib.output import emit_table
 
@@ -41,11 +41,11 @@ def main():
     parser.add_argument("--write", help="Also write the Markdown table to this file.")
     args = parser.parse_args()
 
-    from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
+    from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, movie_reviews, make_pretraining_dataset
 
     start = time.perf_counter()
     tokenizer_dir = os.path.join(args.out, "tokenizer")
-    documents = corpora.imdb_documents("pretrain", limit=args.documents)
+    documents = movie_reviews.imdb_documents("pretrain", limit=args.documents)
     if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
     else:
@@ -53,7 +53,7 @@ def main():
         tokenizer.save(tokenizer_dir)
     corpus = TokenizedCorpus.from_documents(documents, tokenizer)
     heldout = TokenizedCorpus.from_documents(
-        corpora.imdb_documents("heldout", limit=args.heldout_documents), tokenizer
+        movie_reviews.imdb_documents("heldout", limit=args.heldout_documents), tokenizer
     )
     model_config = AlbertConfig(
         vocab_size=tokenizer.vocab_size, embedding_size=64, hidden_size=128, num_hidden_layers=4,

@@ -31,12 +31,12 @@ from albert_tf.saving import load_pretrained
 
 
 def test_set(dataset, limit, label_names):
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
 
     if dataset == "imdb":
-        rows = corpora.imdb_reviews("heldout")
+        rows = movie_reviews.imdb_reviews("heldout")
     elif dataset == "rotten_tomatoes":
-        rows = corpora.rotten_tomatoes_sentences()
+        rows = movie_reviews.rotten_tomatoes_sentences()
     else:
         ids = {name: i for i, name in enumerate(label_names or [])}
         with open(dataset, encoding="utf-8", newline="") as f:
@@ -67,7 +67,7 @@ def tflite_predictions(path, packed, threads):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="A fine-tuned AlbertClassifier directory.")
-    parser.add_argument("--tokenizer", help="Tokenizer dir (default: the model dir's, see albert_tf.export.text).")
+    parser.add_argument("--tokenizer", help="Tokenizer dir (default: the model dir's, see input_pipeline.finetuning.text_inputs).")
     parser.add_argument("--dataset", default="imdb", help="imdb (held-out reviews), rotten_tomatoes, or a CSV file.")
     parser.add_argument("--limit", type=int, default=1000)
     parser.add_argument("--max-length", type=int, default=128)
@@ -76,14 +76,14 @@ def main():
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
 
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
 
     model_dir = resolve_model_dir(args.model)
     model = load_pretrained(model_dir)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)
     texts, labels = test_set(args.dataset, args.limit, getattr(model, "label_names", None))
     packed = pack_texts(tokenizer, texts, None, args.max_length, pad_to=args.max_length)
-    calibration = [t for t, _ in corpora.imdb_reviews("pretrain")[: args.calibration_examples]]
+    calibration = [t for t, _ in movie_reviews.imdb_reviews("pretrain")[: args.calibration_examples]]
 
     keras_accuracy = float((keras_predictions(model, packed) == labels).mean())
     majority = float(max((labels == c).mean() for c in np.unique(labels)))

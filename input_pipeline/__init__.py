@@ -1,8 +1,8 @@
 """ALBERT input pipeline: tokenizer, corpus readers, pretraining data and tf.data.
 
 The public names load on first use (PEP 562), so importing one light module
-(`input_pipeline.tokenizer`, `input_pipeline.pretraining_data`) does not pull
-in TensorFlow through `input_pipeline.dataset`.
+(`input_pipeline.tokenizer`, `input_pipeline.pretraining.examples`) does not pull
+in TensorFlow through `input_pipeline.pretraining.dataset`.
 """
 
 import importlib
@@ -11,11 +11,11 @@ import importlib
 _EXPORTS = {
     "Corpus": "input_pipeline.corpus",
     "split_sentences": "input_pipeline.corpus",
-    "make_pretraining_dataset": "input_pipeline.dataset",
-    "PretrainingDataConfig": "input_pipeline.pretraining_data",
-    "TokenizedCorpus": "input_pipeline.pretraining_data",
-    "read_metadata": "input_pipeline.tfrecord",
-    "write_pretraining_tfrecords": "input_pipeline.tfrecord",
+    "make_pretraining_dataset": "input_pipeline.pretraining.dataset",
+    "PretrainingDataConfig": "input_pipeline.pretraining.examples",
+    "TokenizedCorpus": "input_pipeline.pretraining.examples",
+    "read_metadata": "input_pipeline.pretraining.tfrecord_shards",
+    "write_pretraining_tfrecords": "input_pipeline.pretraining.tfrecord_shards",
     "AlbertTokenizer": "input_pipeline.tokenizer",
     "Preprocessing": "input_pipeline.tokenizer",
 }

@@ -8,14 +8,14 @@ import functools
 
 import pytest
 
-from input_pipeline import AlbertTokenizer, TokenizedCorpus, corpora
+from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
 
 VOCAB_SIZE = 1000
 
 
 @functools.lru_cache(maxsize=None)
 def imdb_documents(limit=1500):
-    return tuple(tuple(d) for d in corpora.imdb_documents("pretrain", limit=limit))
+    return tuple(tuple(d) for d in movie_reviews.imdb_documents("pretrain", limit=limit))
 
 
 @functools.lru_cache(maxsize=None)

@@ -19,18 +19,18 @@ LABELS = ["negative", "positive"]
 @functools.lru_cache(maxsize=None)
 def tokenizer():
     """A 300-piece tokenizer trained on 300 IMDB reviews (a few seconds)."""
-    from input_pipeline import AlbertTokenizer, corpora
+    from input_pipeline import AlbertTokenizer, movie_reviews
 
-    documents = corpora.imdb_documents("pretrain", limit=300)
+    documents = movie_reviews.imdb_documents("pretrain", limit=300)
     return AlbertTokenizer.train((s for d in documents for s in d), VOCAB_SIZE, num_threads=1)
 
 
 @functools.lru_cache(maxsize=None)
 def real_texts(n=40):
     """Held-out IMDB reviews: real text the tokenizer never saw."""
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
 
-    return tuple(text for text, _ in corpora.imdb_reviews("heldout")[:n])
+    return tuple(text for text, _ in movie_reviews.imdb_reviews("heldout")[:n])
 
 
 def config():

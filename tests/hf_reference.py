@@ -2,7 +2,7 @@
 
 Builds random HF models, runs them and our models on the same padded batch,
 and writes TF1 checkpoints under the original variable names. The HF -> TF1
-name table here is written independently of `albert_tf.convert.mapping`, so
+name table here is written independently of `albert_tf.models.checkpoint_weights`, so
 TF1 tests check that mapping rather than reuse it.
 """
 

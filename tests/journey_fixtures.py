@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import albert_tf_command, run_cli, user_environment
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 
 # Shrinks the README's `--preset base` to a model that trains in seconds.
 TINY_MODEL = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "2",
@@ -87,8 +87,8 @@ class Server:
 def tour(tmp_path_factory):
     """The working directory of a user following the README, with the inputs they bring."""
     root = tmp_path_factory.mktemp("tour")
-    write_sentences_corpus(root / "corpus", corpora.imdb_documents("pretrain", limit=300))
-    everything = corpora.rotten_tomatoes_sentences()
+    write_sentences_corpus(root / "corpus", movie_reviews.imdb_documents("pretrain", limit=300))
+    everything = movie_reviews.rotten_tomatoes_sentences()
     order = np.random.default_rng(0).permutation(len(everything))
     rows = [(everything[i][0], everything[i][1]) for i in order[:96]]
     write_sst2(str(root / "SST-2" / "train.tsv"), rows[:64])

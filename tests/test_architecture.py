@@ -45,9 +45,9 @@ def _loaded_after(statement):
 
 def test_tokenizer_and_data_writing_load_no_keras():
     # create-data workers import these (the writer's worker functions live in
-    # input_pipeline.tfrecord); TensorFlow and Keras would cost each spawned
+    # input_pipeline.pretraining.tfrecord_shards); TensorFlow and Keras would cost each spawned
     # worker seconds of start-up and ~800 MB.
-    loaded = _loaded_after("import input_pipeline.tokenizer, input_pipeline.pretraining_data, input_pipeline.tfrecord")
+    loaded = _loaded_after("import input_pipeline.tokenizer, input_pipeline.pretraining.examples, input_pipeline.pretraining.tfrecord_shards")
     assert not loaded & {"keras", "tensorflow", "albert_tf"}, loaded & {"keras", "tensorflow", "albert_tf"}
 
 

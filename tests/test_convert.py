@@ -15,9 +15,9 @@ from albert_tf.convert import (
     convert_from_hf,
     convert_from_tf1,
     from_hf,
-    load_hf,
     to_hf,
 )
+from albert_tf.saving import load_hf
 import hf_reference as ref
 
 PREFIX = "albert.encoder.albert_layer_groups.0.albert_layers.0."

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from input_pipeline import Corpus, corpora, split_sentences
+from input_pipeline import Corpus, movie_reviews, split_sentences
 
 
 def test_original_format_skips_and_counts_empty_documents(tmp_path):
@@ -55,12 +55,12 @@ def test_split_sentences():
 
 
 def test_movie_reviews_split_is_fixed_and_disjoint():
-    pretrain, heldout = corpora.imdb_reviews("pretrain"), corpora.imdb_reviews("heldout")
+    pretrain, heldout = movie_reviews.imdb_reviews("pretrain"), movie_reviews.imdb_reviews("heldout")
     assert len(pretrain) + len(heldout) == 25000 and abs(len(heldout) - 5000) < 200
     assert not {t for t, _ in pretrain} & {t for t, _ in heldout}
-    assert corpora.imdb_reviews("heldout")[:5] == heldout[:5]
+    assert movie_reviews.imdb_reviews("heldout")[:5] == heldout[:5]
     assert not any("<br />" in t for t, _ in heldout)
-    sentences = corpora.rotten_tomatoes_sentences()
+    sentences = movie_reviews.rotten_tomatoes_sentences()
     assert len(sentences) == 8530 and {label for _, label in sentences} == {0, 1}
-    documents = corpora.imdb_documents(limit=50)
+    documents = movie_reviews.imdb_documents(limit=50)
     assert len(documents) == 50 and sum(len(d) for d in documents) > 300

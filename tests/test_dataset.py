@@ -10,7 +10,7 @@ from albert_tf import cli
 from input_pipeline import features
 from data_fixtures import imdb_documents, review_corpus, small_tokenizer
 from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
-from input_pipeline.pretraining_data import instances_of_documents
+from input_pipeline.pretraining.examples import instances_of_documents
 
 CONFIG = PretrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10)
 

@@ -134,10 +134,10 @@ def test_pretrain_on_raw_text_without_tokenizer_is_an_error(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
 
     text = tmp_path / "reviews.txt"
-    text.write_text("\n\n".join("\n".join(d) for d in corpora.imdb_documents("pretrain", limit=150)) + "\n")
+    text.write_text("\n\n".join("\n".join(d) for d in movie_reviews.imdb_documents("pretrain", limit=150)) + "\n")
     assert cli.main(["train-tokenizer", "--input", str(text), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 0
     run = str(tmp_path / "run")
     flags = ["pretrain", "--data", str(text), "--tokenizer", str(tmp_path / "tok"), "--out", run,

@@ -18,7 +18,7 @@ from export_fixtures import (
     LABELS, MAX_LENGTH, classifier, config, exported_classifier, texts_and_pairs, tokenizer,
 )
 from helpers import backbone_batch, max_abs_diff, pretraining_batch
-from input_pipeline.finetuning.encoding import truncate_pair
+from input_pipeline.packing import truncate_pair
 
 
 def _call(signature, **arrays):

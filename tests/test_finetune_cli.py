@@ -11,7 +11,7 @@ from albert_tf.tasks import load_run
 from albert_tf.tasks.config import default_learning_rate
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def finetune(model_dir, out, train, evaluation, *extra):
 
 
 def test_finetune_then_predict_from_file_and_stdin(model_dir, tmp_path, capsys, monkeypatch):
-    everything = corpora.rotten_tomatoes_sentences()
+    everything = movie_reviews.rotten_tomatoes_sentences()
     sentences = [everything[i] for i in np.random.default_rng(0).permutation(len(everything))[:48]]
     labels = {0: "neg", 1: "pos"}
     train = write_csv(tmp_path / "train.csv", [(t, labels[y]) for t, y in sentences[:32]])

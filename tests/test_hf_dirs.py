@@ -13,7 +13,7 @@ import transformers
 from albert_tf import AlbertBackbone, AlbertPretrainer, load_pretrained
 from albert_tf.convert import convert_from_hf
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 from input_pipeline.tokenizer import AlbertTokenizer
 import hf_reference as ref
 
@@ -82,13 +82,13 @@ def test_hf_masked_lm_dir_warns_about_its_fresh_heads(tmp_path):
 @pytest.fixture(scope="module")
 def spiece_model(tmp_path_factory):
     """A small SentencePiece model trained on real reviews, as a HF directory ships it."""
-    sentences = [s for document in corpora.imdb_documents("pretrain", limit=300) for s in document]
+    sentences = [s for document in movie_reviews.imdb_documents("pretrain", limit=300) for s in document]
     tokenizer = AlbertTokenizer.train(sentences, vocab_size=ref.TINY["vocab_size"])
     return tokenizer.model_proto
 
 
 def real_sentences():
-    sentences = [s for document in corpora.imdb_documents("heldout", limit=10) for s in document]
+    sentences = [s for document in movie_reviews.imdb_documents("heldout", limit=10) for s in document]
     # Plus whitespace runs, LaTeX quotes, accents, case and NFKC-folded forms.
     return sentences + ["  Café CRÈME,   naïve ``quoted'' text\tand TABS  ",
                         "Ｆｕｌｌ-width ＡＢＣ and ﬁne ligatures"]

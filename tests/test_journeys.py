@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 from journey_fixtures import (  # noqa: F401 - tour, pretrained and finetuned are fixtures
     STDIN_TEXTS, TINY_MODEL, Server, assert_one_line_error, finetuned, pretrained, strict_json_lines, tour,
 )
@@ -210,7 +210,7 @@ def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
 
     ours = AlbertTokenizer.load(str(pretrained / "tokenizer"))
     theirs = AutoTokenizer.from_pretrained(str(tour / "hf_base"))
-    sentences = [s for document in corpora.imdb_documents("heldout", limit=20) for s in document]
+    sentences = [s for document in movie_reviews.imdb_documents("heldout", limit=20) for s in document]
     sentences += ["  Café CRÈME,   naïve ``quoted'' text\tand tabs  "]
     for sentence in sentences:
         assert theirs(sentence, add_special_tokens=False)["input_ids"] == list(ours.encode(sentence)), sentence

@@ -13,7 +13,7 @@ from albert_tf import AlbertBackbone
 from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 
 pytestmark = pytest.mark.slow
 
@@ -24,7 +24,7 @@ def user_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("interrupt")
     AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE)).save_pretrained(str(root / "pretrained" / "final"))
     small_tokenizer().save(str(root / "pretrained" / "tokenizer"))
-    everything = corpora.rotten_tomatoes_sentences()
+    everything = movie_reviews.rotten_tomatoes_sentences()
     order = np.random.default_rng(0).permutation(len(everything))
     for name, rows in (("train.csv", order[:480]), ("eval.csv", order[480:512])):
         with open(root / name, "w", newline="", encoding="utf-8") as f:

@@ -16,7 +16,7 @@ from albert_tf.export import export_saved_model, export_tflite, load_saved_model
 from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
 from export_fixtures import VOCAB_SIZE, texts_and_pairs, tokenizer
 from helpers import max_abs_diff, tiny_config
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 from input_pipeline.tokenizer import AlbertTokenizer
 
 LENGTH = 24
@@ -38,7 +38,7 @@ def assert_same_ids(a, b):
 
 def sentiment(n):
     """`n` real IMDB reviews with their labels (balanced)."""
-    reviews = corpora.imdb_reviews("heldout")
+    reviews = movie_reviews.imdb_reviews("heldout")
     by_label = [[t for t, l in reviews if l == label][: n // 2] for label in (0, 1)]
     texts = [t for pair in zip(*by_label) for t in pair]
     return texts, np.array([0, 1] * (n // 2), "int32")

@@ -15,7 +15,7 @@ from albert_tf import cli
 from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.corpus import split_paragraphs_into_sentences, split_sentences
-from input_pipeline.pretraining_data import PretrainingDataConfig, mask_tokens
+from input_pipeline.pretraining.examples import PretrainingDataConfig, mask_tokens
 from input_pipeline.byte_fallback import parse
 from input_pipeline.preprocessing import (
     DEFAULT_BYTE_FALLBACK, DEFAULT_CHARACTER_COVERAGE, LANGUAGES, AccentStrippingGuard,

@@ -9,7 +9,7 @@ import pytest
 
 from input_pipeline import features
 from data_fixtures import long_document_corpus, review_corpus
-from input_pipeline.pretraining_data import (
+from input_pipeline.pretraining.examples import (
     PretrainingDataConfig,
     _truncate_pair,
     instances_of_documents,

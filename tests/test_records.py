@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from input_pipeline.records import RecordWriter, serialize_example
+from input_pipeline.tfrecord_files import RecordWriter, serialize_example
 
 
 def _tf_example(int64_features, float_features):

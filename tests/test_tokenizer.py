@@ -8,7 +8,7 @@ import tensorflow as tf
 from albert_tf import cli
 from cli_helpers import run_cli
 from data_fixtures import imdb_documents, tokenizer  # noqa: F401 (fixture)
-from input_pipeline import AlbertTokenizer, Preprocessing, corpora
+from input_pipeline import AlbertTokenizer, Preprocessing, movie_reviews
 from input_pipeline.tokenizer import _trainer_options
 
 EDGE_CASES = [
@@ -21,7 +21,7 @@ EDGE_CASES = [
 
 
 def heldout_texts(n=300):
-    return [text for text, _ in corpora.imdb_reviews("heldout")[:n]]
+    return [text for text, _ in movie_reviews.imdb_reviews("heldout")[:n]]
 
 
 def test_special_pieces_and_ids(tokenizer):
@@ -105,7 +105,7 @@ def test_train_tokenizer_errors_name_the_flag(tmp_path):
 @pytest.mark.slow
 def test_segmentation_matches_sentencepiece_trained_the_same_way(tmp_path):
     """Train on ~2 MB of IMDB text both ways; the models and segmentations must agree."""
-    sentences = [s for d in corpora.imdb_documents("pretrain", limit=1500) for s in d]
+    sentences = [s for d in movie_reviews.imdb_documents("pretrain", limit=1500) for s in d]
     ours = AlbertTokenizer.train(sentences, 2000, num_threads=2, seed=5)
     path = tmp_path / "imdb.txt"
     path.write_text("\n".join(Preprocessing().apply(s) for s in sentences), encoding="utf-8")

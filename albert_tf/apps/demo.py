@@ -36,9 +36,9 @@ from albert_tf.training import (
 )
 from albert_tf.training.config import EMBEDDING_INITS
 from albert_tf.training.trainer import CHECKPOINT_DIR
-from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, corpora, make_pretraining_dataset
+from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, movie_reviews
 from input_pipeline.config_base import check_choice, check_positive_int, doc
-from input_pipeline.dataset import pretraining_dataset_fn
+from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"
 PLOT_FILE = "loss_curve.png"
@@ -210,7 +210,7 @@ def _run_demo(out_dir, config, print_fn, progress):
 
     # === Tokenizer (reused on resume) ===
     tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
-    documents = corpora.imdb_documents("pretrain", limit=config.documents)
+    documents = movie_reviews.imdb_documents("pretrain", limit=config.documents)
     if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
         if tokenizer.vocab_size != model_config.vocab_size:
@@ -264,7 +264,7 @@ def _run_demo(out_dir, config, print_fn, progress):
         config.baseline_batches,
     )
     heldout = TokenizedCorpus.from_documents(
-        corpora.imdb_documents("heldout", limit=config.heldout_documents), tokenizer
+        movie_reviews.imdb_documents("heldout", limit=config.heldout_documents), tokenizer
     )
     results = evaluate_pretraining(
         trainer.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id

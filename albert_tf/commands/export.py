@@ -21,7 +21,7 @@ from albert_tf.export.tflite import CALIBRATED_MODES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.finetune import run_max_seq_length, run_max_windows, run_truncate_from
-from input_pipeline import corpora
+from input_pipeline import movie_reviews
 from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
@@ -142,7 +142,7 @@ def default_max_length(model_dir, model):
 
 def _calibration_texts(path, limit):
     if path is None:
-        return [text for text, _ in corpora.imdb_reviews("pretrain")[:limit]]
+        return [text for text, _ in movie_reviews.imdb_reviews("pretrain")[:limit]]
     with open(path, encoding="utf-8") as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:limit]
     if not lines:

@@ -31,7 +31,7 @@ import tempfile
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.tasks import get_task, load_run
-from albert_tf.tasks.registry import SentenceTask
+from albert_tf.tasks.sentence_task import SentenceTask
 
 _FILE_ONLY_TASKS = ("squad", "squad_v2", "race")
 

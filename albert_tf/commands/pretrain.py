@@ -19,7 +19,7 @@ from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, load_tokenizer
 from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
-from input_pipeline.dataset import pretraining_dataset_fn
+from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 # Model fields a flag may override (the preset's or --config's value otherwise);
 # the vocabulary always comes from the data.

@@ -1,11 +1,4 @@
 """Checkpoint conversion: HF transformers and original TF1 ALBERT <-> albert-tf."""
 
-from albert_tf.convert.hf import (
-    convert_from_hf,
-    convert_to_hf,
-    from_hf,
-    load_hf,
-    to_hf,
-)
-from albert_tf.convert.mapping import ConversionReport, WeightEntry, weight_entries
+from albert_tf.convert.hf import convert_from_hf, convert_to_hf, from_hf, to_hf
 from albert_tf.convert.tf1 import convert_from_tf1, from_tf1, load_tf1

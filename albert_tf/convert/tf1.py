@@ -11,9 +11,10 @@ import os
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.convert import mapping
 from albert_tf.convert.output import check_output_dir, write_dir
-from albert_tf.saving import save_pretrained
+from albert_tf.models import AlbertBackbone, AlbertPretrainer
+from albert_tf.models.checkpoint_weights import load_checkpoint, tf1_scheme
+from albert_tf.models.pretrained import save_pretrained
 
 _HUB_PREFIX = "module/"
 # Optimizer state: the original's LAMB (and AdamW) slot variables, and the step counter.
@@ -42,7 +43,7 @@ def from_tf1(ckpt_prefix, config, print_fn=print):
 
 
 def load_tf1(ckpt_prefix, config, print_fn=print):
-    """Like `from_tf1`, returning a `mapping.ConversionReport`."""
+    """Like `from_tf1`, returning a `checkpoint_weights.ConversionReport`."""
     if not isinstance(config, AlbertConfig):
         config = _read_config(config)
     try:
@@ -68,7 +69,11 @@ def load_tf1(ckpt_prefix, config, print_fn=print):
         except tf.errors.OpError as e:
             raise ValueError(f"{ckpt_prefix}: cannot read {stored_name[name]}: {e}") from e
 
-    return mapping.build_from_checkpoint(config, shapes, read, mapping.tf1_scheme(), ckpt_prefix)
+    # The pretraining heads live under "cls/"; a checkpoint without them is a backbone.
+    backbone = AlbertBackbone(config)
+    scheme = tf1_scheme()
+    model = AlbertPretrainer(backbone) if any(scheme.is_head(name) for name in shapes) else backbone
+    return load_checkpoint(model, shapes, read, scheme, ckpt_prefix)
 
 
 def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print):
@@ -78,7 +83,7 @@ def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print):
     gets the note on skipped optimizer state.
 
     Returns:
-        A `mapping.ConversionReport`.
+        A `checkpoint_weights.ConversionReport`.
     """
     check_output_dir(out_dir)
     report = load_tf1(ckpt_prefix, config, print_fn)

@@ -31,9 +31,10 @@ import dataclasses
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.export import text as text_lib
 from input_pipeline import features
 from input_pipeline.config_base import check_positive_int
+from input_pipeline.finetuning import text_inputs
+from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.tokenizer import SEP_ID
 
 BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
@@ -49,13 +50,10 @@ ID_SIGNATURE = "serving_default"
 TEXT_SIGNATURE = "serve_text"
 TEXT_PAIR_SIGNATURE = "serve_text_pair"
 
-# Longest answer span, in tokens, that `serve_text` of a QA model returns (the
-# original run_squad.py's max_answer_length).
-MAX_ANSWER_TOKENS = 30
-# QA text signature: the question is cut to this many pieces and the context
-# fills the rest of the window (run_squad.py's max_query_length; only the first
-# window of a long context is read: no doc-stride windows in-graph).
-MAX_QUESTION_TOKENS = 64
+# A QA model's `serve_text` returns answer spans of at most MAX_ANSWER_TOKENS
+# pieces; its question is cut to MAX_QUESTION_TOKENS pieces and the context
+# fills the rest of the window (only the first window of a long context is
+# read: no doc-stride windows in-graph).
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,7 +173,7 @@ def model_outputs(model, interface, inputs):
 def check_id_inputs(interface, inputs, max_length):
     """In-graph checks of the id signature's inputs; returns the inputs, gated on them."""
     c = interface.config
-    ranks = [text_lib.assert_rank(inputs[n], len(interface.inputs[n]), n) for n in inputs]
+    ranks = [text_inputs.assert_rank(inputs[n], len(interface.inputs[n]), n) for n in inputs]
     with tf.control_dependencies(ranks):
         inputs = {name: tf.identity(value) for name, value in inputs.items()}
     token_ids = inputs[features.TOKEN_IDS]
@@ -239,7 +237,7 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
         tokenizer: an `AlbertTokenizer`, or None for the id signature only.
         max_length: longest sequence; the text signatures truncate to it.
         truncate_from: which pieces of a too-long text they drop ("end",
-            "start" or "middle"; `albert_tf.export.text.pack_texts`).
+            "start" or "middle"; `input_pipeline.finetuning.text_inputs.pack_texts`).
         max_windows: classifiers and regressors: `serve_text` reads a text
             longer than `max_length` as up to this many windows and averages
             their logits (predictions), as fine-tuning's `max_windows` does.
@@ -308,14 +306,14 @@ class _TextOutputs:
         if text_pairs is None and self.max_windows > 1:
             return self._windows(texts, extra_inputs)
         max_first = MAX_QUESTION_TOKENS if self.interface.kind == QUESTION_ANSWERING else None
-        inputs = text_lib.tf_pack_texts(self.tokenizer, texts, text_pairs, self.max_length, max_first,
+        inputs = text_inputs.tf_pack_texts(self.tokenizer, texts, text_pairs, self.max_length, max_first,
                                         self.truncate_from)
         inputs.update(extra_inputs)
         return self._postprocess(inputs, self._run(inputs))
 
     def _windows(self, texts, extra_inputs):
         """One text as its windows; outputs averaged over each text's windows."""
-        inputs, text_index = text_lib.tf_pack_windows(self.tokenizer, texts, self.max_length, self.max_windows,
+        inputs, text_index = text_inputs.tf_pack_windows(self.tokenizer, texts, self.max_length, self.max_windows,
                                                       self.truncate_from)
         inputs.update(extra_inputs)
         outputs = self._run(inputs)
@@ -327,7 +325,7 @@ class _TextOutputs:
 
     def choices(self, texts, choices, extra_inputs):
         """texts (batch,), choices (batch, C): pack each (text, choice) pair, then (batch, C, seq)."""
-        inputs = text_lib.tf_pack_choices(self.tokenizer, texts, choices, self.max_length)
+        inputs = text_inputs.tf_pack_choices(self.tokenizer, texts, choices, self.max_length)
         inputs.update(extra_inputs)
         return self._postprocess(inputs, self._run(inputs))
 

@@ -7,7 +7,7 @@ the batch is 1 by default (mobile inference; static shapes let the converter
 fold all shape arithmetic) or dynamic with `batch_size=None`. Next to it:
 `spiece.model` + `tokenizer.json` (the tokenizer, byte fallback included)
 and `export.json` (special ids, max length, truncation rule, label names) for
-on-device tokenization, which must follow `albert_tf.export.text.pack_texts`.
+on-device tokenization, which must follow `input_pipeline.finetuning.text_inputs.pack_texts`.
 
 Quantization (`quantize`):
     none     float32.
@@ -40,9 +40,9 @@ import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from albert_tf.export import signatures as signatures_lib
-from albert_tf.export import text as text_lib
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
 from input_pipeline import features
+from input_pipeline.finetuning import text_inputs
 
 QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
 # The modes that calibrate activation ranges on real text.
@@ -243,7 +243,7 @@ def _representative_dataset(interface, tokenizer, texts, specs, max_length, trun
         for start in range(0, len(rows) - batch + 1, batch):
             chunk = rows[start : start + batch]
             pairs = [b for _, b in chunk] if chunk[0][1] is not None else None
-            packed = text_lib.pack_texts(
+            packed = text_inputs.pack_texts(
                 tokenizer, [a for a, _ in chunk], pairs, max_length, pad_to=max_length, truncate_from=truncate_from
             )
             sample = {}

@@ -7,9 +7,10 @@ from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
+from albert_tf.model_dirs import is_hf_dir, resolve_model_dir
+from albert_tf.models.pretrained import PretrainedMixin, load_hf_dir, load_saved_model, warn_newly_initialized
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
-from albert_tf.saving import PretrainedMixin
 from input_pipeline import features
 
 
@@ -250,6 +251,27 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         if isinstance(config.get("dtype"), dict):
             config["dtype"] = keras.saving.deserialize_keras_object(config["dtype"])
         return cls(**config)
+
+    @classmethod
+    def from_pretrained(cls, directory):
+        """The backbone of the model saved in `directory` (a model directory, or a run's).
+
+        The model may be any model built on a backbone (a pretrainer, a task
+        model), albert-tf's own or a HuggingFace ALBERT directory.
+        """
+        path = resolve_model_dir(directory)
+        if is_hf_dir(path):
+            report = load_hf_dir(path, lambda config, has_heads: cls(config))
+            warn_newly_initialized(path, report)
+            return report.model
+        model = load_saved_model(path)
+        backbone = model if isinstance(model, cls) else getattr(model, "backbone", None)
+        if not isinstance(backbone, cls):
+            raise ValueError(
+                f"{directory} holds a {type(model).__name__}, which is not a {cls.__name__} "
+                f"and has no {cls.__name__} backbone."
+            )
+        return backbone
 
 
 def _block_list_index(config, layer_index):

@@ -4,9 +4,9 @@ import keras
 from keras import ops
 
 from input_pipeline import features
-from albert_tf.models.task import (
-    AlbertTask, backbone_inputs, check_backbone, check_label_names, check_positive,
-    head_dropout, output_dense, weighted_mean,
+from albert_tf.models.task_base import AlbertTask
+from albert_tf.models.task_heads import (
+    backbone_inputs, check_backbone, check_label_names, check_positive, head_dropout, output_dense, weighted_mean,
 )
 
 

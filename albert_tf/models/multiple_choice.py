@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
-from albert_tf.models.task import (
-    AlbertTask, backbone_inputs, check_backbone, check_no_label_names, head_dropout,
-    output_dense, weighted_mean,
+from albert_tf.models.task_base import AlbertTask
+from albert_tf.models.task_heads import (
+    backbone_inputs, check_backbone, check_no_label_names, head_dropout, output_dense, weighted_mean,
 )
 from input_pipeline import features
 

@@ -4,7 +4,8 @@ import keras
 from keras import ops
 
 from albert_tf.layers import MaskedLMHead, SentenceOrderHead
-from albert_tf.models.task import AlbertTask, check_backbone, check_no_label_names
+from albert_tf.models.task_base import AlbertTask
+from albert_tf.models.task_heads import check_backbone, check_no_label_names
 from input_pipeline import features
 
 
@@ -97,6 +98,8 @@ class AlbertPretrainer(AlbertTask):
         mlm_logits: float32 (batch, P, V).
         sop_logits: float32 (batch, 2).
     """
+
+    loads_pretraining_heads = True
 
     # Picks the serving signatures' post-processing (export/signatures.py).
     export_kind = "pretrainer"

@@ -4,10 +4,10 @@ import keras
 from keras import ops
 
 from albert_tf.layers.common import padding_bias
-from albert_tf.models.task import (
-    AlbertTask, backbone_inputs, check_backbone, check_no_label_names, output_dense,
-)
+from albert_tf.models.task_base import AlbertTask
+from albert_tf.models.task_heads import backbone_inputs, check_backbone, check_no_label_names, output_dense
 from input_pipeline import features
+from input_pipeline.finetuning.squad import MAX_QUESTION_TOKENS
 
 START_POSITIONS = "start_positions"  # int32 (batch,): first answer piece, 0 = no answer
 END_POSITIONS = "end_positions"  # int32 (batch,): last answer piece (inclusive), 0 = no answer
@@ -27,7 +27,7 @@ class AlbertQuestionAnswerer(AlbertTask):
         backbone: an `AlbertBackbone`.
         label_names: always None (spans have no label set); accepted so every
             task model has the same config key.
-        preprocessor: optional `AlbertPreprocessor` (`max_first_length=64`
+        preprocessor: optional `AlbertPreprocessor` (`max_first_length=MAX_QUESTION_TOKENS`
             packs as the `serve_text` signature); with it `predict` takes a
             tuple (questions, contexts) of raw strings and returns the logits
             over the packed pieces. `fit` and `evaluate` take token ids only:
@@ -71,8 +71,6 @@ class AlbertQuestionAnswerer(AlbertTask):
 
     def default_preprocessor(self, tokenizer):
         """As the task's, with the question cut first as the `serve_text` signature cuts it."""
-        from albert_tf.export.signatures import MAX_QUESTION_TOKENS
-
         preprocessor = super().default_preprocessor(tokenizer)
         return type(preprocessor).from_config(
             {**preprocessor.get_config(), "max_first_length": MAX_QUESTION_TOKENS}

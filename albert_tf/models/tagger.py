@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
-from albert_tf.models.task import (
-    AlbertTask, backbone_inputs, check_backbone, check_label_names, check_positive,
-    head_dropout, output_dense,
+from albert_tf.models.task_base import AlbertTask
+from albert_tf.models.task_heads import (
+    backbone_inputs, check_backbone, check_label_names, check_positive, head_dropout, output_dense,
 )
 from input_pipeline import features
 from input_pipeline.features import IGNORE_LABEL

@@ -3,8 +3,11 @@
 import dataclasses
 
 from albert_tf.models.classifier import POOLINGS, resolve_pooling
+from albert_tf.tasks.registry import TASKS
+from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
+from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.packing import TRUNCATE_FROM
 
 # The original's GLUE rate for ALBERT-base (H 768); the paper used 1e-5 to 5e-5
@@ -27,7 +30,7 @@ def default_learning_rate(hidden_size):
     2e-5 is the original recipe for H >= 768 (base to xxlarge). Narrower
     models need far larger steps: on a 5-class topic task a demo-sized model
     (H 128) did not move in 3 epochs at 2e-5, stayed near chance from random
-    init at 1e-4, and learned at 1e-3 (issue 13). Adam moves every weight by
+    init at 1e-4, and learned at 1e-3. Adam moves every weight by
     about the rate whatever its scale, and the effect on an H x H layer's
     output grows with H (the muP argument for rate ~ 1/H), so narrow models
     take larger rates. The exponent 2 is empirical, not that theory's 1: it
@@ -90,15 +93,13 @@ class FinetuneConfig(JsonConfig):
     label_names: tuple | None = doc(None, "The label (or tag) set, in class-id order (default: sorted labels "
                                     "of the training file).", flag="labels")
     doc_stride: int = doc(128, "SQuAD: stride between the windows of a long context.")
-    max_query_length: int = doc(64, "SQuAD: question pieces kept.")
+    max_query_length: int = doc(MAX_QUESTION_TOKENS, "SQuAD: question pieces kept.")
     n_best_size: int = doc(20, "SQuAD: candidate spans kept per question.")
-    max_answer_length: int = doc(30, "SQuAD: longest answer, in pieces.")
+    max_answer_length: int = doc(MAX_ANSWER_TOKENS, "SQuAD: longest answer, in pieces.")
     null_score_diff_threshold: float = doc(0.0, "SQuAD v2: answer \"\" when the null score exceeds the best "
                                            "span's by more than this.")
 
     def __post_init__(self):
-        from albert_tf.tasks.registry import TASKS, SentenceTask
-
         if self.task not in TASKS:
             raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASKS)}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "doc_stride", "max_windows",

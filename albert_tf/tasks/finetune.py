@@ -23,7 +23,8 @@ from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
-from albert_tf.tasks.registry import SentenceTask, get_task
+from albert_tf.tasks.registry import get_task
+from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"

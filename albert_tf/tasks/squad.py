@@ -8,6 +8,8 @@ import string
 
 import numpy as np
 
+from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS
+
 
 @dataclasses.dataclass(frozen=True)
 class SpanPrediction:
@@ -27,7 +29,7 @@ class SpanPrediction:
 
 
 def squad_predictions(examples, features, start_logits, end_logits, n_best_size=20,
-                      max_answer_length=30, version_2=False, null_score_diff_threshold=0.0):
+                      max_answer_length=MAX_ANSWER_TOKENS, version_2=False, null_score_diff_threshold=0.0):
     """Picks each question's answer from the logits of all its windows.
 
     A span is valid when both ends are context pieces of one window, the end

@@ -49,11 +49,11 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import skip_optimizer_all_reduce
-from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
+from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
+from albert_tf.models.pretrained import save_pretrained
 from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
 from albert_tf.optimizers import build_optimizer
-from albert_tf.saving import WEIGHTS_FILE, save_pretrained
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
@@ -127,7 +127,7 @@ class Trainer:
             `input_context.get_per_replica_batch_size(global_batch_size)`
             examples, skipping the first `start_step` global batches.
             `global_batch_size` is the micro-batch size summed over replicas.
-            See `input_pipeline.dataset.pretraining_dataset_fn`.
+            See `input_pipeline.pretraining.dataset.pretraining_dataset_fn`.
         strategy: a `tf.distribute.Strategy`; None uses the current one.
         tokenizer: optional `AlbertTokenizer`, saved in RUN_DIR/tokenizer.
         run_info: optional JSON-serializable dict written into

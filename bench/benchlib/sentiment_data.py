@@ -10,11 +10,11 @@ DEFAULT_SPLIT_SEED = 20200209
 
 def task_rows(task):
     """[(text, label 0/1)] of "rt" (Rotten Tomatoes sentences) or "imdb" (the held-out reviews)."""
-    from input_pipeline import corpora
+    from input_pipeline import movie_reviews
 
     if task == "rt":
-        return corpora.rotten_tomatoes_sentences()
-    return corpora.imdb_reviews("heldout")
+        return movie_reviews.rotten_tomatoes_sentences()
+    return movie_reviews.imdb_reviews("heldout")
 
 
 def split_rows(rows, seed, train_limit=None, limit=None):

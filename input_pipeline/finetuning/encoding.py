@@ -1,7 +1,14 @@
-"""Sentences and sentence pairs to model inputs: `[CLS] A [SEP] (B [SEP])` (see `input_pipeline.packing`)."""
+"""Fine-tuning examples to model inputs: `[CLS] A [SEP] (B [SEP])`, refused or cut when too long.
+
+The packing itself is `input_pipeline.finetuning.text_inputs`', the one that
+`predict`, `AlbertPreprocessor` and the exports use; this adds what training
+data needs on top: an error naming the example's file and line, or a count
+of the examples it cut.
+"""
 
 from input_pipeline.config_base import check_positive_int
-from input_pipeline.packing import check_truncate_from, keep_pieces, pack, split_windows, truncate_pair
+from input_pipeline.finetuning.text_inputs import pack_ids, pack_window_ids
+from input_pipeline.packing import check_truncate_from
 
 
 class TextEncoder:
@@ -49,11 +56,7 @@ class TextEncoder:
                     "of single texts) read it as several windows with --max-windows."
                 )
             self.num_truncated += 1
-            ids_a, truncated_b = truncate_pair(
-                ids_a, ids_b, self.max_seq_length - specials, self.truncate_from
-            )
-            ids_b = None if ids_b is None else truncated_b
-        return pack(ids_a, ids_b)
+        return pack_ids(ids_a, ids_b, self.max_seq_length, self.truncate_from)
 
     def encode_all(self, examples):
         return [self.encode(example) for example in examples]
@@ -80,7 +83,6 @@ class TextEncoder:
                     "--max-windows or pass --truncate."
                 )
             self.num_truncated += 1
-            ids = keep_pieces(ids, window * self.max_windows, self.truncate_from)
-        windows = split_windows(ids, window)
+        windows = pack_window_ids(ids, self.max_seq_length, self.max_windows, self.truncate_from)
         self.num_windowed += len(windows) > 1
-        return [pack(w) for w in windows]
+        return windows

@@ -22,6 +22,12 @@ from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
 
+# SQuAD's length limits, in pieces (the original run_squad.py's
+# max_query_length and max_answer_length): the fine-tuning defaults, and what
+# the QA model's preprocessor and its `serve_text` signature use.
+MAX_QUESTION_TOKENS = 64
+MAX_ANSWER_TOKENS = 30
+
 
 @dataclasses.dataclass(frozen=True)
 class SquadExample:
@@ -200,7 +206,7 @@ class SquadFeaturizer:
             `num_truncated_questions`).
     """
 
-    def __init__(self, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=64):
+    def __init__(self, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=MAX_QUESTION_TOKENS):
         if doc_stride < 1:
             raise ValueError(f"`doc_stride` must be positive. Received: doc_stride={doc_stride}")
         if max_seq_length - max_query_length - 3 < 1:

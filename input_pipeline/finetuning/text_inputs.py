@@ -1,6 +1,8 @@
 """Raw text -> model inputs, in Python and in the TensorFlow graph, with the same result.
 
-Both paths lay texts out and truncate them with `input_pipeline.packing` (one
+The one composition of tokenizer and packer: fine-tuning data
+(`TextEncoder`), `AlbertPreprocessor`, `albert-tf predict` and the exported
+`serve_text` signatures all pack with it. Both paths lay texts out and truncate them with `input_pipeline.packing` (one
 text `[CLS] A [SEP]`, a pair `[CLS] A [SEP] B [SEP]`, BERT's `truncate_seq_pair`
 as fine-tuning uses it, dropping pieces from the end, start or middle as
 `truncate_from` says) to the exported `max_length`, and pad to the longest
@@ -14,15 +16,47 @@ rejected. Empty texts (empty after whitespace collapse) are an error.
 """
 
 import numpy as np
-import tensorflow as tf
 
 from input_pipeline import features
 from input_pipeline.finetuning.batching import pad_batch
 from input_pipeline.packing import (
     check_truncate_from, keep_pieces, pack, split_windows, tf_pack, tf_split_windows, tf_truncate, truncate_pair,
-    truncated_lengths,
 )
 from input_pipeline.tokenizer import PAD_ID
+
+# The in-graph twins import TensorFlow on use, as `input_pipeline.packing`
+# does: fine-tuning data readers run the Python path without it.
+
+
+def pack_ids(ids_a, ids_b=None, max_length=128, truncate_from="end", max_first_length=None):
+    """One text's (or pair's) piece ids -> `[CLS] A [SEP] (B [SEP])`, cut to `max_length`.
+
+    A pair is cut as BERT's `truncate_seq_pair` (longest text first, pieces
+    dropped as `truncate_from` says); with `max_first_length` A is cut to it
+    and B gets the rest. Ids that fit are packed as they are.
+
+    Returns:
+        dict of int32 arrays (seq,), seq <= max_length: token_ids, segment_ids, padding_mask.
+    """
+    if ids_b is None:
+        return pack(truncate_pair(ids_a, None, max_length - 2, truncate_from)[0])
+    if max_first_length is None:
+        return pack(*truncate_pair(ids_a, ids_b, max_length - 3, truncate_from))
+    new_a = min(len(ids_a), max_first_length, max_length - 4)
+    return pack(ids_a[:new_a], ids_b[: max_length - 3 - new_a])
+
+
+def pack_window_ids(ids, max_length, max_windows=1, truncate_from="end"):
+    """One text's piece ids -> up to `max_windows` packed windows `[CLS] window [SEP]`.
+
+    The ids are cut to `max_windows * (max_length - 2)` (by `truncate_from`)
+    and split into near-equal windows (`input_pipeline.packing.split_windows`).
+
+    Returns:
+        list of dicts of int32 arrays (seq,), seq <= max_length.
+    """
+    window = max_length - 2
+    return [pack(part) for part in split_windows(keep_pieces(ids, window * max_windows, truncate_from), window)]
 
 
 def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, max_first_length=None,
@@ -58,13 +92,7 @@ def pack_texts(tokenizer, texts, text_pairs=None, max_length=128, pad_to=None, m
         b = tokenizer.encode(text_pairs[i]) if text_pairs is not None else None
         if not a or (b is not None and not b):
             raise ValueError(f"Text {i} is empty (after whitespace collapse); it has no tokens.")
-        if b is None:
-            packed = pack(truncate_pair(a, None, max_length - 2, truncate_from)[0])
-        elif max_first_length is None:
-            packed = pack(*truncate_pair(a, b, max_length - 3, truncate_from))
-        else:
-            new_a = min(len(a), max_first_length, max_length - 4)
-            packed = pack(a[:new_a], b[: max_length - 3 - new_a])
+        packed = pack_ids(a, b, max_length, truncate_from, max_first_length)
         rows.append((packed[features.TOKEN_IDS], packed[features.SEGMENT_IDS]))
     length = pad_to if pad_to is not None else max((len(ids) for ids, _ in rows), default=0)
     out = {
@@ -104,17 +132,16 @@ def pack_windows(tokenizer, texts, max_length=128, max_windows=1, truncate_from=
         int64 (num_windows,), the text each window belongs to.
     """
     _check_max_length(max_length, False)
-    window = max_length - 2
-    pieces, text_index = [], []
+    windows, text_index = [], []
     for i, text in enumerate(texts):
         ids = tokenizer.encode(text)
         if not ids:
             raise ValueError(f"Text {i} is empty (after whitespace collapse); it has no tokens.")
-        for part in split_windows(keep_pieces(ids, window * max_windows, truncate_from), window):
-            pieces.append(part)
+        for packed in pack_window_ids(ids, max_length, max_windows, truncate_from):
+            windows.append(packed)
             text_index.append(i)
     # PAD_ID is 0, the padding of segment_ids and padding_mask too.
-    return pad_batch([pack(part) for part in pieces], PAD_ID, pad_to), np.array(text_index, "int64")
+    return pad_batch(windows, PAD_ID, pad_to), np.array(text_index, "int64")
 
 
 def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_length=None, truncate_from="end"):
@@ -130,6 +157,8 @@ def tf_pack_texts(tokenizer, texts, text_pairs=None, max_length=128, max_first_l
     Returns:
         dict of int32 tensors (batch, seq): token_ids, segment_ids, padding_mask.
     """
+    import tensorflow as tf
+
     _check_max_length(max_length, text_pairs is not None)
     check_truncate_from(truncate_from)
     segments = [_tf_encode_nonempty(tokenizer, texts, "text")]
@@ -166,6 +195,8 @@ def tf_pack_windows(tokenizer, texts, max_length=128, max_windows=1, truncate_fr
         to the longest window, and int64 (num_windows,), the text each
         window belongs to (sorted: `tf.math.segment_mean` averages per text).
     """
+    import tensorflow as tf
+
     _check_max_length(max_length, False)
     check_truncate_from(truncate_from)
     window = max_length - 2
@@ -187,6 +218,8 @@ def tf_pack_choices(tokenizer, texts, choices, max_length=128):
         dict of int32 tensors (batch, num_choices, seq): token_ids,
         segment_ids, padding_mask, padded to the longest pair of the batch.
     """
+    import tensorflow as tf
+
     shape = tf.shape(choices)  # (batch, num_choices)
     repeated = tf.reshape(tf.repeat(tf.expand_dims(texts, 1), shape[1], axis=1), [-1])
     packed = tf_pack_texts(tokenizer, repeated, tf.reshape(choices, [-1]), max_length)
@@ -201,12 +234,16 @@ def assert_rank(tensor, rank, name):
     to it. The actual shape, padded with -1s, still tells: its first `rank`
     entries must be non-negative and multiply to the size.
     """
+    import tensorflow as tf
+
     dims = tf.concat([tf.shape(tensor), tf.fill([rank], -1)], 0)[:rank]
     ok = tf.reduce_all(dims >= 0) & (tf.reduce_prod(dims) == tf.size(tensor))
     return tf.debugging.Assert(ok, [f"`{name}` must have rank {rank}; received shape:", tf.shape(tensor)])
 
 
 def _tf_encode_nonempty(tokenizer, texts, name):
+    import tensorflow as tf
+
     with tf.control_dependencies([assert_rank(texts, 1, name)]):
         texts = tf.identity(texts)
     ids = tokenizer.tf_encode(texts).with_row_splits_dtype(tf.int64)  # int32 ragged (batch, None)
@@ -221,6 +258,8 @@ def _tf_encode_nonempty(tokenizer, texts, name):
 
 def _tf_take(ragged, lengths):
     """The first `lengths[i]` tokens of each row of a ragged (batch, None) tensor."""
+    import tensorflow as tf
+
     keep = tf.ragged.range(ragged.row_lengths()) < tf.expand_dims(lengths, 1)
     return tf.ragged.boolean_mask(ragged, keep)
 

@@ -3,8 +3,10 @@
 Every weight of an `AlbertBackbone` / `AlbertPretrainer` gets one
 `WeightEntry`: a canonical name, the Keras variable, and the names and layouts
 it has in the original TF1 checkpoints and in HuggingFace transformers. Both
-name schemes are derived here from one list of layers, so `hf.py` and `tf1.py`
-only read and write files.
+name schemes are derived here from one list of layers, so the readers
+(`albert_tf.hf_checkpoint`, `albert_tf.convert.tf1`) only read files. The
+models are recognised by their parts (`mlm_head`, `blocks`), not imported:
+the models load checkpoints through this module.
 
 Layouts: Keras `Dense` kernels are (in, out), as TF1 stores them; torch
 `Linear` weights are (out, in), so HF kernels are transposed. The one TF1
@@ -14,9 +16,6 @@ exception is the SOP classifier, stored as `output_weights` (2, H).
 import dataclasses
 
 import numpy as np
-
-from albert_tf.models.backbone import AlbertBackbone
-from albert_tf.models.pretrainer import AlbertPretrainer
 
 # Parts of a model, in the order a checkpoint lists them. A checkpoint may
 # lack "pooler" and "sop" (HF's AlbertForMaskedLM has neither), in which case
@@ -93,9 +92,9 @@ def weight_entries(model):
         ValueError: for another model type, or for partial sharing, which
             neither the original nor HF transformers can express.
     """
-    if isinstance(model, AlbertPretrainer):
+    if _is_pretrainer(model):
         backbone, heads = model.backbone, model
-    elif isinstance(model, AlbertBackbone):
+    elif _is_backbone(model):
         backbone, heads = model, None
     else:
         raise ValueError(
@@ -192,10 +191,20 @@ class Scheme:
     label: str
     name_of: object
     transposed: object
+    is_head: object
+
+
+def _is_pretrainer(model):
+    return hasattr(model, "mlm_head") and hasattr(model, "sop_head")
+
+
+def _is_backbone(model):
+    return hasattr(model, "blocks") and hasattr(model, "embedding_projection")
 
 
 def tf1_scheme():
-    return Scheme("TF1", lambda e: e.tf1, lambda e: e.tf1_transposed)
+    """TF1 names: the heads are under "cls/"."""
+    return Scheme("TF1", lambda e: e.tf1, lambda e: e.tf1_transposed, lambda name: name.startswith("cls/"))
 
 
 def hf_scheme(backbone_prefix):
@@ -204,19 +213,21 @@ def hf_scheme(backbone_prefix):
         "HF",
         lambda e: (backbone_prefix if e.part in (BACKBONE, POOLER) else "") + e.hf,
         lambda e: e.hf_transposed,
+        lambda name: bool(backbone_prefix) and not name.startswith(backbone_prefix),
     )
 
 
-def build_from_checkpoint(config, shapes, read, scheme, source):
-    """Builds the model a checkpoint holds and loads every tensor into it.
+def load_checkpoint(model, shapes, read, scheme, source):
+    """Loads every tensor of a checkpoint into `model` (an `AlbertBackbone` or `AlbertPretrainer`).
 
-    The model is an `AlbertPretrainer` when the checkpoint has the MLM or the
-    SOP head, else an `AlbertBackbone`. A pretrainer source without the SOP
-    head (HF's AlbertForMaskedLM) gets a freshly initialized SOP head, and a
-    fresh pooler too when that is also absent.
+    A pretrainer from a source without the SOP head (HF's AlbertForMaskedLM)
+    keeps a freshly initialized SOP head, and a fresh pooler too when that is
+    also absent. A backbone takes the backbone of a checkpoint with heads
+    (the heads' tensors are left out), and keeps a fresh pooler when the
+    checkpoint has none.
 
     Args:
-        config: the `AlbertConfig` the checkpoint was trained with.
+        model: the model, built from the checkpoint's config.
         shapes: dict, every tensor name in the checkpoint (after the caller
             removed what it knows to ignore) -> shape.
         read: name -> numpy array.
@@ -230,18 +241,19 @@ def build_from_checkpoint(config, shapes, read, scheme, source):
         ValueError: listing every missing name, unexpected name and shape
             mismatch, before any weight is assigned.
     """
-    backbone = AlbertBackbone(config)
-    pretrainer = AlbertPretrainer(backbone)
-    entries = weight_entries(pretrainer)
+    entries = weight_entries(model)
     present = {e.part for e in entries if scheme.name_of(e) in shapes}
-    if MLM in present or SOP in present:
-        model, fresh = pretrainer, set()
+    if _is_pretrainer(model):
+        fresh = set()
         if SOP not in present:
             fresh.add(SOP)
             if POOLER not in present:
                 fresh.add(POOLER)
     else:
-        model, fresh = backbone, {MLM, SOP}
+        heads = {name for name in shapes if scheme.is_head(name)}
+        shapes = {name: shape for name, shape in shapes.items() if name not in heads}
+        # An MLM-only checkpoint (AlbertForMaskedLM) has no pooler to take.
+        fresh = {POOLER} if heads and POOLER not in present else set()
     loaded = [e for e in entries if e.part not in fresh]
     check_names_and_shapes(loaded, shapes, scheme, source)
     for e in loaded:
@@ -249,7 +261,7 @@ def build_from_checkpoint(config, shapes, read, scheme, source):
         if scheme.transposed(e):
             value = value.T
         e.variable.assign(value.astype(e.variable.dtype))
-    newly_initialized = [e.name for e in entries if e.part in fresh and model is pretrainer]
+    newly_initialized = [e.name for e in entries if e.part in fresh]
     return ConversionReport(model, tuple(newly_initialized))
 
 

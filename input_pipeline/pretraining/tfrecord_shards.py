@@ -10,8 +10,8 @@ drawn from the same block; the original drew them from the whole corpus,
 which is what forced it to hold the whole corpus in memory.
 
 Shard k is seeded from (seed, k) alone, so the output does not depend on the
-number of workers. Workers write without TensorFlow (`input_pipeline.records`),
-so they start in well under a second; `input_pipeline.dataset` reads the shards.
+number of workers. Workers write without TensorFlow (`input_pipeline.tfrecord_files`),
+so they start in well under a second; `input_pipeline.pretraining.dataset` reads the shards.
 """
 
 import collections
@@ -22,8 +22,8 @@ import os
 
 import numpy as np
 
-from input_pipeline import features, records
-from input_pipeline.pretraining_data import (
+from input_pipeline import features, tfrecord_files
+from input_pipeline.pretraining.examples import (
     PretrainingDataConfig,
     TokenizedCorpus,
     instances_of_documents,
@@ -157,7 +157,7 @@ def _write_shard(index, block):
         instances.extend(instances_of_documents(corpus, documents, config, (seed, index, dupe)))
     order = np.random.default_rng((seed, index)).permutation(len(instances))
     path = os.path.join(job["output_dir"], SHARD_PATTERN.format(index))
-    with records.RecordWriter(path) as writer:
+    with tfrecord_files.RecordWriter(path) as writer:
         for i in order:
             writer.write(serialize_example(make_example(corpus, instances[i], config)))
     return len(instances), corpus.num_documents
@@ -168,7 +168,7 @@ def serialize_example(example):
 
     Deterministic (features in name order), so the same seed gives the same bytes.
     """
-    return records.serialize_example(
+    return tfrecord_files.serialize_example(
         {name: example[name] for name in INT_FEATURES + (features.SENTENCE_ORDER_LABEL,)},
         {features.MASK_WEIGHTS: example[features.MASK_WEIGHTS]},
     )

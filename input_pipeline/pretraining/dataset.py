@@ -20,8 +20,8 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline import tfrecord
-from input_pipeline.pretraining_data import TokenizedCorpus, instances_of_documents, make_example
+from input_pipeline.pretraining import tfrecord_shards
+from input_pipeline.pretraining.examples import TokenizedCorpus, instances_of_documents, make_example
 
 _FEATURE_ORDER = (
     features.TOKEN_IDS,
@@ -125,10 +125,10 @@ def pretraining_dataset_fn(source, data_config=None, seed=0):
 
 def _static_records(data_dir, config, seed, num_pipelines, pipeline_id, shuffle_buffer_size):
     """Serialized records of this pipeline's share, shuffled, repeated forever."""
-    metadata = tfrecord.read_metadata(data_dir)
+    metadata = tfrecord_shards.read_metadata(data_dir)
     if config is not None and config != metadata["config"]:
         raise ValueError(f"`config` {config} does not match the data in {data_dir!r}: {metadata['config']}")
-    files = tfrecord.shard_paths(data_dir)
+    files = tfrecord_shards.shard_paths(data_dir)
     # Split by file when there are enough files, else by record.
     by_file = len(files) >= num_pipelines
     if by_file:
@@ -229,8 +229,8 @@ def parse_examples(serialized, config):
         Flat feature dict with the dtypes of `input_pipeline.features` and a leading batch axis.
     """
     seq, preds = config.max_seq_length, config.max_predictions_per_seq
-    spec = {name: tf.io.FixedLenFeature([seq], tf.int64) for name in tfrecord.INT_FEATURES[:3]}
-    spec.update({name: tf.io.FixedLenFeature([preds], tf.int64) for name in tfrecord.INT_FEATURES[3:]})
+    spec = {name: tf.io.FixedLenFeature([seq], tf.int64) for name in tfrecord_shards.INT_FEATURES[:3]}
+    spec.update({name: tf.io.FixedLenFeature([preds], tf.int64) for name in tfrecord_shards.INT_FEATURES[3:]})
     spec[features.MASK_WEIGHTS] = tf.io.FixedLenFeature([preds], tf.float32)
     spec[features.SENTENCE_ORDER_LABEL] = tf.io.FixedLenFeature([], tf.int64)
     parsed = tf.io.parse_example(serialized, spec)
