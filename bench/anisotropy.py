@@ -23,7 +23,7 @@ import time
 
 import numpy as np
 
-from bench_utils import emit_table
+from benchlib.output import emit_table
 
 
 def mean_pairwise_cosine(vectors):

@@ -6,7 +6,7 @@ SavedModel (`serving_default`), TFLite float32 / float16 / dynamic-range int8
 transformers AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
 weights: latency does not depend on them. Every row runs in its own
 subprocess (no shared thread pools), with the same thread count, and the
-rows are timed in turns for `--rounds` rounds (bench_utils.alternate), so
+rows are timed in turns for `--rounds` rounds (benchlib.timing.alternate), so
 the ratios to the fastest float peer hold under a changing load. The table
 prints the CPU flags, the measured matmul ceilings (bench/ceilings.py) and
 each row's share of the ceiling of the precision its matmuls run in.

@@ -7,7 +7,7 @@ kernels with per-channel scales, inputs quantized per token on each call) and
 times the backbone's forward pass at seq 128, batch 1 and batch 8, through
 `tf.function` with and without XLA, against float32. Random weights (seeded,
 the same in every row): speed does not depend on them. Every row runs in its
-own process and the rows are timed in turns (bench_utils.alternate). The
+own process and the rows are timed in turns (benchlib.timing.alternate). The
 error column is the int8 model's largest |sequence_output - float32's|,
 relative to float32's largest |sequence_output|.
 

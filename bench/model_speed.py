@@ -159,7 +159,7 @@ IMPLEMENTATIONS = {
 
 
 def run_worker(key, warmup, steps):
-    """The child process of one implementation (see `bench_utils.Worker`)."""
+    """The child process of one implementation (see `benchlib.timing.Worker`)."""
     import tensorflow as tf
     import torch
 

@@ -25,6 +25,10 @@ FLOORS = {
     "albert_tf.config": 1,
     "albert_tf.model_dirs": 1,
     "albert_tf.hf_checkpoint": 1,
+    # Keras' registry entries for the classes, by name: like the public names,
+    # it names the modules that define them and imports them only when an
+    # archive is loaded.
+    "albert_tf.keras_registry": 1,
     # Keras building blocks, and the Keras pieces a model's config names
     # (its preprocessor layer, its optimizer and learning-rate schedule).
     "albert_tf.layers": 2,
