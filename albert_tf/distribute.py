@@ -156,3 +156,33 @@ def skip_optimizer_all_reduce(optimizer):
             "reduces gradients differently; the Trainer cannot control the all-reduce."
         )
     inner._all_reduce_sum_gradients = lambda grads_and_vars: list(grads_and_vars)
+
+
+def clip_after_all_reduce(optimizer):
+    """Makes a Keras optimizer clip the all-reduced gradient, as on one device.
+
+    Keras' TF optimizer clips (`clipnorm`, `global_clipnorm`) each replica's
+    gradient inside `apply()` and sums across replicas afterwards, so with
+    several replicas it clips each replica's share of the gradient, not the
+    gradient the update uses. This sums first, in the clipping hook, and makes
+    the later sum the identity (`skip_optimizer_all_reduce`). `model.fit`
+    under a strategy then takes the steps one device takes.
+
+    Args:
+        optimizer: the Keras optimizer `model.compile` gets, before any step.
+    """
+    skip_optimizer_all_reduce(optimizer)
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    clip = inner._clip_gradients
+
+    def all_reduce_then_clip(grads):
+        context = tf.distribute.get_replica_context()
+        if context is not None and context.num_replicas_in_sync > 1:
+            present = [index for index, grad in enumerate(grads) if grad is not None]
+            reduced = context.all_reduce(tf.distribute.ReduceOp.SUM, [grads[index] for index in present])
+            grads = list(grads)
+            for index, grad in zip(present, reduced):
+                grads[index] = grad
+        return clip(grads)
+
+    inner._clip_gradients = all_reduce_then_clip

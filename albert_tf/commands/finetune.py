@@ -12,6 +12,14 @@ tokenizer; OUT/finetune.json records the resolved settings and every epoch's
 metrics. For squad_v2 it also reports the no-answer threshold that maximizes
 dev F1 (best_f1_threshold), which `predict` then uses by default.
 
+--strategy mirrored (a machine's GPUs, or --logical-cpus CPUs) or tpu (--tpu
+NAME) trains data-parallel with --batch-size as the global batch; batches
+then have fixed shapes (--fixed-shapes, on by default there): padded to
+--max-seq-length, the partial last training batch dropped, the last
+evaluation batch filled with padding rows that are not scored.
+--strategy multi_worker is refused: Keras 3's model.fit, which fine-tuning
+runs, does not work under MultiWorkerMirroredStrategy.
+
 Ctrl-C after an epoch finished keeps the best finished epoch: OUT is written
 as a normal run's (usable by predict and export), and OUT/finetune.json says
 "interrupted". Ctrl-C before that writes nothing.
@@ -21,8 +29,11 @@ import os
 import sys
 
 from albert_tf.cli import EXIT_INTERRUPTED
-from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
+from albert_tf.commands.flags import (
+    add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
+)
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.models import AlbertBackbone
 from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
@@ -43,30 +54,41 @@ def add_parser(subparsers):
                         "finetune.json).")
     add_overwrite_flag(parser)
     add_config_flags(parser, FinetuneConfig, exclude=("task",))
+    add_strategy_flags(parser, STRATEGY_NAMES, note=" multi_worker is refused (Keras 3's model.fit does not run "
+                       "under MultiWorkerMirroredStrategy); use pretrain for several machines.")
     parser.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2), help="Keras fit verbosity.")
     return parser
 
 
 def run(args):
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
+    if args.strategy == "multi_worker":
+        raise ValueError("--strategy multi_worker: finetune trains with Keras 3's model.fit, which does not run "
+                         "under MultiWorkerMirroredStrategy; use --strategy mirrored (one machine's GPUs) or tpu.")
+    # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
+    strategy_name, strategy = strategy_from_flags(args)
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
         if not os.path.exists(path):
             raise ValueError(f"{flag} {path}: no such file or directory.")
     model_dir = resolve_model_dir(args.model)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)
-    backbone = AlbertBackbone.from_pretrained(model_dir)
-    if args.random_init:
-        import keras
+    # The variables are made under the scope, as the strategy's (mirrored, or on the TPU).
+    with strategy.scope():
+        backbone = AlbertBackbone.from_pretrained(model_dir)
+        if args.random_init:
+            import keras
 
-        keras.utils.set_random_seed(args.seed)
-        backbone = AlbertBackbone(backbone.config)
+            keras.utils.set_random_seed(args.seed)
+            backbone = AlbertBackbone(backbone.config)
     init = "random initialisation" if args.random_init else model_dir
-    print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters)")
+    replicas = strategy.num_replicas_in_sync
+    where = f" on {replicas} replica{'s' * (replicas > 1)} ({strategy_name})" if strategy_name != "default" else ""
+    print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
     try:
         with fresh_output_dir(args.out, args.overwrite, keep_when=_kept) as staging:
             # Flushed: each epoch's line shows as it ends, also through a pipe.
             result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
-                              log=lambda line: print(line, flush=True), verbose=args.verbose)
+                              log=lambda line: print(line, flush=True), verbose=args.verbose, strategy=strategy)
     except KeyboardInterrupt as e:
         print(f"\nalbert-tf finetune: {_interrupted(e, args)}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -132,6 +132,50 @@ def config_kwargs(config_cls, args, names=None, exclude=()):
     return values
 
 
+def add_strategy_flags(parser, strategies, note=""):
+    """Adds --strategy, --tpu and --logical-cpus (read back by `strategy_from_flags`).
+
+    Args:
+        parser: an argparse parser or argument group.
+        strategies: the --strategy choices, `albert_tf.distribute.STRATEGY_NAMES`
+            (passed in: this module loads with `albert-tf --help`, which must
+            not wait for TensorFlow).
+        note: appended to --strategy's help (what the command does under them).
+    """
+    parser.add_argument("--strategy", choices=strategies,
+                        help="tf.distribute strategy (default: tpu with --tpu, else default)." + note)
+    parser.add_argument("--tpu", help="TPU name, grpc:// address or \"local\"; selects --strategy tpu (any other "
+                        "--strategy with it is an error).")
+    parser.add_argument("--logical-cpus", type=int,
+                        help="Split the CPU into this many devices (mirrored runs on a CPU-only machine).")
+
+
+def strategy_from_flags(args):
+    """(name, `tf.distribute.Strategy`) from `add_strategy_flags`' flags.
+
+    Call it before any other TensorFlow work of the process: --logical-cpus
+    splits the CPU, which TensorFlow allows only before it initializes.
+
+    Raises:
+        ValueError: --tpu with another --strategy, or no TPU answers at --tpu.
+    """
+    # Here, not at the top: `albert-tf --help` imports this module and must not load TensorFlow.
+    from albert_tf.distribute import configure_logical_cpus, get_strategy
+
+    if args.tpu is not None and args.strategy not in (None, "tpu"):
+        raise ValueError(f"--tpu {args.tpu} runs on a TPU; it does not go with --strategy {args.strategy}. "
+                         "Drop one of them.")
+    name = args.strategy or ("tpu" if args.tpu is not None else "default")
+    if args.logical_cpus:
+        configure_logical_cpus(args.logical_cpus)
+    try:
+        return name, get_strategy(name, tpu=args.tpu)
+    except ValueError as e:
+        if name != "tpu":
+            raise
+        raise ValueError(f"--tpu {args.tpu or '(none: this machine)'}: {e}") from e
+
+
 _METAVARS = {int: "N", float: "X", str: "TEXT"}
 
 

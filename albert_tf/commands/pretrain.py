@@ -13,7 +13,9 @@ import os
 import sys
 
 from albert_tf.cli import EXIT_INTERRUPTED
-from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
+from albert_tf.commands.flags import (
+    add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
+)
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, load_tokenizer
@@ -52,39 +54,22 @@ def add_parser(subparsers):
     training = parser.add_argument_group("training")
     training.add_argument("--out", required=True, metavar="RUN_DIR",
                           help="Run directory; rerunning the same command resumes from its last checkpoint.")
-    training.add_argument("--strategy", choices=STRATEGY_NAMES,
-                          help="tf.distribute strategy (default: tpu with --tpu, else default).")
-    training.add_argument("--tpu", help="TPU name, grpc:// address or \"local\"; selects --strategy tpu (any other "
-                          "--strategy with it is an error).")
+    add_strategy_flags(training, STRATEGY_NAMES)
     training.add_argument("--embedding-init", choices=EMBEDDING_INITS, default="random",
                           help="ppmi-svd: start the word embeddings from PPMI-SVD vectors of the text "
                                "(raw text only; helps short runs transfer, docs/pretraining.md).")
-    training.add_argument("--logical-cpus", type=int,
-                          help="Split the CPU into this many devices (mirrored runs on a CPU-only machine).")
     add_config_flags(training, TrainerConfig)
     return parser
 
 
 def run(args):
-    strategy_name = _strategy_name(args)
-    if args.logical_cpus:
-        # Must precede every other TensorFlow call of the process.
-        from albert_tf.distribute import configure_logical_cpus
-
-        configure_logical_cpus(args.logical_cpus)
-    from albert_tf.distribute import get_strategy
+    trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
+    # Before reading the data: a TPU that is not there is known in seconds.
+    strategy_name, strategy = strategy_from_flags(args)
     from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
     from albert_tf.training import checkpoints
     from albert_tf.training.trainer import CHECKPOINT_DIR
 
-    trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
-    # Before reading the data: a TPU that is not there is known in seconds.
-    try:
-        strategy = get_strategy(strategy_name, tpu=args.tpu)
-    except ValueError as e:
-        if strategy_name != "tpu":
-            raise
-        raise ValueError(f"--tpu {args.tpu or '(none: this machine)'}: {e}") from e
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
     model_config = _model_config(args, vocab_size, data_config.max_seq_length)
     word_embeddings_init = None
@@ -120,14 +105,6 @@ def run(args):
               "Rerun the same command to resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
-
-
-def _strategy_name(args):
-    """--strategy as given; without it, "tpu" when --tpu names one, else "default"."""
-    if args.tpu is not None and args.strategy not in (None, "tpu"):
-        raise ValueError(f"--tpu {args.tpu} runs on a TPU; it does not go with --strategy {args.strategy}. "
-                         "Drop one of them.")
-    return args.strategy or ("tpu" if args.tpu is not None else "default")
 
 
 def _load_data(args):

@@ -29,7 +29,8 @@ class ChoiceTask:
                        skipped=result.skipped)
 
     def _choices(self, model, encoded, config):
-        return [int(np.argmax(o["logits"])) for o in predict_examples(model, encoded.inputs, config.eval_batch_size)]
+        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size, config.pad_to)
+        return [int(np.argmax(o["logits"])) for o in outputs]
 
     def evaluate(self, model, encoded, config):
         return {"accuracy": metric_fns.accuracy(encoded.labels, self._choices(model, encoded, config))}

@@ -58,7 +58,8 @@ class FinetuneConfig(JsonConfig):
     """
 
     task: str = doc(dataclasses.MISSING, "A name from albert_tf.tasks.TASKS.")
-    max_seq_length: int = doc(128, "Longest input in pieces (batches are padded only to their longest).")
+    max_seq_length: int = doc(128, "Longest input in pieces (batches are padded only to their longest, unless "
+                              "fixed-shapes).")
     batch_size: int = doc(32, "Examples per training batch.")
     eval_batch_size: int = doc(64, "Examples per evaluation batch.")
     epochs: int = doc(3, "Passes over the training data; evaluation after each.")
@@ -86,7 +87,13 @@ class FinetuneConfig(JsonConfig):
                            "prediction averages its windows' logits (also in the exported serve_text). Beyond "
                            "that, --truncate cuts (by --truncate-from). 1: one window.")
     skip_invalid: bool = doc(False, "Skip bad rows (counted, first reason shown) instead of failing on the first.")
-    bucket: bool = doc(True, "Batch training examples of similar length together.")
+    bucket: bool = doc(True, "Batch training examples of similar length together (not with fixed-shapes: every "
+                       "batch is then max-seq-length long).")
+    fixed_shapes: bool | None = doc(None, "Give every batch the static shape (batch, max-seq-length) that TPUs and "
+                                    "XLA need: the partial last training batch is dropped; the last evaluation and "
+                                    "prediction batch is filled with padding rows whose outputs are discarded, so "
+                                    "every example is scored. Default: on under a --strategy other than default "
+                                    "(where replicas then also get equal shares), off otherwise.")
     text_column: str = doc("text", "Text column of classification/regression tables (CSV/TSV/JSONL).")
     text_pair_column: str | None = doc(None, "Second text column of classification/regression tables.")
     label_column: str = doc("label", "Label column of classification/regression tables.")
@@ -125,16 +132,30 @@ class FinetuneConfig(JsonConfig):
             check_fraction("dropout", self.dropout, high_open=True)
         for name in ("truncate", "skip_invalid", "bucket"):
             check_bool(name, getattr(self, name))
+        if self.fixed_shapes is not None:
+            check_bool("fixed_shapes", self.fixed_shapes)
 
-    def resolved(self, model_config):
-        """This config with `learning_rate` and `pooling` fixed for `model_config` (an `AlbertConfig`)."""
+    def resolved(self, model_config, distributed=False):
+        """This config with `learning_rate`, `pooling` and `fixed_shapes` fixed.
+
+        Args:
+            model_config: the backbone's `AlbertConfig`.
+            distributed: whether training runs under a tf.distribute strategy
+                other than the default one; `fixed_shapes=None` follows it.
+        """
+        fixed_shapes = distributed if self.fixed_shapes is None else self.fixed_shapes
         pooling = resolve_pooling(self.pooling, model_config.hidden_size)
         rate = self.learning_rate
         if rate is None:
             rate = default_learning_rate(model_config.hidden_size)
             if self.lora_rank:
                 rate *= LORA_LEARNING_RATE_FACTOR
-        return dataclasses.replace(self, learning_rate=rate, pooling=pooling)
+        return dataclasses.replace(self, learning_rate=rate, pooling=pooling, fixed_shapes=fixed_shapes)
+
+    @property
+    def pad_to(self):
+        """The fixed length of every batch (`max_seq_length` with `fixed_shapes`), else None."""
+        return self.max_seq_length if self.fixed_shapes else None
 
     @property
     def on_error(self):

@@ -17,7 +17,9 @@ import shutil
 import time
 
 import keras
+import tensorflow as tf
 
+from albert_tf.distribute import clip_after_all_reduce
 from albert_tf.model_dirs import BEST_DIR, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import build_optimizer
@@ -58,8 +60,15 @@ def check_lengths(config, backbone, tokenizer):
         )
 
 
-def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0):
+def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0, strategy=None):
     """Fine-tunes `backbone` on a task and keeps the best epoch.
+
+    Under a `strategy` other than the default one, `config.fixed_shapes`
+    defaults to on: every batch is (batch_size, max_seq_length), the partial
+    last training batch is dropped, and evaluation fills its last batch with
+    padding rows whose outputs are discarded. `config.batch_size` is the
+    global batch, split across the replicas; gradients are all-reduced before
+    they are clipped, so the steps are those of one device.
 
     Args:
         config: a `FinetuneConfig`.
@@ -71,6 +80,9 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         out_dir: where `best/`, `tokenizer/` and `finetune.json` go.
         log: called with one line of text per event.
         verbose: Keras `fit` verbosity.
+        strategy: a `tf.distribute.Strategy` (default: the current one). The
+            backbone's variables must have been created under its `scope()`;
+            the task model and optimizer are built under it here.
 
     Returns:
         dict with "history" (per-epoch metrics), "best_epoch" and "best".
@@ -78,8 +90,15 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if not isinstance(backbone, AlbertBackbone):
         raise ValueError(f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}")
     check_lengths(config, backbone, tokenizer)
-    config = config.resolved(backbone.config)
+    strategy = strategy or tf.distribute.get_strategy()
+    with strategy.scope():
+        # False only in the default (no-op) strategy's scope.
+        distributed = tf.distribute.has_strategy()
+    config = config.resolved(backbone.config, distributed=distributed)
     log(f"learning rate {config.learning_rate:.3g}")
+    if config.fixed_shapes:
+        log(f"fixed shapes: batches of ({config.batch_size}, {config.max_seq_length}); the partial last training "
+            "batch is dropped")
     task = get_task(config.task)
     if isinstance(task, SentenceTask):  # the heads that read one vector per example
         log(f"pooling {config.pooling}")
@@ -93,32 +112,14 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if not train.inputs or not evaluation.inputs:
         raise ValueError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
 
-    if backbone.lora_rank is not None:
-        # A LoRA fine-tuned model fine-tunes on from its merged weights, so
-        # `lora_rank` alone says what trains.
-        backbone.merge_lora()
-    model = task.build_model(backbone, label_names, config)
-    if config.lora_rank:
-        # Before compile: the optimizer takes the trainable variables as they are then.
-        backbone.enable_lora(config.lora_rank, embedding_rank=config.lora_embedding_rank)
-    trainable = sum(math.prod(v.shape) for v in model.trainable_weights)
-    total = model.count_params()
-    log(f"trainable parameters {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)"
-        + (f", LoRA rank {config.lora_rank}" if config.lora_rank else "")
-        + (f" (word embeddings rank {config.lora_embedding_rank})" if config.lora_rank and config.lora_embedding_rank
-           else ""))
-    steps_per_epoch = math.ceil(len(train.inputs) / config.batch_size)
-    total_steps = steps_per_epoch * config.epochs
-    # AdamW (LayerNorm/bias not decayed), warmup then linear decay, gradients clipped to norm 1.
-    optimizer = build_optimizer(
-        "adamw", learning_rate=config.learning_rate, warmup_steps=int(round(config.warmup_fraction * total_steps)),
-        total_steps=total_steps, weight_decay=config.weight_decay, clip_norm=1.0,
-    )
-    # Per-batch padding gives a new sequence length nearly every batch; XLA
-    # would compile once per length, so the graph runs without it.
-    model.compile(optimizer=optimizer, jit_compile=False)
-    dataset = make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True,
-                           seed=config.seed, bucket=config.bucket, label_pad=task.label_pad)
+    with strategy.scope():
+        model, steps_per_epoch = _build(config, task, backbone, label_names, len(train.inputs), log)
+
+    def epoch_dataset(epoch):
+        # One dataset per epoch, for a new order each: see make_dataset's `shuffle`.
+        return make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True, seed=config.seed + epoch - 1,
+                            bucket=config.bucket and not config.fixed_shapes, label_pad=task.label_pad,
+                            pad_to=config.pad_to, remainder="drop" if config.fixed_shapes else "keep")
 
     os.makedirs(out_dir, exist_ok=True)
     tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
@@ -127,7 +128,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     try:
         for epoch in range(1, config.epochs + 1):
             start = time.perf_counter()
-            fit = model.fit(dataset, epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
+            fit = model.fit(epoch_dataset(epoch), epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
             train_seconds = time.perf_counter() - start
             scores = task.evaluate(model, evaluation, config)
             record = {"epoch": epoch, "train_loss": float(fit.history["loss"][-1]),
@@ -152,6 +153,39 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         raise FinetuneInterrupted(epoch, config.epochs, best_epoch, best, main_metric) from None
     shutil.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
     return {"history": history, "best_epoch": best_epoch, "best": best}
+
+
+def _build(config, task, backbone, label_names, num_examples, log):
+    """(compiled task model, steps per epoch); call under the strategy's scope."""
+    if backbone.lora_rank is not None:
+        # A LoRA fine-tuned model fine-tunes on from its merged weights, so
+        # `lora_rank` alone says what trains.
+        backbone.merge_lora()
+    model = task.build_model(backbone, label_names, config)
+    if config.lora_rank:
+        # Before compile: the optimizer takes the trainable variables as they are then.
+        backbone.enable_lora(config.lora_rank, embedding_rank=config.lora_embedding_rank)
+    trainable = sum(math.prod(v.shape) for v in model.trainable_weights)
+    total = model.count_params()
+    log(f"trainable parameters {trainable:,} of {total:,} ({100 * trainable / total:.2f}%)"
+        + (f", LoRA rank {config.lora_rank}" if config.lora_rank else "")
+        + (f" (word embeddings rank {config.lora_embedding_rank})" if config.lora_rank and config.lora_embedding_rank
+           else ""))
+    # Fixed shapes drop the partial last batch.
+    batches = num_examples // config.batch_size if config.fixed_shapes else math.ceil(num_examples / config.batch_size)
+    total_steps = batches * config.epochs
+    # AdamW (LayerNorm/bias not decayed), warmup then linear decay, gradients clipped to norm 1.
+    optimizer = build_optimizer(
+        "adamw", learning_rate=config.learning_rate, warmup_steps=int(round(config.warmup_fraction * total_steps)),
+        total_steps=total_steps, weight_decay=config.weight_decay, clip_norm=1.0,
+    )
+    clip_after_all_reduce(optimizer)
+    # Per-batch padding gives a new sequence length nearly every batch, which
+    # XLA would compile once each; with fixed shapes, XLA on CPUs and GPUs is
+    # left off too (it was not measured here), and TPUStrategy compiles the
+    # whole step whatever this says.
+    model.compile(optimizer=optimizer, jit_compile=False)
+    return model, batches
 
 
 def _save_best(model, tokenizer, out_dir):

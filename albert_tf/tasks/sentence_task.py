@@ -70,9 +70,9 @@ class SentenceTask:
         return Encoded(inputs, labels, result.examples, extra=[len(group) for group in windows], notes=notes,
                        skipped=result.skipped)
 
-    def _predicted(self, model, encoded, batch_size):
+    def _predicted(self, model, encoded, config):
         """(predicted labels or scores, outputs), one per example: window outputs averaged."""
-        outputs = predict_examples(model, encoded.inputs, batch_size)
+        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size, config.pad_to)
         if encoded.extra is not None:
             starts = np.cumsum([0] + encoded.extra)
             outputs = [{k: np.mean([o[k] for o in outputs[a:b]], axis=0) for k in outputs[a]}
@@ -82,14 +82,14 @@ class SentenceTask:
         return np.array([int(np.argmax(o["logits"])) for o in outputs]), outputs
 
     def evaluate(self, model, encoded, config):
-        predicted, _ = self._predicted(model, encoded, config.eval_batch_size)
+        predicted, _ = self._predicted(model, encoded, config)
         names = list(self.metrics)
         if not self.glue and not self.regression and model.num_classes == 2 and "f1" not in names:
             names.append("f1")
         return metric_fns.compute(names, np.array([e.label for e in encoded.examples]), predicted)
 
     def predictions(self, model, encoded, config):
-        predicted, outputs = self._predicted(model, encoded, config.eval_batch_size)
+        predicted, outputs = self._predicted(model, encoded, config)
         if self.regression:
             return [{"score": float(p)} for p in predicted]
         rows = []

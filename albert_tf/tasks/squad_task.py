@@ -38,7 +38,7 @@ class SquadTask:
                        skipped=result.skipped)
 
     def _answers(self, model, encoded, config, threshold=None):
-        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size)
+        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size, config.pad_to)
         return squad_predictions(
             encoded.examples, encoded.extra, [o["start_logits"] for o in outputs],
             [o["end_logits"] for o in outputs], config.n_best_size, config.max_answer_length,

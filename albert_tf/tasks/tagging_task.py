@@ -34,7 +34,7 @@ class TaggingTask:
         )
 
     def _tags(self, model, encoded, config):
-        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size)
+        outputs = predict_examples(model, encoded.inputs, config.eval_batch_size, config.pad_to)
         return [np.argmax(o["logits"][first], -1) for o, first in zip(outputs, encoded.extra)]
 
     def evaluate(self, model, encoded, config):
