@@ -15,7 +15,7 @@ from albert_tf.tasks import load_run, predict_examples
 from cli_helpers import run_cli
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
-from input_pipeline import corpora, features
+from input_pipeline import features, movie_reviews
 from input_pipeline.finetuning import make_dataset
 
 MAX_SEQ_LENGTH = 16
@@ -62,7 +62,7 @@ def data(tmp_path_factory):
     config = tiny_config(vocab_size=VOCAB_SIZE, hidden_dropout=0.0, attention_dropout=0.0)
     AlbertBackbone(config).save_pretrained(str(root / "model" / "final"))
     small_tokenizer().save(str(root / "model" / "tokenizer"))
-    everything = corpora.rotten_tomatoes_sentences()
+    everything = movie_reviews.rotten_tomatoes_sentences()
     sentences = [everything[i] for i in np.random.default_rng(0).permutation(len(everything))[:45]]
     for name, rows in (("train.csv", sentences[:29]), ("eval.csv", sentences[29:])):
         with open(root / name, "w", newline="", encoding="utf-8") as f:
