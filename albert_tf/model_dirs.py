@@ -23,6 +23,7 @@ converts it on load, and its tokenizer follows its tokenizer_config.json.
 import os
 
 from albert_tf.saving import CONFIG_FILE, MODEL_FILE
+from input_pipeline import files
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import AlbertTokenizer
@@ -38,7 +39,7 @@ def is_model_dir(path):
     from albert_tf.convert.hf import is_hf_dir
 
     return (
-        os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isfile(os.path.join(path, MODEL_FILE))
+        files.isfile(os.path.join(path, CONFIG_FILE)) and files.isfile(os.path.join(path, MODEL_FILE))
     ) or is_hf_dir(path)
 
 
@@ -53,7 +54,7 @@ def resolve_model_dir(path):
     Raises:
         ValueError: naming `path` when it is missing or holds no model.
     """
-    if not os.path.isdir(path):
+    if not files.isdir(path):
         raise ValueError(f"{path}: no such directory.")
     if is_model_dir(path):
         return path
@@ -76,8 +77,8 @@ def tokenizer_candidates(path):
     the run's `tokenizer/` when `path` is a run's `final/` or `best/`.
     """
     candidates = [path, os.path.join(path, TOKENIZER_DIR)]
-    parent = os.path.dirname(os.path.normpath(path))
-    if os.path.basename(os.path.normpath(path)) in (FINAL_DIR, BEST_DIR):
+    parent = os.path.dirname(files.normpath(path))
+    if os.path.basename(files.normpath(path)) in (FINAL_DIR, BEST_DIR):
         candidates.append(os.path.join(parent, TOKENIZER_DIR))
     return candidates
 
@@ -102,7 +103,7 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
         return load_tokenizer(tokenizer_dir)
     candidates = tokenizer_candidates(path)
     for candidate in candidates:
-        if os.path.isfile(os.path.join(candidate, SPIECE_FILE)):
+        if files.isfile(os.path.join(candidate, SPIECE_FILE)):
             return load_tokenizer(candidate)
     if required:
         raise ValueError(
@@ -120,7 +121,7 @@ def load_tokenizer(directory):
     """
     from albert_tf.convert.hf import hf_tokenizer, is_hf_tokenizer_dir
 
-    if not os.path.isfile(os.path.join(directory, SPIECE_FILE)):
+    if not files.isfile(os.path.join(directory, SPIECE_FILE)):
         raise ValueError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):
         return hf_tokenizer(directory)
@@ -133,7 +134,7 @@ def _hf_hint(directory):
 
     if not is_hf_tokenizer_dir(directory):
         return ""
-    if os.path.isfile(os.path.join(directory, TOKENIZER_JSON)):
+    if files.isfile(os.path.join(directory, TOKENIZER_JSON)):
         found = f" {directory} has transformers' {TOKENIZER_JSON} only (transformers 5 saves no {SPIECE_FILE});"
     else:
         found = ""

@@ -11,6 +11,7 @@ ALBERT model and converts it on load (`albert_tf.convert.hf`).
 """
 
 import importlib
+import io
 import json
 import os
 import warnings
@@ -18,10 +19,15 @@ import warnings
 import keras
 
 from albert_tf.config import AlbertConfig
+from input_pipeline import files
+from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 
 CONFIG_FILE = "config.json"
 MODEL_FILE = "albert_tf.json"
 WEIGHTS_FILE = "model.weights.h5"
+# What a reader of a model directory (and of its tokenizer/) looks for first:
+# `files.move` writes these last where a directory cannot be renamed at once.
+ENTRY_FILES = (SPIECE_FILE, CONFIG_FILE, MODEL_FILE)
 
 
 def save_pretrained(model, directory):
@@ -32,10 +38,11 @@ def save_pretrained(model, directory):
             "`model` must be an AlbertBackbone or a model with a `.backbone`. "
             f"Received: {type(model).__name__}"
         )
-    os.makedirs(directory, exist_ok=True)
+    files.makedirs(directory)
     backbone.config.save(os.path.join(directory, CONFIG_FILE))
-    with open(os.path.join(directory, MODEL_FILE), "w") as f:
-        json.dump(keras.saving.serialize_keras_object(model), f, indent=2)
+    files.write_text(
+        os.path.join(directory, MODEL_FILE), json.dumps(keras.saving.serialize_keras_object(model), indent=2)
+    )
     model.save_weights(os.path.join(directory, WEIGHTS_FILE))
     preprocessor = getattr(model, "preprocessor", None)
     if preprocessor is not None:
@@ -87,7 +94,7 @@ def load_pretrained(directory):
         return report.model
     missing = [
         name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
-        if not os.path.isfile(os.path.join(directory, name))
+        if not files.isfile(os.path.join(directory, name))
     ]
     if missing:
         raise ValueError(
@@ -131,8 +138,7 @@ def load_pretrained(directory):
 
 def _read_json(path):
     """The JSON value in `path`; ValueError naming the file for bad bytes or bad JSON."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = files.read_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -151,7 +157,8 @@ def _check_weights_file(path):
     import h5py
 
     try:
-        with h5py.File(path, "r") as f:
+        # h5py reads local files only; Keras' load_weights reads a URL into memory too.
+        with h5py.File(io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path, "r") as f:
             f.visit(lambda name: None)
     except (OSError, RuntimeError) as e:
         raise ValueError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e

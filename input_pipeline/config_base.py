@@ -13,6 +13,8 @@ import json
 import math
 import os
 
+from input_pipeline import files
+
 
 def doc(default, help, **metadata):
     """A dataclass field with `default` and its one-line `help` (also the CLI's)."""

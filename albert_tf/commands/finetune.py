@@ -26,6 +26,7 @@ from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.models import AlbertBackbone
 from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
+from input_pipeline import files
 
 
 def add_parser(subparsers):
@@ -50,7 +51,7 @@ def add_parser(subparsers):
 def run(args):
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
-        if not os.path.exists(path):
+        if not files.exists(path):
             raise ValueError(f"{flag} {path}: no such file or directory.")
     model_dir = resolve_model_dir(args.model)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)

@@ -23,7 +23,7 @@ import os
 import keras
 import numpy as np
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save_file
+from safetensors.numpy import save
 
 from albert_tf.config import AlbertConfig
 from albert_tf.convert import mapping
@@ -32,6 +32,7 @@ from albert_tf.models.pretrainer import AlbertPretrainer
 from albert_tf.model_dirs import TOKENIZER_DIR
 from albert_tf.saving import MODEL_FILE as ALBERT_TF_MODEL_FILE
 from albert_tf.saving import load_pretrained, save_pretrained
+from input_pipeline import files
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE, AlbertTokenizer
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import Preprocessing
@@ -64,9 +65,9 @@ def is_hf_dir(path):
     config.json rather than a directory that holds "no model".
     """
     return (
-        os.path.isfile(os.path.join(path, CONFIG_FILE))
-        and not os.path.isfile(os.path.join(path, ALBERT_TF_MODEL_FILE))
-        and any(os.path.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
+        files.isfile(os.path.join(path, CONFIG_FILE))
+        and not files.isfile(os.path.join(path, ALBERT_TF_MODEL_FILE))
+        and any(files.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
     )
 
 
@@ -78,7 +79,7 @@ def is_hf_tokenizer_dir(path):
     HF model directory. Its tokenizer.json, if any, is transformers' own
     format, not albert-tf's.
     """
-    return os.path.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
+    return files.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
 
 
 def from_hf(src_dir):
@@ -147,16 +148,15 @@ def hf_tokenizer(src_dir):
     when absent: lowercase, strip accents, collapse whitespace).
     """
     model_path = os.path.join(src_dir, SPIECE_FILE)
-    if not os.path.isfile(model_path):
+    if not files.isfile(model_path):
         return None
     options = {}
     config_path = os.path.join(src_dir, TOKENIZER_CONFIG_FILE)
-    if os.path.isfile(config_path):
-        with open(config_path, "rb") as f:
-            try:
-                options = json.loads(f.read().decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
+    if files.isfile(config_path):
+        try:
+            options = json.loads(files.read_bytes(config_path).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
         if not isinstance(options, dict):
             raise ValueError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
     # transformers 5 writes `"remove_space": null` (its tokenizer always splits
@@ -170,8 +170,7 @@ def hf_tokenizer(src_dir):
         strip_accents=not option("keep_accents", False),
         lower_case=option("do_lower_case", True),
     )
-    with open(model_path, "rb") as f:
-        return AlbertTokenizer(f.read(), preprocessing)
+    return AlbertTokenizer(files.read_bytes(model_path), preprocessing)
 
 
 def hf_tokenizer_files(tokenizer, max_length):
@@ -233,17 +232,14 @@ def to_hf(model, out_dir, tokenizer=None):
     check_output_dir(out_dir)
     tensors = hf_tensors(model)
     config = hf_config(model)
-    files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
+    tokenizer_files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
 
     def write(directory):
-        with open(os.path.join(directory, CONFIG_FILE), "w") as f:
-            json.dump(config, f, indent=2, sort_keys=True)
-            f.write("\n")
+        files.write_text(os.path.join(directory, CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True) + "\n")
         # transformers refuses safetensors files without a known "format".
-        save_file(tensors, os.path.join(directory, SAFETENSORS_FILE), metadata={"format": "pt"})
-        for name, content in files.items():
-            with open(os.path.join(directory, name), "wb") as f:
-                f.write(content)
+        files.write_bytes(os.path.join(directory, SAFETENSORS_FILE), save(tensors, metadata={"format": "pt"}))
+        for name, content in tokenizer_files.items():
+            files.write_bytes(os.path.join(directory, name), content)
 
     write_dir(out_dir, write)
 
@@ -261,13 +257,12 @@ def convert_to_hf(src_dir, out_dir, tokenizer=None):
 
 def _read_config(src_dir):
     path = os.path.join(src_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise ValueError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
-    with open(path, "rb") as f:
-        try:
-            values = json.loads(f.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from e
+    try:
+        values = json.loads(files.read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from e
     if isinstance(values, dict) and values.get("model_type", "albert") != "albert":
         raise ValueError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
     # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
@@ -279,8 +274,7 @@ def _read_config(src_dir):
 
 def _architectures(src_dir):
     """config.json's "architectures" (checked to be readable JSON by `_read_config`)."""
-    with open(os.path.join(src_dir, CONFIG_FILE), "rb") as f:
-        architectures = json.loads(f.read().decode("utf-8")).get("architectures")
+    architectures = json.loads(files.read_bytes(os.path.join(src_dir, CONFIG_FILE)).decode("utf-8")).get("architectures")
     return architectures if isinstance(architectures, list) else []
 
 
@@ -292,9 +286,9 @@ def _open_weights(src_dir):
     ):
         single = os.path.join(src_dir, index_name[: -len(INDEX_SUFFIX)])
         index = os.path.join(src_dir, index_name)
-        if os.path.isfile(single):
+        if files.isfile(single):
             return (*reader([single]), single)
-        if os.path.isfile(index):
+        if files.isfile(index):
             return (*reader(_shard_paths(src_dir, index)), index)
     raise ValueError(
         f"{src_dir} holds no weights: expected {SAFETENSORS_FILE}, {TORCH_FILE} "
@@ -304,8 +298,7 @@ def _open_weights(src_dir):
 
 def _shard_paths(src_dir, index_path):
     try:
-        with open(index_path) as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = json.loads(files.read_text(index_path))["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{index_path} is not a valid shard index: {e!r}") from e
     return [os.path.join(src_dir, name) for name in sorted(set(weight_map.values()))]
