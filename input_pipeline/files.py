@@ -42,7 +42,11 @@ def open_file(path, mode="r", encoding="utf-8", newline=None):
     """Opens a file; URLs through `tf.io.gfile.GFile` (text in UTF-8)."""
     if not is_url(path):
         return builtins.open(path, mode, encoding=None if "b" in mode else encoding, newline=newline)
-    return _gfile().GFile(path, mode)
+    gfile = _gfile()
+    if mode.startswith("w") and gfile.exists(path):
+        # An object store replaces an object on write; TensorFlow's ram:// appends to it instead.
+        gfile.remove(path)
+    return gfile.GFile(path, mode)
 
 
 def read_bytes(path):
@@ -76,13 +80,24 @@ def _as_os_errors(path):
 
 
 def write_bytes(path, data):
-    with open_file(path, "wb") as f:
+    """Writes file `path` whole; at a URL through a temporary object renamed over it (old or new, never half)."""
+    if not is_url(path):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with open_file(temporary, "wb") as f:
         f.write(data)
+    _gfile().rename(temporary, path, overwrite=True)
 
 
 def write_text(path, text):
-    with open_file(path, "w") as f:
-        f.write(text)
+    """`write_bytes` of UTF-8 text (locally in text mode, as `open(path, "w")` writes)."""
+    if not is_url(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    write_bytes(path, text.encode("utf-8"))
 
 
 def exists(path):
@@ -120,9 +135,12 @@ def walk(path):
     if not is_url(path):
         yield from os.walk(path)
         return
-    for root, dirs, names in _gfile().walk(path):
+    gfile = _gfile()
+    for root, dirs, names in gfile.walk(path):
         dirs[:] = [d.rstrip("/") for d in dirs]
-        yield root, dirs, names
+        # Only what exists: TensorFlow's ram:// lists by name prefix, so `assets/`
+        # also "holds" `.extra/...` when `assets.extra/` is beside it.
+        yield root, dirs, [name for name in names if gfile.exists(os.path.join(root, name))]
 
 
 def remove(path):
@@ -183,7 +201,7 @@ def move(source, target, entry_files=()):
     relative.sort(key=order)
     for path in relative:
         gfile.makedirs(os.path.dirname(os.path.join(target, path)))
-        gfile.copy(os.path.join(source, path), os.path.join(target, path), overwrite=True)
+        gfile.copy(os.path.join(source, path), os.path.join(target, path))
     for path in reversed(relative):
         gfile.remove(os.path.join(source, path))
     rmtree(source, ignore_errors=True)
