@@ -78,6 +78,10 @@ def main(corpus, train, dev):
               "--output", f"{BUCKET}/predictions.jsonl")
     albert_tf("export", "--model", f"{BUCKET}/runs/sst2", "--format", "saved_model", "--out", f"{BUCKET}/serving")
     albert_tf("export", "--model", f"{BUCKET}/runs/sst2", "--format", "tflite", "--out", f"{BUCKET}/tflite")
+    albert_tf("demo", "--out", f"{BUCKET}/demo", "--steps", "3", "--vocab-size", "400", "--tokenizer-documents", "200",
+              "--documents", "200", "--heldout-documents", "40", "--max-seq-length", "32", "--embedding-size", "8",
+              "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32",
+              "--batch-size", "8", "--eval-examples", "40")
 
     # The exports work from where they were written.
     served = tf.saved_model.load(f"{BUCKET}/serving/1")
@@ -92,6 +96,7 @@ def main(corpus, train, dev):
         "dev_rows": len(files.read_text(f"{BUCKET}/in/SST-2/dev.tsv").splitlines()) - 1,
         "signatures": sorted(served.signatures),
         "tflite_inputs": len(interpreter.get_signature_runner().get_input_details()),
+        "demo": listing(f"{BUCKET}/demo"),
         "everything": listing(BUCKET),
     }
     sys.stdout.flush()

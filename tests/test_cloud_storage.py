@@ -151,6 +151,7 @@ def test_the_journey_runs_in_a_bucket_and_leaves_local_disk_alone(tmp_path):
     assert {"best/model.weights.h5", "finetune.json"} <= set(report["finetune"])
     assert report["predictions"] == report["dev_rows"] == 32
     assert "serve_text" in report["signatures"] and report["tflite_inputs"] == 3
+    assert {"metrics.json", "loss_curve.png", "final/model.weights.h5"} <= set(report["demo"])
     # No staging or moved-aside leftovers anywhere in the bucket.
     assert not [p for p in report["everything"] if any(part.startswith(".") for part in p.split("/"))]
 
