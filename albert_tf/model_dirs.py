@@ -26,6 +26,7 @@ nor the models, so `create-data` and its workers read a tokenizer cheaply.
 import json
 import os
 
+from input_pipeline import files
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
@@ -34,6 +35,9 @@ from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
 CONFIG_FILE = "config.json"  # the `AlbertConfig` (original / HF field names)
 MODEL_FILE = "albert_tf.json"  # the Keras config of the whole model
 WEIGHTS_FILE = "model.weights.h5"
+# What a reader of a model directory (and of its tokenizer/) looks for first:
+# `files.move` writes these last where a directory cannot be renamed at once.
+ENTRY_FILES = (SPIECE_FILE, CONFIG_FILE, MODEL_FILE)
 TOKENIZER_DIR = "tokenizer"
 FINAL_DIR = "final"
 BEST_DIR = "best"
@@ -58,9 +62,9 @@ def is_hf_dir(path):
     config.json rather than a directory that holds "no model".
     """
     return (
-        os.path.isfile(os.path.join(path, CONFIG_FILE))
-        and not os.path.isfile(os.path.join(path, MODEL_FILE))
-        and any(os.path.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
+        files.isfile(os.path.join(path, CONFIG_FILE))
+        and not files.isfile(os.path.join(path, MODEL_FILE))
+        and any(files.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
     )
 
 
@@ -72,13 +76,13 @@ def is_hf_tokenizer_dir(path):
     HF model directory. Its tokenizer.json, if any, is transformers' own
     format, not albert-tf's.
     """
-    return os.path.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
+    return files.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
 
 
 def is_model_dir(path):
     """Whether `path` holds a model `load_pretrained` reads: albert-tf's own or a HF one."""
     return (
-        os.path.isfile(os.path.join(path, CONFIG_FILE)) and os.path.isfile(os.path.join(path, MODEL_FILE))
+        files.isfile(os.path.join(path, CONFIG_FILE)) and files.isfile(os.path.join(path, MODEL_FILE))
     ) or is_hf_dir(path)
 
 
@@ -93,7 +97,7 @@ def resolve_model_dir(path):
     Raises:
         ValueError: naming `path` when it is missing or holds no model.
     """
-    if not os.path.isdir(path):
+    if not files.isdir(path):
         raise ValueError(f"{path}: no such directory.")
     if is_model_dir(path):
         return path
@@ -114,8 +118,8 @@ def tokenizer_candidates(path):
     the run's `tokenizer/` when `path` is a run's `final/` or `best/`.
     """
     candidates = [path, os.path.join(path, TOKENIZER_DIR)]
-    parent = os.path.dirname(os.path.normpath(path))
-    if os.path.basename(os.path.normpath(path)) in (FINAL_DIR, BEST_DIR):
+    parent = os.path.dirname(files.normpath(path))
+    if os.path.basename(files.normpath(path)) in (FINAL_DIR, BEST_DIR):
         candidates.append(os.path.join(parent, TOKENIZER_DIR))
     return candidates
 
@@ -140,7 +144,7 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
         return load_tokenizer(tokenizer_dir)
     candidates = tokenizer_candidates(path)
     for candidate in candidates:
-        if os.path.isfile(os.path.join(candidate, SPIECE_FILE)):
+        if files.isfile(os.path.join(candidate, SPIECE_FILE)):
             return load_tokenizer(candidate)
     if required:
         raise ValueError(
@@ -156,7 +160,7 @@ def load_tokenizer(directory):
     Raises:
         ValueError: naming `directory` when it holds no `spiece.model`.
     """
-    if not os.path.isfile(os.path.join(directory, SPIECE_FILE)):
+    if not files.isfile(os.path.join(directory, SPIECE_FILE)):
         raise ValueError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):
         return hf_tokenizer(directory)
@@ -167,7 +171,7 @@ def _hf_hint(directory):
     """What to do about a HF directory without spiece.model, for error messages; "" for other directories."""
     if not is_hf_tokenizer_dir(directory):
         return ""
-    if os.path.isfile(os.path.join(directory, TOKENIZER_JSON)):
+    if files.isfile(os.path.join(directory, TOKENIZER_JSON)):
         found = f" {directory} has transformers' {TOKENIZER_JSON} only (transformers 5 saves no {SPIECE_FILE});"
     else:
         found = ""
@@ -184,16 +188,15 @@ def hf_tokenizer(src_dir):
     when absent: lowercase, strip accents, collapse whitespace).
     """
     model_path = os.path.join(src_dir, SPIECE_FILE)
-    if not os.path.isfile(model_path):
+    if not files.isfile(model_path):
         return None
     options = {}
     config_path = os.path.join(src_dir, TOKENIZER_CONFIG_FILE)
-    if os.path.isfile(config_path):
-        with open(config_path, "rb") as f:
-            try:
-                options = json.loads(f.read().decode("utf-8"))
-            except (UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
+    if files.isfile(config_path):
+        try:
+            options = json.loads(files.read_bytes(config_path).decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
         if not isinstance(options, dict):
             raise ValueError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
     # transformers 5 writes `"remove_space": null` (its tokenizer always splits
@@ -207,5 +210,4 @@ def hf_tokenizer(src_dir):
         strip_accents=not option("keep_accents", False),
         lower_case=option("do_lower_case", True),
     )
-    with open(model_path, "rb") as f:
-        return AlbertTokenizer(f.read(), preprocessing)
+    return AlbertTokenizer(files.read_bytes(model_path), preprocessing)

@@ -13,6 +13,8 @@ import json
 import math
 import os
 
+from input_pipeline import files
+
 
 def doc(default, help, **metadata):
     """A dataclass field with `default` and its one-line `help` (also the CLI's)."""
@@ -107,10 +109,9 @@ class JsonConfig:
 
     def save(self, path):
         """Writes the config as JSON to `path` (a file, or a directory's config.json)."""
-        if os.path.isdir(path):
+        if files.isdir(path):
             path = os.path.join(path, "config.json")
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(self.to_json())
+        files.write_text(path, self.to_json())
 
     @classmethod
     def load(cls, path, **kwargs):
@@ -120,11 +121,10 @@ class JsonConfig:
             ValueError: naming the file when it is missing, unreadable, not
                 JSON, or holds keys that are not fields.
         """
-        if os.path.isdir(path):
+        if files.isdir(path):
             path = os.path.join(path, "config.json")
         try:
-            with open(path, encoding="utf-8") as f:
-                values = json.load(f)
+            values = json.loads(files.read_text(path))
         except OSError as e:
             raise ValueError(f"Cannot read config {path}: {e.strerror}") from e
         except (json.JSONDecodeError, UnicodeDecodeError) as e:

@@ -17,6 +17,7 @@ import csv
 import os
 import re
 
+from input_pipeline import files
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.preprocessing import UNSPACED_SCRIPT_CHARS
 
@@ -161,26 +162,26 @@ class Corpus:
 
 
 def _list_files(paths):
-    files = []
+    found = []
     for path in paths:
         path = os.fspath(path)
-        if os.path.isdir(path):
-            for root, dirs, names in os.walk(path):
+        if files.isdir(path):
+            for root, dirs, names in files.walk(path):
                 dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-                files.extend(os.path.join(root, n) for n in sorted(names) if not n.startswith("."))
-        elif os.path.isfile(path):
-            files.append(path)
+                found.extend(os.path.join(root, n) for n in sorted(names) if not n.startswith("."))
+        elif files.isfile(path):
+            found.append(path)
         else:
             raise ValueError(f"Input path does not exist: {path!r}")
-    if not files:
+    if not found:
         raise ValueError(f"No input files found in {list(map(os.fspath, paths))}")
-    return files
+    return found
 
 
 def _decoded_lines(path):
     """Yields the lines of a UTF-8 file (newline stripped), naming the byte offset of bad bytes."""
     offset = 0
-    with open(path, "rb") as f:
+    with files.open_file(path, "rb") as f:
         for raw in f:
             try:
                 line = raw.decode("utf-8")

@@ -16,6 +16,8 @@ import struct
 import google_crc32c
 import numpy as np
 
+from input_pipeline import files
+
 
 def _masked_crc(data):
     crc = google_crc32c.value(data)
@@ -30,7 +32,7 @@ class RecordWriter:
     """
 
     def __init__(self, path):
-        self._file = open(path, "wb")
+        self._file = files.open_file(path, "wb")
 
     def write(self, record):
         """Appends one record (bytes)."""

@@ -19,6 +19,7 @@ import numpy as np
 import sentencepiece as spm
 
 from input_pipeline import byte_fallback as byte_fallback_lib
+from input_pipeline import files
 from input_pipeline.preprocessing import (
     DEFAULT_BYTE_FALLBACK,
     DEFAULT_CHARACTER_COVERAGE,
@@ -165,15 +166,13 @@ class AlbertTokenizer:
         "normalization" step) in `tokenizer.json`: they load as "en".
         """
         model_path = os.path.join(directory, MODEL_FILE)
-        if not os.path.isfile(model_path):
+        if not files.isfile(model_path):
             raise ValueError(f"No tokenizer in {directory!r}: {MODEL_FILE} is missing.")
-        with open(model_path, "rb") as f:
-            proto = f.read()
+        proto = files.read_bytes(model_path)
         config_path = os.path.join(directory, CONFIG_FILE)
-        if not os.path.isfile(config_path):
+        if not files.isfile(config_path):
             return cls(proto)
-        with open(config_path, encoding="utf-8") as f:
-            config = json.load(f)
+        config = json.loads(files.read_text(config_path))
         tokenizer = cls(proto, Preprocessing(**config["preprocessing"]), config.get("language", "en"))
         if config.get("byte_fallback", tokenizer.byte_fallback) != tokenizer.byte_fallback:
             raise ValueError(
@@ -183,9 +182,8 @@ class AlbertTokenizer:
         return tokenizer
 
     def save(self, directory):
-        os.makedirs(directory, exist_ok=True)
-        with open(os.path.join(directory, MODEL_FILE), "wb") as f:
-            f.write(self.model_proto)
+        files.makedirs(directory)
+        files.write_bytes(os.path.join(directory, MODEL_FILE), self.model_proto)
         config = {
             "vocab_size": self.vocab_size,
             "language": self.language,
@@ -193,8 +191,7 @@ class AlbertTokenizer:
             "byte_fallback": self.byte_fallback,
             "preprocessing": dataclasses.asdict(self.preprocessing),
         }
-        with open(os.path.join(directory, CONFIG_FILE), "w", encoding="utf-8") as f:
-            json.dump(config, f, indent=2, ensure_ascii=False)
+        files.write_text(os.path.join(directory, CONFIG_FILE), json.dumps(config, indent=2, ensure_ascii=False))
 
     # ---- vocabulary ---------------------------------------------------------------------
 

@@ -19,6 +19,7 @@ training_config.json, checkpoints/, tensorboard/, train_log.jsonl, final/):
 
 import dataclasses
 import importlib.util
+import io
 import json
 import os
 import time
@@ -36,7 +37,8 @@ from albert_tf.training import (
 )
 from albert_tf.training.config import EMBEDDING_INITS
 from albert_tf.training.trainer import CHECKPOINT_DIR
-from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, movie_reviews
+from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, movie_reviews, make_pretraining_dataset
+from input_pipeline import files
 from input_pipeline.config_base import check_choice, check_positive_int, doc
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
@@ -160,7 +162,7 @@ class DemoInterrupted(KeyboardInterrupt):
         checkpoint_dir = os.path.join(out_dir, CHECKPOINT_DIR)
         steps = checkpoints.checkpoint_steps(checkpoint_dir)
         self.stage, self.step, self.num_steps = stage, step, num_steps
-        self.tokenizer_dir = tokenizer_dir if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")) else None
+        self.tokenizer_dir = tokenizer_dir if files.isfile(os.path.join(tokenizer_dir, "spiece.model")) else None
         self.checkpoint_step = steps[-1] if steps else None
         self.checkpoint = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
         super().__init__(str(self))
@@ -205,13 +207,13 @@ def _run_demo(out_dir, config, print_fn, progress):
     _require_matplotlib()  # before minutes of training, not after
     start = time.perf_counter()
     timings = {}
-    os.makedirs(out_dir, exist_ok=True)
+    files.makedirs(out_dir)
     model_config, trainer_config, data_config = config.model, config.trainer, config.data
 
     # === Tokenizer (reused on resume) ===
     tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
     documents = movie_reviews.imdb_documents("pretrain", limit=config.documents)
-    if os.path.isfile(os.path.join(tokenizer_dir, "spiece.model")):
+    if files.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
         if tokenizer.vocab_size != model_config.vocab_size:
             raise ValueError(
@@ -280,8 +282,7 @@ def _run_demo(out_dir, config, print_fn, progress):
         "timings": timings,
         "steps": trainer.step,
     }
-    with open(os.path.join(out_dir, METRICS_FILE), "w") as f:
-        json.dump(metrics, f, indent=2)
+    files.write_text(os.path.join(out_dir, METRICS_FILE), json.dumps(metrics, indent=2))
     plot_training_curves(records, os.path.join(out_dir, PLOT_FILE))
     print_fn(summary_table(metrics))
     print_fn(f"Run saved in {out_dir}")
@@ -358,5 +359,7 @@ def plot_training_curves(records, path):
     accuracy_axes.set_title("training accuracy")
     accuracy_axes.legend()
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    image = io.BytesIO()  # matplotlib writes local files only; this also takes a URL
+    figure.savefig(image, format="png", dpi=100)
+    files.write_bytes(path, image.getvalue())
     plt.close(figure)

@@ -14,7 +14,7 @@ is exported with its factors merged into the kernels.
 import os
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag, fresh_output_dir
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
 from albert_tf.export.tflite import CALIBRATED_MODES
@@ -22,6 +22,7 @@ from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.finetune import run_max_seq_length, run_max_windows, run_truncate_from
 from input_pipeline import movie_reviews
+from input_pipeline import files
 from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
@@ -107,15 +108,15 @@ def run(args):
     if args.format == "saved_model":
         # The version is written beside the base path and moved in whole, so a
         # failed export leaves no half-written version for TF-Serving to load.
-        existing = version_dirs(args.out) if os.path.isdir(args.out) else []
+        existing = version_dirs(args.out) if files.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
         with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
             export_saved_model(model, staging, tokenizer=tokenizer, max_length=max_length, version=version,
                                truncate_from=truncate_from, max_windows=max_windows)
             staged_version = os.path.join(staging, str(version))
-            for name in os.listdir(staged_version):
-                os.rename(os.path.join(staged_version, name), os.path.join(staging, name))
-            os.rmdir(staged_version)
+            for name in files.listdir(staged_version):
+                files.move(os.path.join(staged_version, name), os.path.join(staging, name), ENTRY_FILES)
+            files.rmtree(staged_version)
         print(f"Wrote {type(model).__name__} SavedModel to {os.path.join(args.out, str(version))}")
         return 0
     texts = None
@@ -143,7 +144,7 @@ def default_max_length(model_dir, model):
 def _calibration_texts(path, limit):
     if path is None:
         return [text for text, _ in movie_reviews.imdb_reviews("pretrain")[:limit]]
-    with open(path, encoding="utf-8") as f:
+    with files.open_file(path) as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:limit]
     if not lines:
         raise ValueError(f"--calibration-text {path} has no non-empty lines.")

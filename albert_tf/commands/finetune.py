@@ -37,6 +37,7 @@ from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.models import AlbertBackbone
 from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
+from input_pipeline import files
 
 
 def add_parser(subparsers):
@@ -68,7 +69,7 @@ def run(args):
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
-        if not os.path.exists(path):
+        if not files.exists(path):
             raise ValueError(f"{flag} {path}: no such file or directory.")
     model_dir = resolve_model_dir(args.model)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)

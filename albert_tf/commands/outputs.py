@@ -3,13 +3,21 @@
 A command writes into a temporary directory next to `--out` and renames it
 into place only when it succeeded, so a failed or interrupted command leaves
 no half-written output; an existing non-empty `--out` is refused unless
-`--overwrite`.
+`--overwrite`. At a URL (gs://) the directory is moved file by file with its
+entry files last (`input_pipeline.files.move`).
 """
 
 import contextlib
 import os
-import shutil
-import tempfile
+
+from albert_tf import model_dirs
+from input_pipeline import files
+
+# What readers of each command's output look for first, written last at a URL:
+# a model directory's (model_dirs.ENTRY_FILES), create-data's metadata.json,
+# finetune's finetune.json, a SavedModel's saved_model.pb and a TFLite export's
+# model.tflite (names only: their modules would load TensorFlow into every command).
+ENTRY_FILES = model_dirs.ENTRY_FILES + ("metadata.json", "finetune.json", "saved_model.pb", "model.tflite")
 
 
 def add_overwrite_flag(parser):
@@ -18,10 +26,10 @@ def add_overwrite_flag(parser):
 
 def check_out(path, overwrite, flag="--out"):
     """Refuses a non-empty output directory (or an existing file) unless `overwrite`."""
-    if os.path.isfile(path):
+    if files.isfile(path):
         if not overwrite:
             raise ValueError(f"{flag} {path} exists; pass --overwrite to replace it.")
-    elif os.path.isdir(path) and os.listdir(path) and not overwrite:
+    elif files.isdir(path) and files.listdir(path) and not overwrite:
         raise ValueError(f"{flag} {path} is not empty; pass --overwrite to replace it, or choose a new {flag}.")
 
 
@@ -38,39 +46,38 @@ def fresh_output_dir(path, overwrite, flag="--out", keep_when=None):
         ValueError: when `path` is not empty and not `overwrite`.
     """
     check_out(path, overwrite, flag)
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    staging = tempfile.mkdtemp(prefix=f".{os.path.basename(os.path.normpath(path))}.", dir=parent)
+    parent = files.parent_dir(path)
+    files.makedirs(parent)
+    staging = files.make_temp_dir(f".{os.path.basename(files.normpath(path))}.", parent)
     try:
         yield staging
     except BaseException as e:
         if keep_when is not None and keep_when(e):
             _move_into_place(staging, path)
         else:
-            shutil.rmtree(staging, ignore_errors=True)
+            files.rmtree(staging, ignore_errors=True)
         raise
     _move_into_place(staging, path)
 
 
 def _move_into_place(staging, path):
-    if os.path.isdir(path):
-        shutil.rmtree(path)
-    elif os.path.exists(path):
-        os.remove(path)
-    os.rename(staging, path)
+    if files.isdir(path):
+        files.rmtree(path)
+    elif files.exists(path):
+        files.remove(path)
+    files.move(staging, path, ENTRY_FILES)
 
 
 @contextlib.contextmanager
 def fresh_output_file(path, overwrite, flag="--output"):
     """Yields a temporary file path that becomes `path` when the block succeeds."""
     check_out(path, overwrite, flag)
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    handle, staging = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=parent)
-    os.close(handle)
+    parent = files.parent_dir(path)
+    files.makedirs(parent)
+    staging = files.make_temp_file(f".{os.path.basename(path)}.", parent)
     try:
         yield staging
     except BaseException:
-        os.remove(staging)
+        files.remove(staging)
         raise
-    os.replace(staging, path)
+    files.replace(staging, path)

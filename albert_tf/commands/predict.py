@@ -32,6 +32,7 @@ from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.tasks import get_task, load_run
 from albert_tf.tasks.sentence_task import SentenceTask
+from input_pipeline import files
 
 _FILE_ONLY_TASKS = ("squad", "squad_v2", "race")
 
@@ -51,7 +52,7 @@ def add_parser(subparsers):
 
 def run(args):
     config, model, tokenizer, record = load_run(args.model)
-    if args.input != "-" and not os.path.isfile(args.input):
+    if args.input != "-" and not files.isfile(args.input):
         raise ValueError(f"--input {args.input}: no such file.")
     task = get_task(config.task)
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
@@ -88,7 +89,7 @@ def run(args):
         _write(sys.stdout, records)
     else:
         with fresh_output_file(args.output, args.overwrite) as staging:
-            with open(staging, "w", encoding="utf-8") as f:
+            with files.open_file(staging, "w") as f:
                 _write(f, records)
     errors = sum("error" in r for r in records)
     print("; ".join(encoded.notes) + (f"; {errors} rows gave an error record" if errors else ""), file=sys.stderr)
@@ -98,8 +99,7 @@ def _input_lines(path):
     """The lines of --input (a file, or stdin for -), without their line ends."""
     if path == "-":
         return sys.stdin.read().splitlines()
-    with open(path, encoding="utf-8") as f:
-        return f.read().splitlines()
+    return files.read_text(path).splitlines()
 
 
 def _is_table(task, config, lines):
@@ -179,7 +179,7 @@ def _aligned(path, encoded, predictions, stdin_rows):
 
 def _blank_lines(path, first):
     """Error entries for the blank lines after the first row of a line-based file (readers skip them)."""
-    with open(path, encoding="utf-8") as f:
+    with files.open_file(path) as f:
         return [((number,), {}, {"error": "blank line"}) for number, line in enumerate(f, 1)
                 if number > first and not line.strip()]
 

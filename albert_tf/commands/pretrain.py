@@ -21,6 +21,7 @@ from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, load_tokenizer
 from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
+from input_pipeline import files
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 # Model fields a flag may override (the preset's or --config's value otherwise);
@@ -111,11 +112,11 @@ def _load_data(args):
     """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files)."""
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
     for path in args.data:
-        if not os.path.exists(path):
+        if not files.exists(path):
             raise ValueError(f"--data {path}: no such file or directory.")
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
-    if len(args.data) == 1 and os.path.isfile(os.path.join(args.data[0], "metadata.json")):
+    if len(args.data) == 1 and files.isfile(os.path.join(args.data[0], "metadata.json")):
         metadata = read_metadata(args.data[0])
         data_config = metadata["config"]
         for name, value in raw_only.items():
@@ -165,5 +166,4 @@ def _model_config(args, vocab_size, max_seq_length):
 
 
 def _json_keys(path):
-    with open(path, encoding="utf-8") as f:
-        return set(json.load(f))
+    return set(json.loads(files.read_text(path)))

@@ -19,7 +19,7 @@ import os
 
 import keras
 import numpy as np
-from safetensors.numpy import save_file
+from safetensors.numpy import save
 
 from albert_tf.convert.output import check_output_dir, write_dir
 from albert_tf.hf_checkpoint import BACKBONE_PREFIX
@@ -30,6 +30,7 @@ from albert_tf.models import AlbertPretrainer, checkpoint_weights
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.saving import load_hf, load_pretrained
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE
+from input_pipeline import files
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 
 
@@ -130,17 +131,14 @@ def to_hf(model, out_dir, tokenizer=None):
     check_output_dir(out_dir)
     tensors = hf_tensors(model)
     config = hf_config(model)
-    files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
+    tokenizer_files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
 
     def write(directory):
-        with open(os.path.join(directory, CONFIG_FILE), "w") as f:
-            json.dump(config, f, indent=2, sort_keys=True)
-            f.write("\n")
+        files.write_text(os.path.join(directory, CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True) + "\n")
         # transformers refuses safetensors files without a known "format".
-        save_file(tensors, os.path.join(directory, SAFETENSORS_FILE), metadata={"format": "pt"})
-        for name, content in files.items():
-            with open(os.path.join(directory, name), "wb") as f:
-                f.write(content)
+        files.write_bytes(os.path.join(directory, SAFETENSORS_FILE), save(tensors, metadata={"format": "pt"}))
+        for name, content in tokenizer_files.items():
+            files.write_bytes(os.path.join(directory, name), content)
 
     write_dir(out_dir, write)
 

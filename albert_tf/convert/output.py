@@ -1,13 +1,14 @@
 """Writing a converted model's directory all at once, or not at all."""
 
 import os
-import shutil
-import tempfile
+
+from albert_tf.model_dirs import ENTRY_FILES
+from input_pipeline import files
 
 
 def check_output_dir(out_dir):
     """Raises a ValueError unless `out_dir` is absent or an empty directory."""
-    if os.path.exists(out_dir) and not (os.path.isdir(out_dir) and not os.listdir(out_dir)):
+    if files.exists(out_dir) and not (files.isdir(out_dir) and not files.listdir(out_dir)):
         raise ValueError(
             f"Output directory {out_dir} already exists and is not empty; "
             "choose a new directory (conversion never overwrites)."
@@ -21,14 +22,14 @@ def write_dir(out_dir, write):
     writing leaves no partial `out_dir` behind.
     """
     check_output_dir(out_dir)
-    parent = os.path.dirname(os.path.abspath(out_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp_dir = tempfile.mkdtemp(prefix=".albert-tf-convert-", dir=parent)
+    parent = files.parent_dir(out_dir)
+    files.makedirs(parent)
+    tmp_dir = files.make_temp_dir(".albert-tf-convert-", parent)
     try:
         write(tmp_dir)
-        if os.path.isdir(out_dir):
-            os.rmdir(out_dir)  # empty, checked above
-        os.replace(tmp_dir, out_dir)
+        if files.isdir(out_dir):
+            files.rmtree(out_dir)  # empty, checked above
+        files.move(tmp_dir, out_dir, ENTRY_FILES)
     except BaseException:
-        shutil.rmtree(tmp_dir, ignore_errors=True)
+        files.rmtree(tmp_dir, ignore_errors=True)
         raise

@@ -15,6 +15,7 @@ from albert_tf.convert.output import check_output_dir, write_dir
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.checkpoint_weights import load_checkpoint, tf1_scheme
 from albert_tf.models.pretrained import save_pretrained
+from input_pipeline import files
 
 _HUB_PREFIX = "module/"
 # Optimizer state: the original's LAMB (and AdamW) slot variables, and the step counter.
@@ -92,7 +93,7 @@ def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print):
 
 
 def _read_config(path):
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise ValueError(f"Config file {path} does not exist.")
     try:
         # No `model_type` in the original albert_config.json: its "gelu" reads as tanh.

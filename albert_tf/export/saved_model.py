@@ -6,26 +6,28 @@ so a TF-Serving instance polling BASE never loads a half-written version.
 
 import json
 import os
-import shutil
 
 import tensorflow as tf
 
 from albert_tf.export import signatures as signatures_lib
+from input_pipeline import files
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
 # TF-Serving ignores assets.extra/ except for warmup records, so export
 # metadata can live there without affecting the server.
 METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
+# What a SavedModel loader reads first: written last where a directory is moved file by file.
+SAVED_MODEL_FILE = "saved_model.pb"
 DEFAULT_MAX_LENGTH = 128
 
 
 def version_dirs(base_dir):
     """The numeric version subdirectories of `base_dir`, as ints, sorted."""
-    if not os.path.isdir(base_dir):
+    if not files.isdir(base_dir):
         return []
     return sorted(
-        int(name) for name in os.listdir(base_dir)
-        if name.isdigit() and os.path.isdir(os.path.join(base_dir, name))
+        int(name) for name in files.listdir(base_dir)
+        if name.isdigit() and files.isdir(os.path.join(base_dir, name))
     )
 
 
@@ -41,7 +43,7 @@ def load_saved_model(path):
     import tensorflow as tf
     import tensorflow_text  # noqa: F401 - registers the ops; nothing else is used
 
-    if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+    if not files.isfile(os.path.join(path, SAVED_MODEL_FILE)):
         raise ValueError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
     return tf.saved_model.load(path)
 
@@ -62,8 +64,7 @@ def custom_ops(path):
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
+    proto.ParseFromString(files.read_bytes(os.path.join(path, SAVED_MODEL_FILE)))
     ops = set()
     for meta_graph in proto.meta_graphs:
         graph = meta_graph.graph_def
@@ -149,18 +150,17 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # ExportArchive does): TF1-style loaders (TF-Serving, saved_model_cli run)
     # restore by these, and tracking through the Keras model misses some.
     module.model_variables = [v.value for v in model.variables]
-    os.makedirs(base_dir, exist_ok=True)
+    files.makedirs(base_dir)
     final = os.path.join(base_dir, str(version))
     staging = os.path.join(base_dir, f".tmp-{version}-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    files.rmtree(staging, ignore_errors=True)
     try:
         tf.saved_model.save(module, staging, signatures=signatures)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version)
-        os.makedirs(os.path.join(staging, "assets.extra"), exist_ok=True)
-        with open(os.path.join(staging, METADATA_FILE), "w") as f:
-            json.dump(metadata, f, indent=2)
-        os.rename(staging, final)
+        files.makedirs(os.path.join(staging, "assets.extra"))
+        files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
+        files.move(staging, final, (SAVED_MODEL_FILE,))
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        files.rmtree(staging, ignore_errors=True)
     return final

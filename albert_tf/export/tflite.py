@@ -41,7 +41,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from albert_tf.export import signatures as signatures_lib
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
-from input_pipeline import features
+from input_pipeline import features, files
 from input_pipeline.finetuning import text_inputs
 
 QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
@@ -127,6 +127,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         flat = frozen(*[inputs[name] for name in input_order])
         return tf.nest.pack_sequence_as(concrete.structured_outputs, flat)
 
+    # Local scratch (deleted on leaving): the converter reads a local SavedModel.
     with tempfile.TemporaryDirectory() as staging:
         tf.saved_model.save(
             tf.Module(), staging,
@@ -168,10 +169,9 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
                 f"delegate, or has no {quantize} kernel): {e}"
             ) from e
 
-    os.makedirs(out_dir, exist_ok=True)
+    files.makedirs(out_dir)
     path = os.path.join(out_dir, MODEL_FILE)
-    with open(path, "wb") as f:
-        f.write(flatbuffer)
+    files.write_bytes(path, flatbuffer)
     if tokenizer is not None:
         tokenizer.save(out_dir)
     metadata = export_metadata(
@@ -185,8 +185,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         "byte_fallback, as the sentencepiece library does), pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
         "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
-    with open(os.path.join(out_dir, METADATA_FILE), "w") as f:
-        json.dump(metadata, f, indent=2)
+    files.write_text(os.path.join(out_dir, METADATA_FILE), json.dumps(metadata, indent=2))
     return path
 
 

@@ -14,6 +14,7 @@ from the names its classes register with Keras, all registered as soon as
 any module of `albert_tf.models` is imported (the package imports them all).
 """
 
+import io
 import json
 import os
 import warnings
@@ -24,6 +25,7 @@ from albert_tf.config import AlbertConfig
 from albert_tf.hf_checkpoint import READ_ARCHITECTURES, read_hf_checkpoint
 from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE
 from albert_tf.models.checkpoint_weights import hf_scheme, load_checkpoint
+from input_pipeline import files
 
 
 def save_pretrained(model, directory):
@@ -34,10 +36,11 @@ def save_pretrained(model, directory):
             "`model` must be an AlbertBackbone or a model with a `.backbone`. "
             f"Received: {type(model).__name__}"
         )
-    os.makedirs(directory, exist_ok=True)
+    files.makedirs(directory)
     backbone.config.save(os.path.join(directory, CONFIG_FILE))
-    with open(os.path.join(directory, MODEL_FILE), "w") as f:
-        json.dump(keras.saving.serialize_keras_object(model), f, indent=2)
+    files.write_text(
+        os.path.join(directory, MODEL_FILE), json.dumps(keras.saving.serialize_keras_object(model), indent=2)
+    )
     model.save_weights(os.path.join(directory, WEIGHTS_FILE))
     preprocessor = getattr(model, "preprocessor", None)
     if preprocessor is not None:
@@ -65,7 +68,7 @@ def load_saved_model(directory):
 
     missing = [
         name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
-        if not os.path.isfile(os.path.join(directory, name))
+        if not files.isfile(os.path.join(directory, name))
     ]
     if missing:
         raise ValueError(
@@ -152,8 +155,7 @@ def warn_newly_initialized(directory, report):
 
 def _read_json(path):
     """The JSON value in `path`; ValueError naming the file for bad bytes or bad JSON."""
-    with open(path, "rb") as f:
-        data = f.read()
+    data = files.read_bytes(path)
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -172,7 +174,8 @@ def _check_weights_file(path):
     import h5py
 
     try:
-        with h5py.File(path, "r") as f:
+        # h5py reads local files only; Keras' load_weights reads a URL into memory too.
+        with h5py.File(io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path, "r") as f:
             f.visit(lambda name: None)
     except (OSError, RuntimeError) as e:
         raise ValueError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e

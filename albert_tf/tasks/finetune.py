@@ -13,20 +13,20 @@ Output directory:
 import json
 import math
 import os
-import shutil
 import time
 
 import keras
 import tensorflow as tf
 
 from albert_tf.distribute import clip_after_all_reduce
-from albert_tf.model_dirs import BEST_DIR, TOKENIZER_DIR, find_tokenizer
+from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.registry import get_task
 from albert_tf.tasks.sentence_task import SentenceTask
+from input_pipeline import files
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"
@@ -121,7 +121,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                             bucket=config.bucket and not config.fixed_shapes, label_pad=task.label_pad,
                             pad_to=config.pad_to, remainder="drop" if config.fixed_shapes else "keep")
 
-    os.makedirs(out_dir, exist_ok=True)
+    files.makedirs(out_dir)
     tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
     main_metric = task.metrics[0]
     history, best, best_epoch, epoch, finished = [], None, None, 1, 0
@@ -151,7 +151,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             _write_run(out_dir, config, label_names, kept, best_epoch, train, evaluation,
                        interrupted={"epoch": epoch, "epochs": config.epochs})
         raise FinetuneInterrupted(epoch, config.epochs, best_epoch, best, main_metric) from None
-    shutil.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
+    files.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
     return {"history": history, "best_epoch": best_epoch, "best": best}
 
 
@@ -192,22 +192,22 @@ def _save_best(model, tokenizer, out_dir):
     """Writes best/ (model and tokenizer) whole: into a sibling first, then renamed."""
     staging, previous = os.path.join(out_dir, _NEXT_BEST), os.path.join(out_dir, _PREVIOUS_BEST)
     for leftover in (staging, previous):
-        shutil.rmtree(leftover, ignore_errors=True)
+        files.rmtree(leftover, ignore_errors=True)
     model.save_pretrained(staging)
     tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
     best = os.path.join(out_dir, BEST_DIR)
-    if os.path.isdir(best):
-        os.rename(best, previous)  # removed by the next save, or after the run
-    os.rename(staging, best)
+    if files.isdir(best):
+        files.move(best, previous, ENTRY_FILES)  # removed by the next save, or after the run
+    files.move(staging, best, ENTRY_FILES)
 
 
 def _recover_best(out_dir):
     """After Ctrl-C: the last complete best/ in place, `_save_best`'s leftovers removed."""
     best, previous = os.path.join(out_dir, BEST_DIR), os.path.join(out_dir, _PREVIOUS_BEST)
-    if not os.path.isdir(best) and os.path.isdir(previous):
-        os.rename(previous, best)  # stopped between `_save_best`'s two renames
-    shutil.rmtree(previous, ignore_errors=True)
-    shutil.rmtree(os.path.join(out_dir, _NEXT_BEST), ignore_errors=True)
+    if not files.isdir(best) and files.isdir(previous):
+        files.move(previous, best, ENTRY_FILES)  # stopped between `_save_best`'s two renames
+    files.rmtree(previous, ignore_errors=True)
+    files.rmtree(os.path.join(out_dir, _NEXT_BEST), ignore_errors=True)
 
 
 def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):
@@ -220,8 +220,7 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
     }
     if interrupted:
         run["interrupted"] = interrupted
-    with open(os.path.join(out_dir, RUN_FILE), "w") as f:
-        json.dump(run, f, indent=2)
+    files.write_text(os.path.join(out_dir, RUN_FILE), json.dumps(run, indent=2))
 
 
 def run_truncate_from(model_dir):
@@ -244,11 +243,10 @@ def run_max_seq_length(model_dir):
 
 
 def _run_setting(model_dir, name, default):
-    path = os.path.join(os.path.dirname(os.path.normpath(model_dir)), RUN_FILE)
-    if os.path.basename(os.path.normpath(model_dir)) != BEST_DIR or not os.path.isfile(path):
+    path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
+    if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
         return default
-    with open(path, encoding="utf-8") as f:
-        return json.load(f).get("config", {}).get(name, default)
+    return json.loads(files.read_text(path)).get("config", {}).get(name, default)
 
 
 def load_run(directory):
@@ -257,16 +255,15 @@ def load_run(directory):
     Args:
         directory: the `finetune --out` directory, or its `best/`.
     """
-    if os.path.basename(os.path.normpath(directory)) == BEST_DIR:
-        directory = os.path.dirname(os.path.normpath(directory))
-    if not os.path.isdir(directory):
+    if os.path.basename(files.normpath(directory)) == BEST_DIR:
+        directory = os.path.dirname(files.normpath(directory))
+    if not files.isdir(directory):
         raise ValueError(f"{directory}: no such directory.")
     path = os.path.join(directory, RUN_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise ValueError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
     try:
-        with open(path, encoding="utf-8") as f:
-            run = json.load(f)
+        run = json.loads(files.read_text(path))
     except json.JSONDecodeError as e:
         raise ValueError(f"{path} is not valid JSON: {e}") from e
     config = FinetuneConfig.from_dict(run["config"])

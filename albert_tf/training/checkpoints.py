@@ -17,7 +17,8 @@ nothing is written where a reader looks:
 
 import os
 import re
-import shutil
+
+from input_pipeline import files
 
 PREFIX = "ckpt"
 STATE_FILE = "checkpoint"
@@ -38,24 +39,24 @@ def checkpoint_path(directory, step):
 
 def checkpoint_steps(directory):
     """Steps of the complete checkpoints in `directory` (those with an `.index` file), ascending."""
-    if not os.path.isdir(directory):
+    if not files.isdir(directory):
         return []
-    return sorted(int(m.group(1)) for m in map(_INDEX.match, os.listdir(directory)) if m)
+    return sorted(int(m.group(1)) for m in map(_INDEX.match, files.listdir(directory)) if m)
 
 
 def remove_debris(directory):
     """Deletes what killed writes left in `directory`: staging and `*_temp` directories,
     directories moved aside, and checkpoint shards without an `.index` file."""
-    if not os.path.isdir(directory):
+    if not files.isdir(directory):
         return
     complete = set(checkpoint_steps(directory))
-    for name in os.listdir(directory):
+    for name in files.listdir(directory):
         path = os.path.join(directory, name)
         shard = _SHARD.match(name)
-        if name.startswith((_STAGING, _PREVIOUS)) or (name.endswith("_temp") and os.path.isdir(path)):
-            shutil.rmtree(path, ignore_errors=True)
+        if name.startswith((_STAGING, _PREVIOUS)) or (name.endswith("_temp") and files.isdir(path)):
+            files.rmtree(path, ignore_errors=True)
         elif shard and int(shard.group(1)) not in complete:
-            os.remove(path)
+            files.remove(path)
 
 
 def save_checkpoint(checkpoint, directory, step, keep):
@@ -70,22 +71,22 @@ def save_checkpoint(checkpoint, directory, step, keep):
     Returns:
         The checkpoint's path prefix.
     """
-    os.makedirs(directory, exist_ok=True)
+    files.makedirs(directory)
     staging = os.path.join(directory, f"{_STAGING}{PREFIX}-{step}-{os.getpid()}")
-    shutil.rmtree(staging, ignore_errors=True)
+    files.rmtree(staging, ignore_errors=True)
     target = checkpoint_path(directory, step)
     try:
         checkpoint.write(os.path.join(staging, f"{PREFIX}-{step}"))
         index = f"{PREFIX}-{step}.index"
-        shards = [n for n in os.listdir(staging) if _SHARD.match(n) and int(_SHARD.match(n).group(1)) == step]
+        shards = [n for n in files.listdir(staging) if _SHARD.match(n) and int(_SHARD.match(n).group(1)) == step]
         # An older checkpoint of the same step (a run resumed from before it)
         # disappears first, so its index never pairs with the new shards.
-        if os.path.exists(target + ".index"):
-            os.remove(target + ".index")
+        if files.exists(target + ".index"):
+            files.remove(target + ".index")
         for name in shards + [index]:
-            os.replace(os.path.join(staging, name), os.path.join(directory, name))
+            files.replace(os.path.join(staging, name), os.path.join(directory, name))
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        files.rmtree(staging, ignore_errors=True)
     steps = checkpoint_steps(directory)
     for old in steps[:-keep]:
         _remove_checkpoint(directory, old)
@@ -141,39 +142,44 @@ def write_state_file(directory, steps):
 def write_atomically(path, text):
     """Writes a text file through a temporary file and a rename: readers see the old or the new file."""
     temporary = os.path.join(os.path.dirname(path), f"{_STAGING}{os.path.basename(path)}-{os.getpid()}")
-    with open(temporary, "w") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(temporary, path)
+    if files.is_url(path):
+        # An object appears whole when its upload completes; the rename is per object.
+        files.write_text(temporary, text)
+    else:
+        with open(temporary, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+    files.replace(temporary, path)
 
 
-def publish_directory(write, target):
+def publish_directory(write, target, entry_files=()):
     """Runs `write(staging_dir)` and renames the result to `target`, replacing any old one.
 
     A kill during `write` leaves the old `target` untouched; a kill between the
     two renames leaves no `target` (never a partial one) plus debris that
-    `remove_debris` deletes.
+    `remove_debris` deletes. At a URL each rename is `files.move`, which
+    writes `entry_files` last: a `target` without them is an incomplete one.
     """
-    parent, name = os.path.split(os.path.normpath(target))
+    parent, name = os.path.split(files.normpath(target))
     staging = os.path.join(parent, f"{_STAGING}{name}-{os.getpid()}")
     previous = os.path.join(parent, f"{_PREVIOUS}{name}-{os.getpid()}")
     for path in (staging, previous):
-        shutil.rmtree(path, ignore_errors=True)
+        files.rmtree(path, ignore_errors=True)
     try:
         write(staging)
-        if os.path.exists(target):
-            os.rename(target, previous)
-        os.rename(staging, target)
+        if files.exists(target):
+            files.move(target, previous, entry_files)
+        files.move(staging, target, entry_files)
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
-        shutil.rmtree(previous, ignore_errors=True)
+        files.rmtree(staging, ignore_errors=True)
+        files.rmtree(previous, ignore_errors=True)
 
 
 def _remove_checkpoint(directory, step):
     # The index first: from then on the shards are debris, never a checkpoint.
     prefix = f"{PREFIX}-{step}"
-    os.remove(os.path.join(directory, prefix + ".index"))
-    for name in os.listdir(directory):
+    files.remove(os.path.join(directory, prefix + ".index"))
+    for name in files.listdir(directory):
         if name.startswith(prefix + ".data-"):
-            os.remove(os.path.join(directory, name))
+            files.remove(os.path.join(directory, name))

@@ -3,6 +3,7 @@
 import dataclasses
 import os
 
+from input_pipeline import files
 from input_pipeline.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_non_negative, check_positive_int, doc,
 )
@@ -89,6 +90,6 @@ class TrainerConfig(JsonConfig):
 
     @classmethod
     def load(cls, path):
-        if not os.path.isfile(path):
+        if not files.isfile(path):
             raise ValueError(f"No trainer config at {path!r}.")
         return super().load(path)

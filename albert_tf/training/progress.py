@@ -13,6 +13,8 @@ import time
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
+from input_pipeline import files
+
 LOG_FILE = "train_log.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 # Printed in this order; every one is also a TensorBoard scalar.
@@ -44,12 +46,11 @@ class ProgressLogger:
     def start(self, step):
         """Begins reporting at `step`, dropping log lines after it (written before a crash)."""
         self._reset_window()
-        if not self.enabled or not os.path.isfile(self.log_path):
+        if not self.enabled or not files.isfile(self.log_path):
             return
-        with open(self.log_path) as f:
+        with files.open_file(self.log_path) as f:
             kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-        with open(self.log_path, "w") as f:
-            f.writelines(kept)
+        files.write_text(self.log_path, "".join(kept))
 
     def update(self, step, metrics, learning_rate):
         """Adds one step's metrics (dict of floats); reports every `log_every` steps."""
@@ -78,7 +79,8 @@ class ProgressLogger:
                 if name != "step":
                     _write_scalar(name, value, step)
         self._writer.flush()
-        with open(self.log_path, "a") as f:
+        # Appending to an object (gs://) rewrites it whole: fine at one line per `log_every` steps.
+        with files.open_file(self.log_path, "a") as f:
             f.write(json.dumps(record) + "\n")
 
     def close(self):
@@ -106,7 +108,7 @@ def _write_scalar(name, value, step):
 def read_log(run_dir):
     """The records of RUN_DIR/train_log.jsonl, oldest first."""
     path = os.path.join(run_dir, LOG_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         return []
-    with open(path) as f:
+    with files.open_file(path) as f:
         return [json.loads(line) for line in f if line.strip()]

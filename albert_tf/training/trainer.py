@@ -40,7 +40,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
 
 import keras
 import numpy as np
@@ -49,7 +48,7 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import skip_optimizer_all_reduce
-from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
+from albert_tf.model_dirs import ENTRY_FILES, FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
@@ -58,7 +57,7 @@ from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
-from input_pipeline import features
+from input_pipeline import features, files
 
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"
@@ -372,7 +371,7 @@ class Trainer:
         # collectives); non-chief workers write to a scratch directory.
         scratch = os.path.join(self.run_dir, f".worker_{self.strategy.cluster_resolver.task_id}")
         self._checkpoint.write(checkpoints.checkpoint_path(scratch, step))
-        shutil.rmtree(scratch, ignore_errors=True)
+        files.rmtree(scratch, ignore_errors=True)
 
     def _save_final(self, final_dir):
         """`save_pretrained` into a staging directory renamed to `final_dir`: never a partial final/."""
@@ -382,10 +381,9 @@ class Trainer:
             # and convert need only RUN_DIR/final.
             if self._tokenizer is not None:
                 self._tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
-            with open(os.path.join(directory, FINAL_STEP_FILE), "w") as f:
-                json.dump({"step": self.step}, f)
+            files.write_text(os.path.join(directory, FINAL_STEP_FILE), json.dumps({"step": self.step}))
 
-        checkpoints.publish_directory(write, final_dir)
+        checkpoints.publish_directory(write, final_dir, ENTRY_FILES + (FINAL_STEP_FILE,))
 
     def _divergence_message(self, step, what):
         steps = checkpoints.checkpoint_steps(self.checkpoint_dir)
@@ -412,7 +410,7 @@ class Trainer:
             return
         checkpoints.remove_debris(self.run_dir)
         checkpoints.remove_debris(os.path.join(self.run_dir, CHECKPOINT_DIR))
-        os.makedirs(os.path.join(self.run_dir, CHECKPOINT_DIR), exist_ok=True)
+        files.makedirs(os.path.join(self.run_dir, CHECKPOINT_DIR))
         # Atomic writes: other workers read these files while the chief writes them.
         checkpoints.write_atomically(os.path.join(self.run_dir, CONFIG_FILE), self.model_config.to_json())
         # Next to the checkpoints too, so the checkpoint directory alone rebuilds the model.
@@ -429,14 +427,13 @@ class Trainer:
         """Compares this run with the one saved in RUN_DIR; see `_write_run_files`."""
         config_path = os.path.join(self.run_dir, CONFIG_FILE)
         differences = {}
-        if os.path.isfile(config_path):
+        if files.isfile(config_path):
             saved = dataclasses.asdict(AlbertConfig.load(config_path))
             differences["model"] = _differences(saved, dataclasses.asdict(self.model_config), "model.")
         training_path = os.path.join(self.run_dir, TRAINING_CONFIG_FILE)
-        if os.path.isfile(training_path):
+        if files.isfile(training_path):
             try:
-                with open(training_path) as f:
-                    saved = json.load(f)
+                saved = json.loads(files.read_text(training_path))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise ValueError(f"{training_path} is unreadable ({e}); restore it or use a new run directory.") from e
             trainer = _differences(saved.get("trainer", training["trainer"]), training["trainer"], "trainer.")
@@ -476,11 +473,10 @@ def _differences(saved, new, prefix=""):
 def _final_holds(final_dir, step):
     """Whether `final_dir` is a complete `save_pretrained` directory of the weights at `step`."""
     try:
-        with open(os.path.join(final_dir, FINAL_STEP_FILE)) as f:
-            saved_step = json.load(f)["step"]
+        saved_step = json.loads(files.read_text(os.path.join(final_dir, FINAL_STEP_FILE)))["step"]
     except (OSError, ValueError, KeyError, TypeError):
         return False
-    return saved_step == step and os.path.isfile(os.path.join(final_dir, WEIGHTS_FILE))
+    return saved_step == step and files.isfile(os.path.join(final_dir, WEIGHTS_FILE))
 
 
 def _is_chief(strategy):

@@ -8,6 +8,7 @@ own readers do (MNLI and QQP texts contain unbalanced quotes).
 
 import dataclasses
 
+from input_pipeline import files
 from input_pipeline.finetuning.examples import (
     ErrorPolicy, LabelMap, ReadResult, TextExample, check_columns,
 )
@@ -68,7 +69,7 @@ def read_glue(path, task, labelled=True, on_error="raise"):
     labels = LabelMap(spec.label_names)
     policy = ErrorPolicy(on_error)
     examples = []
-    with open(path, encoding="utf-8") as f:
+    with files.open_file(path) as f:
         lines = [line.rstrip("\r\n") for line in f]
     if not lines:
         raise ValueError(f"{path}: the file is empty.")

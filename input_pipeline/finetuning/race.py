@@ -12,7 +12,7 @@ import os
 
 import numpy as np
 
-from input_pipeline import features
+from input_pipeline import features, files
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.packing import pack, truncate_pair
@@ -29,14 +29,14 @@ class ChoiceExample:
 
 def _documents(path):
     """Yields (source, object) for every RACE object under `path`."""
-    if os.path.isdir(path):
-        for root, dirs, files in os.walk(path):
+    if files.isdir(path):
+        for root, dirs, names in files.walk(path):
             dirs.sort()
-            for name in sorted(files):
+            for name in sorted(names):
                 if not name.startswith("."):
                     yield from _documents(os.path.join(root, name))
         return
-    with open(path, encoding="utf-8") as f:
+    with files.open_file(path) as f:
         if path.endswith(".jsonl"):
             for number, obj in read_jsonl(f, path, require_object=False):
                 yield f"{path}:{number}", obj

@@ -18,6 +18,7 @@ import re
 
 import sentencepiece as spm
 
+from input_pipeline import files
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
@@ -85,7 +86,7 @@ def read_squad(path, on_error="raise", labelled=True):
         `ReadResult` of `SquadExample`s.
     """
     try:
-        with open(path, encoding="utf-8") as f:
+        with files.open_file(path) as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise ValueError(f"{path}: not valid JSON: {e}") from e

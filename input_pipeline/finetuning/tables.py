@@ -3,6 +3,7 @@
 import csv
 import os
 
+from input_pipeline import files
 from input_pipeline.finetuning.examples import (
     ErrorPolicy, LabelMap, ReadResult, TextExample, check_columns,
 )
@@ -27,7 +28,7 @@ def iter_rows(path):
         ValueError: for a JSONL line that is not a JSON object, naming the line.
     """
     fmt = table_format(path)
-    with open(path, encoding="utf-8", newline="") as f:
+    with files.open_file(path, newline="") as f:
         if fmt == "jsonl":
             yield from read_jsonl(f, path)
             return

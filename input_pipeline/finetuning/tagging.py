@@ -9,6 +9,7 @@ import dataclasses
 
 import numpy as np
 
+from input_pipeline import files
 from input_pipeline.features import IGNORE_LABEL
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.jsonl import read_jsonl
@@ -25,7 +26,7 @@ class TaggedExample:
 
 def _conll_sentences(path):
     words, tags, start = [], [], None
-    with open(path, encoding="utf-8") as f:
+    with files.open_file(path) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
             if not fields or fields[0] == "-DOCSTART-":
@@ -45,7 +46,7 @@ def read_tagging(path, labelled=True, tokens_field="tokens", tags_field="tags", 
     policy = ErrorPolicy(on_error)
     examples = []
     if path.endswith(".jsonl") or path.endswith(".json"):
-        with open(path, encoding="utf-8") as f:
+        with files.open_file(path) as f:
             rows = [(number, row.get(tokens_field), row.get(tags_field)) for number, row in read_jsonl(f, path)]
     else:
         rows = list(_conll_sentences(path))

@@ -17,7 +17,7 @@ import os
 
 import numpy as np
 
-from input_pipeline import features
+from input_pipeline import features, files
 from input_pipeline.config_base import JsonConfig, check_choice, check_fraction, check_int_in, check_positive_int, doc
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_IDS, SEP_ID
@@ -108,9 +108,10 @@ class TokenizedCorpus:
 
     def save(self, directory):
         """Writes one .npy file per array (memory-mappable by `load`)."""
-        os.makedirs(directory, exist_ok=True)
+        files.makedirs(directory)
         for name in self._ARRAYS:
-            np.save(os.path.join(directory, name + ".npy"), getattr(self, name))
+            with files.open_file(os.path.join(directory, name + ".npy"), "wb") as f:
+                np.save(f, getattr(self, name))
 
     @classmethod
     def load(cls, directory, mmap=True):

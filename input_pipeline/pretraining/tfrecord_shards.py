@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from input_pipeline import features, tfrecord_files
+from input_pipeline import features, files, tfrecord_files
 from input_pipeline.pretraining.examples import (
     PretrainingDataConfig,
     TokenizedCorpus,
@@ -77,7 +77,7 @@ def write_pretraining_tfrecords(
     if documents_per_shard < 2:
         raise ValueError(f"`documents_per_shard` must be at least 2. Received: documents_per_shard={documents_per_shard}")
     num_workers = os.cpu_count() if num_workers is None else num_workers
-    os.makedirs(output_dir, exist_ok=True)
+    files.makedirs(output_dir)
     job = dict(
         model_proto=tokenizer.model_proto,
         preprocessing=tokenizer.preprocessing,
@@ -105,8 +105,7 @@ def write_pretraining_tfrecords(
         "seed": seed,
         "config": json.loads(config.to_json()),
     }
-    with open(os.path.join(output_dir, METADATA_FILE), "w", encoding="utf-8") as f:
-        json.dump(metadata, f, indent=2)
+    files.write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=2))
     return {k: metadata[k] for k in ("num_examples", "num_shards", "num_documents")}
 
 
@@ -177,10 +176,9 @@ def serialize_example(example):
 def read_metadata(data_dir):
     """Reads `metadata.json` of a `write_pretraining_tfrecords` output directory."""
     path = os.path.join(data_dir, METADATA_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise ValueError(f"{data_dir!r} has no {METADATA_FILE}; is it a create-data output directory?")
-    with open(path, encoding="utf-8") as f:
-        metadata = json.load(f)
+    metadata = json.loads(files.read_text(path))
     metadata["config"] = PretrainingDataConfig(**metadata["config"])
     return metadata
 

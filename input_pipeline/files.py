@@ -1,0 +1,239 @@
+"""File operations that take local paths and URLs (gs://, ram://, ...) alike.
+
+A local path goes through `os`, `shutil` and the built-in `open`, exactly as
+before URLs were allowed (fsync, atomic `os.replace`). A path with a scheme
+("gs://bucket/run") goes through `tf.io.gfile`, imported only then, so the
+modules that touch local files only (the data-writer workers, the tokenizer)
+never load TensorFlow.
+
+Written whole or not at all on object stores: a single object appears only
+when its upload completes, and `tf.io.gfile.rename` of one object (a server-
+side copy, then a delete) shows readers the old object or the new one. A
+directory has no atomic rename there, so `move` copies it file by file and
+the directory's entry files (those a reader needs before any other:
+metadata.json, spiece.model, config.json, ...) come last into the new place
+and leave the old place first: a reader that finds the entry files finds
+every other file beside them, and a directory without them is incomplete.
+"""
+
+import builtins
+import contextlib
+import errno
+import os
+import shutil
+import tempfile
+import uuid
+
+_SCHEME = "://"
+
+
+def is_url(path):
+    """Whether `path` names a file through a file system scheme (gs://, ram://, ...)."""
+    return _SCHEME in os.fspath(path)
+
+
+def _gfile():
+    import tensorflow as tf  # heavy: only for URLs
+
+    return tf.io.gfile
+
+
+def open_file(path, mode="r", encoding="utf-8", newline=None):
+    """Opens a file; URLs through `tf.io.gfile.GFile` (text in UTF-8)."""
+    if not is_url(path):
+        return builtins.open(path, mode, encoding=None if "b" in mode else encoding, newline=newline)
+    gfile = _gfile()
+    if mode.startswith("w") and gfile.exists(path):
+        # An object store replaces an object on write; TensorFlow's ram:// appends to it instead.
+        gfile.remove(path)
+    return gfile.GFile(path, mode)
+
+
+def read_bytes(path):
+    """The bytes of file `path`; a missing or unreadable URL raises OSError, as a local path does."""
+    with _as_os_errors(path), open_file(path, "rb") as f:
+        return f.read()
+
+
+def read_text(path):
+    """The text of UTF-8 file `path` (OSError as `read_bytes`, UnicodeDecodeError for bad bytes)."""
+    if not is_url(path):
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    return read_bytes(path).decode("utf-8")
+
+
+@contextlib.contextmanager
+def _as_os_errors(path):
+    """Turns `tf.errors.OpError` of a URL into the OSError a local path would raise."""
+    if not is_url(path):
+        yield
+        return
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.NotFoundError as e:
+        raise FileNotFoundError(errno.ENOENT, e.message, path) from e
+    except tf.errors.OpError as e:
+        raise OSError(errno.EIO, e.message, path) from e
+
+
+def write_bytes(path, data):
+    """Writes file `path` whole; at a URL through a temporary object renamed over it (old or new, never half)."""
+    if not is_url(path):
+        with open(path, "wb") as f:
+            f.write(data)
+        return
+    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
+    with open_file(temporary, "wb") as f:
+        f.write(data)
+    _gfile().rename(temporary, path, overwrite=True)
+
+
+def write_text(path, text):
+    """`write_bytes` of UTF-8 text (locally in text mode, as `open(path, "w")` writes)."""
+    if not is_url(path):
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return
+    write_bytes(path, text.encode("utf-8"))
+
+
+def exists(path):
+    return _gfile().exists(path) if is_url(path) else os.path.exists(path)
+
+
+def isdir(path):
+    return _gfile().isdir(path) if is_url(path) else os.path.isdir(path)
+
+
+def isfile(path):
+    if not is_url(path):
+        return os.path.isfile(path)
+    gfile = _gfile()
+    return gfile.exists(path) and not gfile.isdir(path)
+
+
+def makedirs(path):
+    """Creates `path` and its parents; an existing directory is fine."""
+    if is_url(path):
+        _gfile().makedirs(path)
+    else:
+        os.makedirs(path, exist_ok=True)
+
+
+def listdir(path):
+    """The names in directory `path` (without trailing slashes), in no set order."""
+    if not is_url(path):
+        return os.listdir(path)
+    return [name.rstrip("/") for name in _gfile().listdir(path)]
+
+
+def walk(path):
+    """Yields (root, dirs, files) as `os.walk` does (top-down; `dirs` may be pruned in place)."""
+    if not is_url(path):
+        yield from os.walk(path)
+        return
+    gfile = _gfile()
+    for root, dirs, names in gfile.walk(path):
+        dirs[:] = [d.rstrip("/") for d in dirs]
+        # Only what exists: TensorFlow's ram:// lists by name prefix, so `assets/`
+        # also "holds" `.extra/...` when `assets.extra/` is beside it.
+        yield root, dirs, [name for name in names if gfile.exists(os.path.join(root, name))]
+
+
+def remove(path):
+    """Deletes the file `path`."""
+    if is_url(path):
+        _gfile().remove(path)
+    else:
+        os.remove(path)
+
+
+def rmtree(path, ignore_errors=False):
+    """Deletes directory `path` and everything under it."""
+    if not is_url(path):
+        shutil.rmtree(path, ignore_errors=ignore_errors)
+        return
+    gfile = _gfile()
+    try:
+        gfile.rmtree(path)
+    except Exception:  # tf.errors.OpError, e.g. NotFound
+        if not ignore_errors:
+            raise
+
+
+def replace(source, target):
+    """Renames file `source` to `target`, replacing it: readers see the old or the new file."""
+    if is_url(source) or is_url(target):
+        _gfile().rename(source, target, overwrite=True)
+    else:
+        os.replace(source, target)
+
+
+def move(source, target, entry_files=()):
+    """Renames `source` (a file, or a directory) to `target`, which must not exist.
+
+    Locally one `os.rename`. At a URL a directory is copied file by file: the
+    files named in `entry_files` (base names; deeper ones first) are copied
+    last and deleted from `source` first, so each place either has its entry
+    files and everything with them, or lacks them (see the module docstring).
+    """
+    if not (is_url(source) or is_url(target)):
+        os.rename(source, target)
+        return
+    gfile = _gfile()
+    if not gfile.isdir(source):
+        gfile.rename(source, target)
+        return
+    source = source.rstrip("/")
+    relative = sorted(
+        os.path.join(root, name)[len(source) + 1:] for root, _, names in walk(source) for name in names
+    )
+
+    def order(path):
+        name = os.path.basename(path)
+        if name not in entry_files:
+            return (0, 0, 0)
+        return (1, -path.count("/"), entry_files.index(name))
+
+    relative.sort(key=order)
+    for path in relative:
+        gfile.makedirs(os.path.dirname(os.path.join(target, path)))
+        gfile.copy(os.path.join(source, path), os.path.join(target, path))
+    for path in reversed(relative):
+        gfile.remove(os.path.join(source, path))
+    rmtree(source, ignore_errors=True)
+
+
+def make_temp_dir(prefix, parent):
+    """Creates a new, uniquely named directory in `parent` and returns its path."""
+    if not is_url(parent):
+        return tempfile.mkdtemp(prefix=prefix, dir=parent)
+    path = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
+    _gfile().makedirs(path)
+    return path
+
+
+def make_temp_file(prefix, parent):
+    """Creates a new, uniquely named empty file in `parent` and returns its path."""
+    if not is_url(parent):
+        handle, path = tempfile.mkstemp(prefix=prefix, dir=parent)
+        os.close(handle)
+        return path
+    path = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
+    write_bytes(path, b"")
+    return path
+
+
+def parent_dir(path):
+    """The directory holding `path`: absolute for a local path, as written for a URL."""
+    if is_url(path):
+        return os.path.dirname(path.rstrip("/"))
+    return os.path.dirname(os.path.abspath(path))
+
+
+def normpath(path):
+    """`os.path.normpath`, except that a URL keeps its "//" (only trailing slashes go)."""
+    return path.rstrip("/") if is_url(path) else os.path.normpath(path)
