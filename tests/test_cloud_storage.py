@@ -16,7 +16,8 @@ from albert_tf.export import saved_model, tflite
 from albert_tf.model_dirs import ENTRY_FILES
 from albert_tf.tasks.finetune import RUN_FILE
 from cli_helpers import user_environment
-from input_pipeline import corpora, files, tfrecord, tokenizer
+from input_pipeline import files, movie_reviews, tokenizer
+from input_pipeline.pretraining import tfrecord_shards as tfrecord
 from journey_fixtures import write_sentences_corpus, write_sst2
 
 WORKER = os.path.join(os.path.dirname(__file__), "cloud_storage_worker.py")
@@ -120,8 +121,8 @@ def test_entry_file_names_are_the_modules_own():
 @pytest.mark.slow
 def test_the_journey_runs_in_a_bucket_and_leaves_local_disk_alone(tmp_path):
     inputs = tmp_path / "inputs"
-    write_sentences_corpus(str(inputs / "corpus"), corpora.imdb_documents("pretrain", limit=300))
-    everything = corpora.rotten_tomatoes_sentences()
+    write_sentences_corpus(str(inputs / "corpus"), movie_reviews.imdb_documents("pretrain", limit=300))
+    everything = movie_reviews.rotten_tomatoes_sentences()
     order = np.random.default_rng(0).permutation(len(everything))
     rows = [(everything[i][0], everything[i][1]) for i in order[:96]]
     write_sst2(str(inputs / "train.tsv"), rows[:64])

@@ -18,7 +18,7 @@ def test_no_learning_rate_resolves_by_model_width_and_an_explicit_one_is_kept():
     assert config.learning_rate is None
     assert config.resolved(small).learning_rate == pytest.approx(7.2e-4)
     assert config.resolved(AlbertConfig()).learning_rate == pytest.approx(2e-5)
-    explicit = FinetuneConfig(task="sst2", learning_rate=3e-5, pooling="cls")
+    explicit = FinetuneConfig(task="sst2", learning_rate=3e-5, pooling="cls", fixed_shapes=False)
     assert explicit.resolved(small) == explicit
     # The resolved rate round-trips through the run file.
     assert FinetuneConfig.from_dict(config.resolved(small).to_dict()).learning_rate == pytest.approx(7.2e-4)
