@@ -138,11 +138,12 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             if improved:
                 _save_best(model, tokenizer, out_dir)
                 best, best_epoch = scores, epoch
+            _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
+            finished = epoch
+            # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
             log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
                 + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
                 + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
-            _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
-            finished = epoch
     except KeyboardInterrupt:
         if best_epoch is not None:
             _recover_best(out_dir)
