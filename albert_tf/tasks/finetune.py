@@ -145,6 +145,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                 + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
                 + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
     except KeyboardInterrupt:
+        epoch = finished + 1  # the epoch that did not finish
         if best_epoch is not None:
             _recover_best(out_dir)
             # An epoch stopped while its best/ was being written is not finished.
