@@ -13,7 +13,7 @@ import os
 import sys
 
 from albert_tf.cli import EXIT_INTERRUPTED
-from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
+from albert_tf.commands.flags import add_command, add_config_flags, add_jit_compile_aliases, config_kwargs
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, load_tokenizer
@@ -62,6 +62,7 @@ def add_parser(subparsers):
     training.add_argument("--logical-cpus", type=int,
                           help="Split the CPU into this many devices (mirrored runs on a CPU-only machine).")
     add_config_flags(training, TrainerConfig)
+    add_jit_compile_aliases(training)
     return parser
 
 
