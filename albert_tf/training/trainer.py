@@ -346,6 +346,10 @@ class Trainer:
     def _replica_step(self, micro_batches):
         """Runs on each replica. Returns this replica's shares of the step's metrics."""
         context = tf.distribute.get_replica_context()
+        # A static batch size (`dataset_fn` promises it): with an unknown one
+        # the cross-entropy adds a host-side shape Assert, and TPUs need static shapes.
+        batch = self.config.micro_batch_size // self.strategy.num_replicas_in_sync
+        micro_batches = tf.nest.map_structure(lambda t: tf.ensure_shape(t, [batch, *t.shape[1:]]), micro_batches)
         local_weight = tf.add_n([tf.reduce_sum(labels[features.MASK_WEIGHTS]) for _, labels in micro_batches])
         local_examples = tf.add_n([
             tf.cast(tf.shape(labels[features.SENTENCE_ORDER_LABEL])[0], tf.float32) for _, labels in micro_batches
