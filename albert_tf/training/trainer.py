@@ -260,17 +260,12 @@ class Trainer:
         step = start
         try:
             while step < c.num_steps:
-                steps = loop_length(step, c)
-                # The one read of the loop: [steps done, metric sums, last step's metrics].
-                values = self._train_loop(iterator, tf.constant(steps, tf.int64)).numpy().tolist()
-                done, sums, last = int(values[0]), values[1 : 1 + len(METRICS)], values[1 + len(METRICS) :]
+                done, means, record = self.run_loop(iterator, loop_length(step, c))
                 step += done
-                record = dict(zip(METRICS, last))
                 if not math.isfinite(record["loss"]):
                     raise TrainingDiverged(self._divergence_message(step, f"the loss is {record['loss']}"))
                 # Keras evaluates the schedule at the iteration count before the update.
-                progress.update(step, {name: total / done for name, total in zip(METRICS, sums)},
-                                float(self._schedule(step - 1)), num_steps=done)
+                progress.update(step, means, float(self._schedule(step - 1)), num_steps=done)
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     self._save_checkpoint(step)
         finally:
@@ -287,6 +282,19 @@ class Trainer:
             lambda input_context: self._dataset_fn(self.config.micro_batch_size, input_context, consumed)
         )
         return iter(dataset)
+
+    def run_loop(self, iterator, num_steps):
+        """Runs up to `num_steps` optimizer steps in one call (fewer only after a non-finite loss).
+
+        Checkpoints nothing and logs nothing: `train` does that between loops.
+
+        Returns:
+            (steps done, {metric: mean over them}, {metric: last step's value}).
+        """
+        # The one read of the loop: [steps done, metric sums, last step's metrics].
+        values = self._train_loop(iterator, tf.constant(num_steps, tf.int64)).numpy().tolist()
+        done, sums, last = int(values[0]), values[1 : 1 + len(METRICS)], values[1 + len(METRICS) :]
+        return done, {name: total / done for name, total in zip(METRICS, sums)}, dict(zip(METRICS, last))
 
     def step_graph(self, iterator):
         """The traced graph of one training loop over `iterator` (a `tf.Graph`; the steps are a while loop in it)."""
