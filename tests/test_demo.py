@@ -151,10 +151,10 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
     assert os.path.isfile(os.path.join(run, "tokenizer", "spiece.model"))
     assert os.path.isdir(os.path.join(run, "tensorboard"))
     capsys.readouterr()
-    # Resuming with --remat: same weights, recomputed activations.
-    assert cli.main([*flags, "--steps", "3", "--remat"]) == 0
+    # Resuming with --remat (same weights, recomputed activations) and the older spelling of --compile-step forward.
+    assert cli.main([*flags, "--steps", "3", "--remat", "--jit-compile", "--steps-per-loop", "2"]) == 0
     out = capsys.readouterr().out
-    assert "at step 2" in out and "Precision: float32; remat: on" in out
+    assert "at step 2" in out and "Precision: float32; remat: on; XLA: forward; steps per loop: 2" in out
 
 
 def test_demo_compile_step_flag_and_its_older_spellings():

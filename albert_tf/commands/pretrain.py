@@ -106,7 +106,8 @@ def run(args):
     # float32 stays the default: bfloat16 was not measured faster on CPUs without bf16 units.
     mixed = trainer_config.mixed_precision != "float32"
     detail = " (weights, LayerNorm, softmax and losses in float32)" if mixed else ""
-    print(f"Precision: {trainer_config.mixed_precision}{detail}; remat: {'on' if trainer_config.remat else 'off'}")
+    print(f"Precision: {trainer_config.mixed_precision}{detail}; remat: {'on' if trainer_config.remat else 'off'}; "
+          f"XLA: {trainer.compile_step}; steps per loop: {trainer_config.steps_per_loop}")
     try:
         trainer.train()
     except TrainingDiverged as e:
