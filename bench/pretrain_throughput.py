@@ -1,56 +1,43 @@
-"""Pretraining throughput of ALBERT-base through the real training loop, at seq 128 and 512.
+"""Pretraining throughput by XLA compilation and steps per loop, for the demo's model and ALBERT-base.
 
-Runs `albert_tf.training.Trainer` (LAMB, clipping, float32, default strategy)
-for a few steps on synthetic batches and reports sequences/s and achieved
-FLOP/s against this machine's measured float32 matmul rate (a large
-`tf.matmul`). The first step (tracing) is excluded.
+Runs `albert_tf.training.Trainer`'s own loop (`run_loop`: up to N steps in one
+call into TensorFlow, metrics read once) on synthetic batches, and reports
+examples/s for each setting:
 
-FLOPs per step are counted analytically, multiply-add = 2 FLOPs, backward =
-2 x forward: 6 x [tokens x (E*H + L*(4H^2 + 2H*I) + 2*L*S*H) + predictions x (H*E + E*V)].
-ALBERT shares one block over L layers, so compute is that of BERT-base while
-the parameters are 12M.
+  - compile_step none, 1 step per call: the plain step (the former `pretrain` default)
+  - compile_step forward, 1 step per call: XLA on the forward and backward pass
+    (the former demo default)
+  - compile_step whole, 1 / 10 / 100 steps per loop: the replica's whole step
+    (forward, backward, all-reduce, clipping, LAMB) as one XLA program
+  - compile_step forward, 100 steps per loop
 
-    python bench/pretrain_throughput.py [--steps 4] [--write bench/results/pretrain_throughput.md]
+Each compile_step first runs one untimed step (tracing and XLA compilation);
+then each round times max(steps per loop, --steps) steps of every setting in
+turn, and the best round of each setting is reported (other processes on a
+shared machine only ever slow a round down).
+
+    python bench/pretrain_throughput.py [--steps 30] [--rounds 3] [--write bench/results/pretrain_throughput.md]
 """
 
 import argparse
+import datetime
 import os
-import statistics
+import subprocess
 import tempfile
 import time
 
 import numpy as np
 
+from benchlib.machine import cpu_flags, cpu_name
 from benchlib.output import emit_table
 
-# (seq, batch, masked predictions per sequence)
-SHAPES = ((128, 16, 20), (512, 4, 76))
+SETTINGS = (("none", 1), ("forward", 1), ("whole", 1), ("whole", 10), ("whole", 100), ("forward", 100))
+# (name, batch, seq, masked predictions per sequence). ALBERT-base at a small
+# batch and length so that all settings fit a few minutes on 2 cores.
+MODELS = (("demo", 16, 64, 10), ("base", 2, 32, 5))
 
 
-def matmul_flops_per_second(n=2048, repeats=5):
-    import tensorflow as tf
-
-    a = tf.random.normal([n, n])
-    b = tf.random.normal([n, n])
-    tf.matmul(a, b).numpy()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        tf.matmul(a, b).numpy()
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / min(times)
-
-
-def step_flops(config, seq, batch, predictions):
-    E, H, I, L, V = (config.embedding_size, config.hidden_size, config.intermediate_size,
-                     config.num_hidden_layers, config.vocab_size)
-    tokens = seq * batch
-    forward = 2 * (tokens * (E * H + L * (4 * H * H + 2 * H * I) + 2 * L * seq * H)
-                   + batch * predictions * (H * E + E * V))
-    return 3 * forward
-
-
-def synthetic_dataset_fn(config, seq, predictions):
+def synthetic_dataset_fn(vocab_size, seq, predictions):
     import tensorflow as tf
 
     from input_pipeline import features
@@ -59,13 +46,13 @@ def synthetic_dataset_fn(config, seq, predictions):
         rng = np.random.default_rng(0)
         batch = input_context.get_per_replica_batch_size(global_batch_size)
         inputs = {
-            features.TOKEN_IDS: rng.integers(5, config.vocab_size, (batch, seq)).astype("int32"),
+            features.TOKEN_IDS: rng.integers(5, vocab_size, (batch, seq)).astype("int32"),
             features.SEGMENT_IDS: (np.arange(seq) >= seq // 2).astype("int32")[None].repeat(batch, 0),
             features.PADDING_MASK: np.ones((batch, seq), "int32"),
             features.MASK_POSITIONS: np.sort(rng.choice(seq, (batch, predictions)), -1).astype("int32"),
         }
         labels = {
-            features.MASK_IDS: rng.integers(5, config.vocab_size, (batch, predictions)).astype("int32"),
+            features.MASK_IDS: rng.integers(5, vocab_size, (batch, predictions)).astype("int32"),
             features.MASK_WEIGHTS: np.ones((batch, predictions), "float32"),
             features.SENTENCE_ORDER_LABEL: rng.integers(0, 2, batch).astype("int32"),
         }
@@ -74,45 +61,76 @@ def synthetic_dataset_fn(config, seq, predictions):
     return dataset_fn
 
 
-def measure(seq, batch, predictions, steps):
+def model_and_trainer_config(name, batch, seq):
     from albert_tf import AlbertConfig
-    from albert_tf.training import Trainer, TrainerConfig, read_log
+    from albert_tf.apps.demo import DEMO_MODEL, DEMO_TRAINER
+    from albert_tf.training import TrainerConfig
 
-    config = AlbertConfig.from_preset("base")
-    trainer_config = TrainerConfig(global_batch_size=batch, num_steps=steps + 1, warmup_steps=0,
-                                   learning_rate=1e-4, log_every=1, checkpoint_every=10**6)
-    with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(config, trainer_config, run_dir, synthetic_dataset_fn(config, seq, predictions),
-                          print_fn=lambda *_: None)
-        trainer.train()
-        records = read_log(run_dir)[1:]  # step 1 includes tracing
-    seconds = statistics.median(batch / r["examples_per_second"] for r in records)
-    return seconds, step_flops(config, seq, batch, predictions)
+    if name == "demo":
+        return DEMO_MODEL, DEMO_TRAINER.replace(global_batch_size=batch, num_steps=10**6)
+    config = AlbertConfig.from_preset("base", max_position_embeddings=max(seq, 512))
+    return config, TrainerConfig(global_batch_size=batch, num_steps=10**6)
+
+
+def measure(name, batch, seq, predictions, min_steps, rounds):
+    """{(compile_step, steps per loop): best examples/s of `rounds`}, settings interleaved in each round.
+
+    One trainer per compile_step, warmed up by one untimed step (tracing and
+    compilation); a round times every setting once, so load from other
+    processes on the machine falls on all settings alike.
+    """
+    from albert_tf.training import Trainer
+
+    model_config, trainer_config = model_and_trainer_config(name, batch, seq)
+    dataset_fn = synthetic_dataset_fn(model_config.vocab_size, seq, predictions)
+    best = {}
+    with tempfile.TemporaryDirectory() as root:
+        loops = {}
+        for compile_step in dict.fromkeys(step for step, _ in SETTINGS):
+            trainer = Trainer(model_config, trainer_config.replace(compile_step=compile_step),
+                              os.path.join(root, compile_step), dataset_fn, print_fn=lambda *_: None)
+            loops[compile_step] = (trainer, trainer.input_iterator(0))
+            trainer.run_loop(loops[compile_step][1], 1)
+        for _ in range(rounds):
+            for compile_step, steps_per_loop in SETTINGS:
+                trainer, iterator = loops[compile_step]
+                calls = -(-max(steps_per_loop, min_steps) // steps_per_loop)
+                start = time.perf_counter()
+                for _ in range(calls):
+                    trainer.run_loop(iterator, steps_per_loop)
+                rate = batch * calls * steps_per_loop / (time.perf_counter() - start)
+                best[(compile_step, steps_per_loop)] = max(rate, best.get((compile_step, steps_per_loop), 0.0))
+    return best
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=4, help="Timed steps per shape (after one warmup step).")
+    parser.add_argument("--steps", type=int, default=30, help="Fewest timed steps per setting.")
+    parser.add_argument("--rounds", type=int, default=3, help="Timed rounds over all settings; the best is kept.")
     parser.add_argument("--write", help="Also write the Markdown table to this file.")
     args = parser.parse_args()
 
-    peak = matmul_flops_per_second()
-    rows = []
-    for seq, batch, predictions in SHAPES:
-        seconds, flops = measure(seq, batch, predictions, args.steps)
-        rows.append((seq, batch, seconds, batch / seconds, flops / seconds))
+    results = {}
+    for name, batch, seq, predictions in MODELS:
+        for setting, rate in measure(name, batch, seq, predictions, args.steps, args.rounds).items():
+            results[(name, setting)] = rate
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    shapes = "; ".join(f"{name}: batch {batch}, seq {seq}, {predictions} masked" for name, batch, seq, predictions in MODELS)
     lines = [
-        f"ALBERT-base pretraining step (LAMB, float32, default strategy), {os.cpu_count()} CPU cores; "
-        f"float32 matmul peak measured: {peak / 1e9:.1f} GFLOP/s",
+        f"Pretraining examples/s (LAMB, float32, default strategy), {cpu_name()}, {os.cpu_count()} cores; "
+        f"flags: {' '.join(cpu_flags()) or 'none'}.",
+        f"Shapes: {shapes}. Timed: max(steps per loop, {args.steps}) steps after one untimed step; best of "
+        f"{args.rounds} rounds, each over every setting.",
+        f"Command: python bench/pretrain_throughput.py --steps {args.steps} --rounds {args.rounds}; "
+        f"{datetime.date.today().isoformat()}, commit {commit or 'unknown'}.",
         "",
-        "| seq | batch | s/step | sequences/s | achieved GFLOP/s | % of matmul peak |",
-        "|-----|-------|--------|-------------|------------------|------------------|",
+        "| compile_step | steps per loop | " + " | ".join(f"{name} ex/s" for name, *_ in MODELS) + " |",
+        "|---|---|" + "---|" * len(MODELS),
     ]
-    for seq, batch, seconds, sequences, flops in rows:
-        lines.append(f"| {seq} | {batch} | {seconds:.2f} | {sequences:.2f} | {flops / 1e9:.1f} | "
-                     f"{100 * flops / peak:.0f}% |")
-    table = "\n".join(lines)
-    emit_table(table, args.write)
+    for setting in SETTINGS:
+        cells = " | ".join(f"{results[(name, setting)]:.1f}" for name, *_ in MODELS)
+        lines.append(f"| {setting[0]} | {setting[1]} | {cells} |")
+    emit_table("\n".join(lines), args.write)
 
 
 if __name__ == "__main__":

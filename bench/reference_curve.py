@@ -93,7 +93,7 @@ def trainer_config(args, optimizer, **changes):
     )
 
 
-def run_trainer(args, config, weights, batches, optimizer, jit_compile=False, accumulation_steps=1):
+def run_trainer(args, config, weights, batches, optimizer, compile_step="none", accumulation_steps=1):
     """Per-step (loss, mlm_loss, sop_loss) of `Trainer` from `weights` on `batches`."""
     import tensorflow as tf
 
@@ -111,7 +111,7 @@ def run_trainer(args, config, weights, batches, optimizer, jit_compile=False, ac
 
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(
-            config, trainer_config(args, optimizer, jit_compile=jit_compile, accumulation_steps=k),
+            config, trainer_config(args, optimizer, compile_step=compile_step, accumulation_steps=k),
             run_dir, dataset_fn, print_fn=lambda *a: None,
         )
         trainer.model.set_weights(weights)
@@ -332,7 +332,7 @@ def main():
     runs = {
         "HF adamw": lambda: run_hf(args, hf_dir, batches, "adamw"),
         "Trainer adamw": lambda: run_trainer(args, config, weights, batches, "adamw"),
-        "Trainer adamw XLA": lambda: run_trainer(args, config, weights, batches, "adamw", jit_compile=True),
+        "Trainer adamw XLA": lambda: run_trainer(args, config, weights, batches, "adamw", compile_step="forward"),
         "Trainer adamw accum 2": lambda: run_trainer(args, config, weights, batches, "adamw", accumulation_steps=2),
         "fit adamw": lambda: run_fit(args, config, weights, batches, "adamw"),
         "HF lamb": lambda: run_hf(args, hf_dir, batches, "lamb"),

@@ -36,8 +36,8 @@ def main():
     parser.add_argument("--documents", type=int, default=8000)
     parser.add_argument("--heldout-documents", type=int, default=1000)
     parser.add_argument("--eval-batches", type=int, default=40)
-    parser.add_argument("--no-jit-compile", dest="jit_compile", action="store_false",
-                        help="Run the plain (non-XLA) training step.")
+    parser.add_argument("--no-jit-compile", dest="compile_step", action="store_const", const="none",
+                        default="forward", help="Run the plain (non-XLA) training step.")
     parser.add_argument("--write", help="Also write the Markdown table to this file.")
     args = parser.parse_args()
 
@@ -62,7 +62,7 @@ def main():
     trainer_config = TrainerConfig(
         global_batch_size=args.batch_size, num_steps=args.steps, learning_rate=args.learning_rate,
         warmup_steps=min(30, args.steps), checkpoint_every=max(1, args.steps // 4), log_every=50,
-        jit_compile=args.jit_compile,
+        compile_step=args.compile_step,
     )
 
     def data_config(task):

@@ -151,17 +151,21 @@ def test_pretrain_command_on_raw_text_writes_a_resumable_run(tmp_path, capsys):
     assert os.path.isfile(os.path.join(run, "tokenizer", "spiece.model"))
     assert os.path.isdir(os.path.join(run, "tensorboard"))
     capsys.readouterr()
-    # Resuming with --remat: same weights, recomputed activations.
-    assert cli.main([*flags, "--steps", "3", "--remat"]) == 0
+    # Resuming with --remat (same weights, recomputed activations) and the older spelling of --compile-step forward.
+    assert cli.main([*flags, "--steps", "3", "--remat", "--jit-compile", "--steps-per-loop", "2"]) == 0
     out = capsys.readouterr().out
-    assert "at step 2" in out and "Precision: float32; remat: on" in out
+    assert "at step 2" in out and "Precision: float32; remat: on; XLA: forward; steps per loop: 2" in out
 
 
-def test_demo_boolean_flags_parse_both_ways():
+def test_demo_compile_step_flag_and_its_older_spellings():
     parser = cli.build_parser()
-    assert DemoConfig().trainer.jit_compile is True
-    assert config_from_args(parser.parse_args(["demo", "--out", "x"])).trainer.jit_compile is True
-    assert config_from_args(parser.parse_args(["demo", "--out", "x", "--no-jit-compile"])).trainer.jit_compile is False
+
+    def compile_step(*flags):
+        return config_from_args(parser.parse_args(["demo", "--out", "x", *flags])).trainer.compile_step
+
+    assert compile_step() == DemoConfig().trainer.compile_step
+    assert compile_step("--compile-step", "whole") == "whole"
+    assert compile_step("--jit-compile") == "forward" and compile_step("--no-jit-compile") == "none"
 
 
 def test_demo_recipe_flags_reach_the_trainer_and_the_data():

@@ -22,6 +22,8 @@ def main():
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--checkpoint-every", type=int, default=100)
     parser.add_argument("--seconds-per-batch", type=float, default=0.0)
+    parser.add_argument("--steps-per-loop", type=int, help="Default: TrainerConfig's.")
+    parser.add_argument("--compile-step", default="auto")
     parser.add_argument("--fit", action="store_true", help="Train with model.fit instead of Trainer.")
     args = parser.parse_args()
 
@@ -48,8 +50,11 @@ def main():
 
         plain_fn = dataset_fn
         dataset_fn = lambda *a: plain_fn(*a).map(slow)  # noqa: E731
-    config = tiny_trainer_config(num_steps=args.steps, checkpoint_every=args.checkpoint_every)
+    loop = {"steps_per_loop": args.steps_per_loop} if args.steps_per_loop else {}
+    config = tiny_trainer_config(num_steps=args.steps, checkpoint_every=args.checkpoint_every,
+                                 compile_step=args.compile_step, **loop)
     trainer = Trainer(TINY_MODEL, config, args.run_dir, dataset_fn, strategy=get_strategy(args.strategy))
+    print(f"compile_step: {trainer.compile_step}")
     trainer.train()
     if args.out:
         np.savez(args.out, *weights_of(trainer.model))

@@ -12,7 +12,7 @@ import sys
 
 from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, run_demo
 from albert_tf.cli import EXIT_INTERRUPTED
-from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
+from albert_tf.commands.flags import add_command, add_config_flags, add_jit_compile_aliases, config_kwargs
 from albert_tf.config import AlbertConfig
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import PretrainingDataConfig
@@ -23,7 +23,8 @@ _GROUPS = (
                                          "num_attention_heads", "intermediate_size")),
     ("data", PretrainingDataConfig, DEMO_DATA, ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob")),
     ("trainer", TrainerConfig, DEMO_TRAINER, ("global_batch_size", "num_steps", "learning_rate", "warmup_fraction",
-                                              "optimizer", "word_embedding_lr_scale", "jit_compile",
+                                              "optimizer", "word_embedding_lr_scale", "compile_step",
+                                              "steps_per_loop",
                                               "checkpoint_every", "keep_checkpoints", "log_every", "seed")),
 )
 _DEMO_FIELDS = tuple(DemoConfig().own_fields())
@@ -35,6 +36,7 @@ def add_parser(subparsers):
     for group, config_cls, defaults, names in _GROUPS:
         add_config_flags(parser.add_argument_group(group), config_cls, names=names,
                          defaults={name: getattr(defaults, name) for name in names})
+    add_jit_compile_aliases(parser)
     add_config_flags(parser.add_argument_group("demo"), DemoConfig, names=_DEMO_FIELDS)
     return parser
 

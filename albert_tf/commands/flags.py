@@ -121,6 +121,16 @@ def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
                                 **options)
 
 
+def add_jit_compile_aliases(parser):
+    """--jit-compile / --no-jit-compile: older spellings of --compile-step forward / none, kept for old commands.
+
+    Add them after the `compile_step` flag, whose default they leave alone.
+    """
+    for flag, value in (("--jit-compile", "forward"), ("--no-jit-compile", "none")):
+        parser.add_argument(flag, dest="compile_step", action="store_const", const=value,
+                            default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+
+
 def config_kwargs(config_cls, args, names=None, exclude=()):
     """{field: value} of the `add_config_flags` flags in parsed `args`."""
     values = {}

@@ -14,7 +14,7 @@ import sys
 
 from albert_tf.cli import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
-    add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
+    add_command, add_config_flags, add_jit_compile_aliases, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
@@ -60,6 +60,7 @@ def add_parser(subparsers):
                           help="ppmi-svd: start the word embeddings from PPMI-SVD vectors of the text "
                                "(raw text only; helps short runs transfer, docs/pretraining.md).")
     add_config_flags(training, TrainerConfig)
+    add_jit_compile_aliases(training)
     return parser
 
 
@@ -91,7 +92,8 @@ def run(args):
     # float32 stays the default: bfloat16 was not measured faster on CPUs without bf16 units.
     mixed = trainer_config.mixed_precision != "float32"
     detail = " (weights, LayerNorm, softmax and losses in float32)" if mixed else ""
-    print(f"Precision: {trainer_config.mixed_precision}{detail}; remat: {'on' if trainer_config.remat else 'off'}")
+    print(f"Precision: {trainer_config.mixed_precision}{detail}; remat: {'on' if trainer_config.remat else 'off'}; "
+          f"XLA: {trainer.compile_step}; steps per loop: {trainer_config.steps_per_loop}")
     try:
         trainer.train()
     except TrainingDiverged as e:

@@ -12,6 +12,8 @@ OPTIMIZERS = ("lamb", "adamw")
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Word-embedding starts (albert_tf.training.embedding_init); chosen by the commands that hold the text.
 EMBEDDING_INITS = ("random", "ppmi-svd")
+# What XLA compiles of a training step (see `TrainerConfig.compile_step`).
+COMPILE_STEPS = ("auto", "whole", "forward", "none")
 
 
 # The paper's warmup, 3,125 of 125,000 steps, as a share of any run's length.
@@ -46,10 +48,16 @@ class TrainerConfig(JsonConfig):
                                   "update equals one step on the whole batch.")
     mixed_precision: str = doc("float32", "float32, mixed_bfloat16 (TPU, CPU) or mixed_float16 (GPU, with "
                                "dynamic loss scaling).", choices=PRECISIONS)
-    # Off by default: XLA's kernels round differently, so runs with and
-    # without it agree only to float tolerance.
-    jit_compile: bool = doc(False, "Compile each micro-batch's forward and backward pass with XLA (about 1.8x "
-                            "faster on CPU; TPU always compiles).")
+    # Runs with different settings agree only to float tolerance: XLA's
+    # kernels round differently. "auto" picks by strategy in `Trainer`.
+    compile_step: str = doc("auto", "What XLA compiles: whole (a replica's forward, backward, all-reduce, "
+                            "clipping, accumulation and LAMB update as one program), forward (each micro-batch's "
+                            "forward and backward pass only), none, or auto: whole on a TPU and on one device, "
+                            "forward where XLA cannot compile the all-reduce (several CPU/GPU replicas).",
+                            choices=COMPILE_STEPS)
+    steps_per_loop: int = doc(10, "Optimizer steps per call into TensorFlow (a graph loop "
+                              "over the input iterator), with metrics read once per loop; loops end early at "
+                              "checkpoints, progress lines and the last step, so results do not depend on it.")
     remat: bool = doc(False, "Recompute each shared block's activations in the backward pass instead of keeping "
                       "them: less memory for about a third more compute, same updates; needs a model without dropout.")
     checkpoint_every: int = doc(1000, "Steps between checkpoints (one is always written at the last step).")
@@ -59,7 +67,7 @@ class TrainerConfig(JsonConfig):
 
     def __post_init__(self):
         for name in ("global_batch_size", "num_steps", "accumulation_steps", "checkpoint_every",
-                     "keep_checkpoints", "log_every"):
+                     "keep_checkpoints", "log_every", "steps_per_loop"):
             check_positive_int(name, getattr(self, name))
         if self.warmup_steps is not None:
             check_int_in("warmup_steps", self.warmup_steps, 0, self.num_steps, high_name="num_steps")
@@ -71,7 +79,7 @@ class TrainerConfig(JsonConfig):
             )
         for name in ("learning_rate", "weight_decay", "clip_norm", "word_embedding_lr_scale"):
             check_non_negative(name, getattr(self, name))
-        check_bool("jit_compile", self.jit_compile)
+        check_choice("compile_step", self.compile_step, COMPILE_STEPS)
         check_bool("remat", self.remat)
         check_choice("optimizer", self.optimizer, OPTIMIZERS)
         check_choice("mixed_precision", self.mixed_precision, PRECISIONS)

@@ -52,11 +52,11 @@ class ProgressLogger:
             kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
         files.write_text(self.log_path, "".join(kept))
 
-    def update(self, step, metrics, learning_rate):
-        """Adds one step's metrics (dict of floats); reports every `log_every` steps."""
+    def update(self, step, metrics, learning_rate, num_steps=1):
+        """Adds the mean metrics (dict of floats) of the `num_steps` steps up to `step`; reports every `log_every` steps."""
         for name in METRICS:
-            self._sums[name] += metrics[name]
-        self._count += 1
+            self._sums[name] += metrics[name] * num_steps
+        self._count += num_steps
         if step % self.log_every and step != self.num_steps:
             return
         now = time.perf_counter()

@@ -15,6 +15,15 @@ strategies:
   3. Gradients are summed over micro-batches (one `GradientAccumulator`,
      per replica) and all-reduced once, then clipped to `clip_norm` by the
      global norm of the all-reduced gradient, then applied.
+  4. `compile_step="whole"` makes 2. and 3. one XLA program per replica
+     (what a TPU runs anyway); "forward" compiles the forward and backward
+     pass of each micro-batch only.
+
+One call into TensorFlow runs a loop of up to `steps_per_loop` steps (a
+graph loop over the distributed iterator) and returns the loop's metrics in
+one tensor, so the host reads them once per loop, not once per step. A loop
+ends at every checkpoint, progress line and the last step, so checkpoints,
+logs, the step count and the learning-rate schedule do not depend on it.
 
 Runs are resumable: a `tf.train.Checkpoint` of model, optimizer and step is
 written every `checkpoint_every` steps, and a restarted run restores it and
@@ -56,7 +65,7 @@ from albert_tf.optimizers import build_optimizer
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
-from albert_tf.training.progress import ProgressLogger
+from albert_tf.training.progress import METRICS, ProgressLogger
 from input_pipeline import features, files
 
 CONFIG_FILE = "config.json"
@@ -66,9 +75,10 @@ CHECKPOINT_DIR = "checkpoints"
 FINAL_STEP_FILE = "trainer_step.json"
 # TrainerConfig fields a resumed run may change: the schedule (extend a run,
 # or lower the learning rate after a divergence) and bookkeeping. Anything
-# else would continue the checkpoint under a different recipe.
-RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "jit_compile", "remat", "checkpoint_every",
-                     "keep_checkpoints", "log_every")
+# else would continue the checkpoint under a different recipe. "jit_compile"
+# is compile_step's name in the training_config.json of older run directories.
+RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "compile_step", "jit_compile", "steps_per_loop",
+                     "remat", "checkpoint_every", "keep_checkpoints", "log_every")
 
 
 class TrainingDiverged(RuntimeError):
@@ -183,12 +193,16 @@ class Trainer:
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINT_DIR)
         if word_embeddings_init is not None and not checkpoints.checkpoint_steps(self.checkpoint_dir):
             self._set_word_embeddings(word_embeddings_init)
-        # XLA compiles the forward and backward pass only: it holds no
-        # collectives, so it compiles the same under every strategy.
+        self.compile_step = resolve_compile_step(config.compile_step, self.strategy)
+        # "forward" holds no collectives, so it compiles the same under every
+        # strategy; "whole" compiles the replica step with its all-reduce.
         self._forward_backward = (
-            tf.function(self._micro_step, jit_compile=True) if config.jit_compile else self._micro_step
+            tf.function(self._micro_step, jit_compile=True) if self.compile_step == "forward" else self._micro_step
         )
-        self._train_step = tf.function(self._distributed_step)
+        self._replica_fn = (
+            tf.function(self._replica_step, jit_compile=True) if self.compile_step == "whole" else self._replica_step
+        )
+        self._train_loop = tf.function(self._loop)
         self._weights_finite = tf.function(
             lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in self.model.trainable_variables])
         )
@@ -235,25 +249,22 @@ class Trainer:
                 self._save_final(final_dir)
             return {"step": start}
 
-        # Micro-batches already consumed, counted in global micro-batches.
-        consumed = start * c.accumulation_steps
-        dataset = self.strategy.distribute_datasets_from_function(
-            lambda input_context: self._dataset_fn(c.micro_batch_size, input_context, consumed)
-        )
-        iterator = iter(dataset)
+        iterator = self.input_iterator(start)
         progress = ProgressLogger(
             self.run_dir, c.num_steps, c.global_batch_size, c.log_every, enabled=self._is_chief,
             print_fn=self._print,
         )
         progress.start(start)
         record = {}
+        step = start
         try:
-            for step in range(start + 1, c.num_steps + 1):
-                record = {name: float(value) for name, value in self._train_step(iterator).items()}
+            while step < c.num_steps:
+                done, means, record = self.run_loop(iterator, loop_length(step, c))
+                step += done
                 if not math.isfinite(record["loss"]):
                     raise TrainingDiverged(self._divergence_message(step, f"the loss is {record['loss']}"))
                 # Keras evaluates the schedule at the iteration count before the update.
-                progress.update(step, record, float(self._schedule(step - 1)))
+                progress.update(step, means, float(self._schedule(step - 1)), num_steps=done)
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     self._save_checkpoint(step)
         finally:
@@ -262,6 +273,31 @@ class Trainer:
             self._save_final(final_dir)
             self._print(f"Saved the pretrained model to {final_dir}")
         return {"step": self.step, **record}
+
+    def input_iterator(self, step):
+        """The distributed iterator over the micro-batches of the steps after `step` (none repeated or lost)."""
+        consumed = step * self.config.accumulation_steps  # in global micro-batches
+        dataset = self.strategy.distribute_datasets_from_function(
+            lambda input_context: self._dataset_fn(self.config.micro_batch_size, input_context, consumed)
+        )
+        return iter(dataset)
+
+    def run_loop(self, iterator, num_steps):
+        """Runs up to `num_steps` optimizer steps in one call (fewer only after a non-finite loss).
+
+        Checkpoints nothing and logs nothing: `train` does that between loops.
+
+        Returns:
+            (steps done, {metric: mean over them}, {metric: last step's value}).
+        """
+        # The one read of the loop: [steps done, metric sums, last step's metrics].
+        values = self._train_loop(iterator, tf.constant(num_steps, tf.int64)).numpy().tolist()
+        done, sums, last = int(values[0]), values[1 : 1 + len(METRICS)], values[1 + len(METRICS) :]
+        return done, {name: total / done for name, total in zip(METRICS, sums)}, dict(zip(METRICS, last))
+
+    def step_graph(self, iterator):
+        """The traced graph of one training loop over `iterator` (a `tf.Graph`; the steps are a while loop in it)."""
+        return self._train_loop.get_concrete_function(iterator, tf.TensorSpec([], tf.int64)).graph
 
     def _set_word_embeddings(self, word_embeddings_init):
         table = self.model.backbone.word_embeddings.embeddings
@@ -274,10 +310,35 @@ class Trainer:
         table.assign(new)
 
     # ------------------------------------------------------------------ step
+    def _loop(self, iterator, num_steps):
+        """Up to `num_steps` optimizer steps in one graph loop; stops after a non-finite loss.
+
+        Args:
+            iterator: the distributed dataset's iterator.
+            num_steps: int64 scalar tensor (a tensor, so every loop length
+                shares one trace).
+
+        Returns:
+            float32 (1 + 2 * len(METRICS),): the steps done, the sums of each
+            `METRICS` entry over them, and the last step's values.
+        """
+        done = tf.constant(0, tf.int64)
+        sums = tf.zeros([len(METRICS)])
+        last = tf.zeros([len(METRICS)])
+        for _ in tf.range(num_steps):
+            metrics = self._distributed_step(iterator)
+            last = tf.stack([metrics[name] for name in METRICS])
+            sums += last
+            done += 1
+            if not tf.math.is_finite(metrics["loss"]):
+                break
+        return tf.concat([[tf.cast(done, tf.float32)], sums, last], axis=0)
+
     def _distributed_step(self, iterator):
         """One optimizer step: k micro-batches from `iterator`, one update."""
+        # The only host work of a step: the input pipeline's get-next, outside strategy.run.
         micro_batches = [next(iterator) for _ in range(self.config.accumulation_steps)]
-        per_replica = self.strategy.run(self._replica_step, args=(micro_batches,))
+        per_replica = self.strategy.run(self._replica_fn, args=(micro_batches,))
         metrics = {
             # grad_norm is the same on every replica; the rest are shares of global means.
             name: self.strategy.reduce(
@@ -292,6 +353,10 @@ class Trainer:
     def _replica_step(self, micro_batches):
         """Runs on each replica. Returns this replica's shares of the step's metrics."""
         context = tf.distribute.get_replica_context()
+        # A static batch size (`dataset_fn` promises it): with an unknown one
+        # the cross-entropy adds a host-side shape Assert, and TPUs need static shapes.
+        batch = self.config.micro_batch_size // self.strategy.num_replicas_in_sync
+        micro_batches = tf.nest.map_structure(lambda t: tf.ensure_shape(t, [batch, *t.shape[1:]]), micro_batches)
         local_weight = tf.add_n([tf.reduce_sum(labels[features.MASK_WEIGHTS]) for _, labels in micro_batches])
         local_examples = tf.add_n([
             tf.cast(tf.shape(labels[features.SENTENCE_ORDER_LABEL])[0], tf.float32) for _, labels in micro_batches
@@ -453,6 +518,38 @@ class Trainer:
                 + f"\nUse a new run directory, or the saved values (only {', '.join(RESUMABLE_CHANGES)} "
                 "may change on resume)."
             )
+
+
+def resolve_compile_step(compile_step, strategy):
+    """The `TrainerConfig.compile_step` a run uses under `strategy` ("auto" resolved).
+
+    XLA compiles TPUStrategy's replica step, and that of a single replica.
+    Under MirroredStrategy over several (logical CPU) devices the compiled
+    replica step fails: XLA runs each replica's program on one device, and it
+    cannot reach the variables other devices hold ("Trying to access resource
+    ... located in device CPU:1 from device CPU:0"). Several replicas outside
+    a TPU therefore get "forward", which holds no variable and no all-reduce.
+
+    Raises:
+        ValueError: "whole" under a strategy whose all-reduce XLA cannot compile.
+    """
+    whole_compiles = isinstance(strategy, tf.distribute.TPUStrategy) or strategy.num_replicas_in_sync == 1
+    if compile_step == "auto":
+        return "whole" if whole_compiles else "forward"
+    if compile_step == "whole" and not whole_compiles:
+        raise ValueError(
+            f"compile_step='whole' compiles the all-reduce with XLA, which only TPUStrategy and one replica allow. "
+            f"Received: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas; use 'forward'."
+        )
+    return compile_step
+
+
+def loop_length(step, config):
+    """Steps of the loop that starts after `step`: `steps_per_loop`, cut at the next checkpoint, log line or end."""
+    end = min(step + config.steps_per_loop, config.num_steps)
+    for every in (config.checkpoint_every, config.log_every):
+        end = min(end, (step // every + 1) * every)
+    return end - step
 
 
 _ABSENT = "(absent)"
