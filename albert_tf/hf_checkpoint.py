@@ -9,14 +9,17 @@ so it imports neither Keras nor the models.
 """
 
 import dataclasses
+import io
 import json
 import os
 
 import numpy as np
 from safetensors import SafetensorError, safe_open
+from safetensors.numpy import load as load_safetensors
 
 from albert_tf.config import AlbertConfig
 from albert_tf.model_dirs import CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE
+from input_pipeline import files
 
 # The HF classes whose checkpoints are read (config.json's "architectures").
 READ_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM")
@@ -75,13 +78,12 @@ def read_hf_checkpoint(src_dir):
 
 def _read_config(src_dir):
     path = os.path.join(src_dir, CONFIG_FILE)
-    if not os.path.isfile(path):
+    if not files.isfile(path):
         raise ValueError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
-    with open(path, "rb") as f:
-        try:
-            values = json.loads(f.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from e
+    try:
+        values = json.loads(files.read_bytes(path).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from e
     if isinstance(values, dict) and values.get("model_type", "albert") != "albert":
         raise ValueError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
     # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
@@ -93,8 +95,7 @@ def _read_config(src_dir):
 
 def _architectures(src_dir):
     """config.json's "architectures" (checked to be readable JSON by `_read_config`)."""
-    with open(os.path.join(src_dir, CONFIG_FILE), "rb") as f:
-        architectures = json.loads(f.read().decode("utf-8")).get("architectures")
+    architectures = json.loads(files.read_bytes(os.path.join(src_dir, CONFIG_FILE)).decode("utf-8")).get("architectures")
     return architectures if isinstance(architectures, list) else []
 
 
@@ -106,9 +107,9 @@ def _open_weights(src_dir):
     ):
         single = os.path.join(src_dir, index_name[: -len(INDEX_SUFFIX)])
         index = os.path.join(src_dir, index_name)
-        if os.path.isfile(single):
+        if files.isfile(single):
             return (*reader([single]), single)
-        if os.path.isfile(index):
+        if files.isfile(index):
             return (*reader(_shard_paths(src_dir, index)), index)
     raise ValueError(
         f"{src_dir} holds no weights: expected {SAFETENSORS_FILE}, {TORCH_FILE} "
@@ -118,14 +119,15 @@ def _open_weights(src_dir):
 
 def _shard_paths(src_dir, index_path):
     try:
-        with open(index_path) as f:
-            weight_map = json.load(f)["weight_map"]
+        weight_map = json.loads(files.read_text(index_path))["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise ValueError(f"{index_path} is not a valid shard index: {e!r}") from e
     return [os.path.join(src_dir, name) for name in sorted(set(weight_map.values()))]
 
 
 def _open_safetensors(paths):
+    if any(files.is_url(path) for path in paths):
+        return _read_safetensors_whole(paths)
     shapes, where = {}, {}
     for path in paths:
         try:
@@ -146,6 +148,18 @@ def _open_safetensors(paths):
     return shapes, read
 
 
+def _read_safetensors_whole(paths):
+    """(shapes, read) of safetensors files in a bucket: `safe_open` maps local files only, so each file
+    is read into memory whole."""
+    tensors = {}
+    for path in paths:
+        try:
+            tensors.update(load_safetensors(files.read_bytes(path)))
+        except (SafetensorError, OSError) as e:
+            raise ValueError(f"{path} is not a readable safetensors file: {e}") from e
+    return {name: tuple(t.shape) for name, t in tensors.items()}, tensors.__getitem__
+
+
 def _open_torch(paths):
     try:
         import torch
@@ -157,7 +171,9 @@ def _open_torch(paths):
     tensors = {}
     for path in paths:
         try:
-            state = torch.load(path, map_location="cpu", weights_only=True)
+            # torch reads local files only: a file in a bucket is read into memory.
+            source = io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path
+            state = torch.load(source, map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises many types for a bad file
             raise ValueError(f"{path} is not a readable PyTorch checkpoint: {e}") from e
         for name, t in state.items():

@@ -72,6 +72,28 @@ def test_loading_a_hf_dir_equals_converting_it_first(cls, expected, layout, tmp_
                             if expected is AlbertPretrainer else converted)
 
 
+@pytest.mark.parametrize("cls, layout", [
+    (transformers.AlbertForPreTraining, "safetensors"),
+    (transformers.AlbertForPreTraining, "sharded"),
+    (transformers.AlbertModel, "pytorch_model.bin"),
+])
+def test_a_hf_dir_in_a_bucket_loads_as_the_local_one(cls, layout, tmp_path):
+    """TensorFlow's in-memory `ram://` file system stands in for gs://."""
+    import tensorflow as tf
+
+    if layout == "pytorch_model.bin":
+        directory = torch_bin_dir(tmp_path, cls)
+    else:
+        directory = hf_model_dir(tmp_path, cls, **({"max_shard_size": "50KB"} if layout == "sharded" else {}))
+    bucket = f"ram://hf_dirs/{layout}"
+    tf.io.gfile.makedirs(bucket)
+    for path in directory.iterdir():
+        tf.io.gfile.copy(str(path), f"{bucket}/{path.name}", overwrite=True)
+
+    assert resolve_model_dir(bucket) == bucket
+    assert_identical_models(load_pretrained(bucket), load_pretrained(directory))
+
+
 def test_hf_masked_lm_dir_warns_about_its_fresh_heads(tmp_path):
     directory = hf_model_dir(tmp_path, transformers.AlbertForMaskedLM)
     with pytest.warns(UserWarning, match="newly initialized.*sop_head/dense/kernel"):
