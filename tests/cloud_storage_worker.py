@@ -35,10 +35,10 @@ def interrupted_pretraining(at_step):
     """Runs PRETRAIN with Ctrl-C arriving while step `at_step` is reported; returns the exit code."""
     update = progress.ProgressLogger.update
 
-    def interrupt(self, step, *args):
+    def interrupt(self, step, *args, **kwargs):
         if step == at_step:
             raise KeyboardInterrupt
-        return update(self, step, *args)
+        return update(self, step, *args, **kwargs)
 
     # cli.main leaves through os._exit after Ctrl-C (see there); this process goes on.
     def leave(code):
