@@ -36,6 +36,7 @@ sys.path[:0] = [ROOT, os.path.join(ROOT, "tests")]
 
 from benchlib.machine import cpu_flags, cpu_name  # noqa: E402
 from benchlib.output import emit_table  # noqa: E402
+from benchlib.timing import timed  # noqa: E402
 from input_pipeline import AlbertTokenizer  # noqa: E402
 from input_pipeline import byte_fallback as byte_fallback_lib  # noqa: E402
 from language_corpora import japanese_sentences, korean_lines  # noqa: E402
@@ -105,18 +106,8 @@ def rows_for(language, lines, steps):
 
 
 def cpu_ms(fn, steps=3):
-    """Median CPU time (all threads of this process) of `fn()` over `steps` calls, after one warm-up call.
-
-    CPU time, not wall time: on a shared machine the wall time of a call swings
-    with the other processes' load, its CPU time much less.
-    """
-    fn()
-    times = []
-    for _ in range(steps):
-        start = time.process_time()
-        fn()
-        times.append(time.process_time() - start)
-    return statistics.median(times) * 1000.0
+    """Median CPU time of `fn()` over `steps` calls after one warm-up call, in milliseconds."""
+    return timed(fn, 1, steps, clock=time.process_time)
 
 
 def differing(ids, reference):
