@@ -67,16 +67,17 @@ def read_hf_checkpoint(src_dir):
         ValueError: unreadable files, a `model_type` other than "albert", or an
             untied decoder.
     """
-    config = _read_config(src_dir)
+    config, architectures = _read_config(src_dir)
     shapes, read, source = _open_weights(src_dir)
     prefix = BACKBONE_PREFIX if any(n.startswith(BACKBONE_PREFIX) for n in shapes) else ""
     shapes = {n: s for n, s in shapes.items() if n.removeprefix(prefix) not in _BUFFERS}
     _check_tied_decoder(shapes, read, prefix, source)
     shapes = {n: s for n, s in shapes.items() if n not in (_DECODER_WEIGHT, _DECODER_BIAS)}
-    return HFCheckpoint(config, shapes, read, source, prefix, _architectures(src_dir))
+    return HFCheckpoint(config, shapes, read, source, prefix, architectures)
 
 
 def _read_config(src_dir):
+    """(the `AlbertConfig`, the "architectures" list, maybe empty) of config.json, read once."""
     path = os.path.join(src_dir, CONFIG_FILE)
     if not files.isfile(path):
         raise ValueError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
@@ -88,15 +89,11 @@ def _read_config(src_dir):
         raise ValueError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
     # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
     try:
-        return AlbertConfig.from_dict(values, gelu_is_tanh=False)
+        config = AlbertConfig.from_dict(values, gelu_is_tanh=False)
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
-
-
-def _architectures(src_dir):
-    """config.json's "architectures" (checked to be readable JSON by `_read_config`)."""
-    architectures = json.loads(files.read_bytes(os.path.join(src_dir, CONFIG_FILE)).decode("utf-8")).get("architectures")
-    return architectures if isinstance(architectures, list) else []
+    architectures = values.get("architectures")
+    return config, architectures if isinstance(architectures, list) else []
 
 
 def _open_weights(src_dir):
