@@ -12,7 +12,9 @@ import sys
 
 from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, run_demo
 from albert_tf.cli import EXIT_INTERRUPTED
-from albert_tf.commands.flags import add_command, add_config_flags, add_jit_compile_aliases, config_kwargs
+from albert_tf.commands.flags import (
+    add_command, add_config_flags, add_jit_compile_aliases, config_flag, config_kwargs,
+)
 from albert_tf.config import AlbertConfig
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import PretrainingDataConfig
@@ -62,8 +64,7 @@ def _command_line(args):
     """`albert-tf demo --out RUN_DIR` and every flag of `args` that differs from its default."""
     words = ["albert-tf", "demo", "--out", args.out]
     for config_cls, defaults, names in [group[1:] for group in _GROUPS] + [(DemoConfig, DemoConfig(), _DEMO_FIELDS)]:
-        flags = {field.name: field.metadata.get("flag", field.name.replace("_", "-"))
-                 for field in dataclasses.fields(config_cls)}
+        flags = {field.name: config_flag(field) for field in dataclasses.fields(config_cls)}
         for name in names:
             value = getattr(args, name)
             if value == getattr(defaults, name):

@@ -90,6 +90,11 @@ def add_command(subparsers, name, description=None):
                                  formatter_class=HelpFormatter)
 
 
+def config_flag(field):
+    """The command-line flag of a config dataclass field, without its dashes: its `flag`, or its name in kebab case."""
+    return field.metadata.get("flag", field.name.replace("_", "-"))
+
+
 def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
     """Adds one flag per field of `config_cls`.
 
@@ -106,7 +111,7 @@ def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
         if name in exclude:
             continue
         field = fields[name]
-        flag = "--" + field.metadata.get("flag", name.replace("_", "-"))
+        flag = "--" + config_flag(field)
         default = defaults.get(name, None if field.default is dataclasses.MISSING else field.default)
         kind = _value_type(field.type)
         options = {"dest": name, "default": default, "help": field.metadata.get("help", "")}
