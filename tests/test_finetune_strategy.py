@@ -19,7 +19,7 @@ from albert_tf.distribute import clip_after_all_reduce
 from albert_tf.models import AlbertClassifier, AlbertTagger
 from albert_tf.optimizers import build_optimizer
 from albert_tf.tasks import load_run, predict_examples
-from albert_tf.tasks.custom_loop import CustomLoop
+from albert_tf.tasks.custom_loop import CustomLoop, _replica_rows
 from cli_helpers import free_ports, run_cli, user_environment
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
@@ -162,6 +162,14 @@ def test_custom_loop_takes_the_steps_fit_takes_on_one_device():
     for a, b in zip(looped.weights, local.weights):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
+
+
+def test_each_worker_takes_its_replicas_rows_of_every_global_batch():
+    rows = tf.data.Dataset.range(16).batch(8).map(lambda x: ({"ids": x}, -x))  # two global batches of 8
+    # The second of two workers, each with two replicas: rows 4-5 and 6-7 of each global batch.
+    context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=4)
+    taken = [(x["ids"].numpy().tolist(), y.numpy().tolist()) for x, y in _replica_rows(rows, context, 8)]
+    assert taken == [([4, 5], [-4, -5]), ([6, 7], [-6, -7]), ([12, 13], [-12, -13]), ([14, 15], [-14, -15])]
 
 
 @pytest.mark.slow

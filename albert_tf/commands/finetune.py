@@ -23,7 +23,7 @@ the cluster and that machine's place in it; --batch-size is the global batch
 over all of them (a multiple of the replicas), fixed shapes are on, and each
 epoch runs in a strategy.run loop that takes the steps model.fit takes on one
 device. Every worker evaluates on its own copy of the weights; only the chief
-(worker 0) writes OUT, so the other workers need no access to it.
+(worker 0, unless TF_CONFIG names a chief) writes OUT; the others never touch it.
 
 Ctrl-C after an epoch finished keeps the best finished epoch: OUT is written
 as a normal run's (usable by predict and export), and OUT/finetune.json says
