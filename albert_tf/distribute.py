@@ -70,6 +70,21 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
     return tf.distribute.TPUStrategy(_connect_tpu(tpu))
 
 
+
+def is_chief(strategy):
+    """False only on the workers of a multi-worker cluster that are not its chief.
+
+    The chief is the "chief" task when the cluster has one, else worker 0;
+    it alone writes a run's outputs.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_type is None:
+        return True
+    jobs = resolver.cluster_spec().as_dict()
+    if "chief" in jobs:
+        return resolver.task_type == "chief"
+    return resolver.task_type != "worker" or resolver.task_id == 0
+
 # Seconds to wait for a grpc:// TPU address to accept a connection: TensorFlow
 # itself waits without end on an address where nothing listens.
 TPU_CONNECT_TIMEOUT = 10

@@ -7,6 +7,7 @@ when chaining commands show up here first.
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -59,3 +60,14 @@ def run_cli(*args, cwd=None, input=None, timeout=900, expect_rc=0, env=None):
             f"--- stdout ---\n{done.stdout[-4000:]}\n--- stderr ---\n{done.stderr[-4000:]}"
         )
     return done
+
+
+def free_ports(count):
+    """`count` TCP ports free on localhost now (for a test cluster's TF_CONFIG)."""
+    sockets = [socket.socket() for _ in range(count)]
+    for s in sockets:
+        s.bind(("localhost", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports

@@ -9,7 +9,6 @@ import json
 import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.training import Trainer
+from cli_helpers import free_ports
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, fit_weights, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
 )
@@ -54,16 +54,6 @@ def finish(process, timeout=90):
 def saved_weights(path):
     arrays = np.load(path)
     return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
-
-
-def free_ports(count):
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("localhost", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
 
 
 @pytest.mark.slow

@@ -17,14 +17,20 @@ NAME) trains data-parallel with --batch-size as the global batch; batches
 then have fixed shapes (--fixed-shapes, on by default there): padded to
 --max-seq-length, the partial last training batch dropped, the last
 evaluation batch filled with padding rows that are not scored.
---strategy multi_worker is refused: Keras 3's model.fit, which fine-tuning
-runs, does not work under MultiWorkerMirroredStrategy.
+--strategy multi_worker trains on several machines (MultiWorkerMirroredStrategy):
+run the same command on each, with the TF_CONFIG environment variable naming
+the cluster and that machine's place in it; --batch-size is the global batch
+over all of them (a multiple of the replicas), fixed shapes are on, and each
+epoch runs in a strategy.run loop that takes the steps model.fit takes on one
+device. Every worker evaluates on its own copy of the weights; only the chief
+(worker 0, unless TF_CONFIG names a chief) writes OUT; the others never touch it.
 
 Ctrl-C after an epoch finished keeps the best finished epoch: OUT is written
 as a normal run's (usable by predict and export), and OUT/finetune.json says
 "interrupted". Ctrl-C before that writes nothing.
 """
 
+import contextlib
 import os
 import sys
 
@@ -33,7 +39,7 @@ from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
-from albert_tf.distribute import STRATEGY_NAMES
+from albert_tf.distribute import STRATEGY_NAMES, is_chief
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.models import AlbertBackbone
 from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
@@ -55,17 +61,14 @@ def add_parser(subparsers):
                         "finetune.json).")
     add_overwrite_flag(parser)
     add_config_flags(parser, FinetuneConfig, exclude=("task",))
-    add_strategy_flags(parser, STRATEGY_NAMES, note=" multi_worker is refused (Keras 3's model.fit does not run "
-                       "under MultiWorkerMirroredStrategy); use pretrain for several machines.")
+    add_strategy_flags(parser, STRATEGY_NAMES, note=" multi_worker: run the command on every machine, TF_CONFIG "
+                       "naming the cluster; --batch-size is the global batch; only the chief writes --out.")
     parser.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2), help="Keras fit verbosity.")
     return parser
 
 
 def run(args):
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
-    if args.strategy == "multi_worker":
-        raise ValueError("--strategy multi_worker: finetune trains with Keras 3's model.fit, which does not run "
-                         "under MultiWorkerMirroredStrategy; use --strategy mirrored (one machine's GPUs) or tpu.")
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
     for flag, path in (("--train", args.train), ("--eval", args.eval)):
@@ -85,26 +88,36 @@ def run(args):
     replicas = strategy.num_replicas_in_sync
     where = f" on {replicas} replica{'s' * (replicas > 1)} ({strategy_name})" if strategy_name != "default" else ""
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
+    # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone.
+    chief = is_chief(strategy)
+    output = fresh_output_dir(args.out, args.overwrite, keep_when=_kept) if chief else contextlib.nullcontext(args.out)
     try:
-        with fresh_output_dir(args.out, args.overwrite, keep_when=_kept) as staging:
+        with output as staging:
             # Flushed: each epoch's line shows as it ends, also through a pipe.
             result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
                               log=lambda line: print(line, flush=True), verbose=args.verbose, strategy=strategy)
     except KeyboardInterrupt as e:
-        print(f"\nalbert-tf finetune: {_interrupted(e, args)}", file=sys.stderr)
+        worker = None if chief else strategy.cluster_resolver.task_id
+        print(f"\nalbert-tf finetune: {_interrupted(e, args, worker)}", file=sys.stderr)
         return EXIT_INTERRUPTED
     best = result["best"]
+    saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
-        f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; saved to {args.out}/best")
+        f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
 
 
 def _kept(error):
     return isinstance(error, FinetuneInterrupted) and error.best_epoch is not None
 
 
-def _interrupted(error, args):
-    """One line: where the run stopped, what was kept in --out, and what to do next."""
+def _interrupted(error, args, worker=None):
+    """One line: where the run stopped, what was kept in --out, and what to do next.
+
+    `worker`: the task id of a worker other than the chief, which keeps nothing.
+    """
     where = str(error) if isinstance(error, FinetuneInterrupted) else "interrupted before training"
+    if worker is not None:
+        return f"worker {worker}: {where}; the chief alone writes {args.out}."
     if not _kept(error):
         return (f"{where}, before any epoch finished; nothing was kept (nothing written to {args.out}). "
                 "Rerun the same command to start again.")

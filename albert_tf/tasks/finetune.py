@@ -8,6 +8,10 @@ Output directory:
                      metrics and the best epoch: enough to rebuild and rerun;
                      "interrupted" when Ctrl-C stopped the run after an epoch
                      finished (`FinetuneInterrupted`)
+
+Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
+(where `fit` does not run) with `CustomLoop`, which takes the same steps.
+Only the chief of a multi-worker cluster writes the output directory.
 """
 
 import json
@@ -18,12 +22,13 @@ import time
 import keras
 import tensorflow as tf
 
-from albert_tf.distribute import clip_after_all_reduce
+from albert_tf.distribute import clip_after_all_reduce, is_chief
 from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.optimizers import build_optimizer
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
+from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.tasks.registry import get_task
 from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline import files
@@ -68,7 +73,10 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     last training batch is dropped, and evaluation fills its last batch with
     padding rows whose outputs are discarded. `config.batch_size` is the
     global batch, split across the replicas; gradients are all-reduced before
-    they are clipped, so the steps are those of one device.
+    they are clipped, so the steps are those of one device. Under
+    `MultiWorkerMirroredStrategy` (which needs fixed shapes, and a batch that
+    is a multiple of the replicas) every worker calls this with the same
+    arguments, and only the chief writes `out_dir`.
 
     Args:
         config: a `FinetuneConfig`.
@@ -77,7 +85,8 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             (`AlbertBackbone.enable_lora`), in place.
         tokenizer: the `AlbertTokenizer` matching the backbone's vocabulary.
         train_path, eval_path: data files (or directories, for RACE).
-        out_dir: where `best/`, `tokenizer/` and `finetune.json` go.
+        out_dir: where `best/`, `tokenizer/` and `finetune.json` go (by
+            the chief alone; other workers write nothing).
         log: called with one line of text per event.
         verbose: Keras `fit` verbosity.
         strategy: a `tf.distribute.Strategy` (default: the current one). The
@@ -112,8 +121,15 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if not train.inputs or not evaluation.inputs:
         raise ValueError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
 
+    custom = needs_custom_loop(strategy)
+    if custom and not config.fixed_shapes:
+        raise ValueError(f"`fixed_shapes` must be on under {type(strategy).__name__}: its step splits each "
+                         "batch across the workers by shape. Received: fixed_shapes=False")
     with strategy.scope():
         model, steps_per_epoch = _build(config, task, backbone, label_names, len(train.inputs), log)
+    loop = CustomLoop(model, strategy, config.batch_size) if custom else None
+    # Non-chief workers of a cluster train and evaluate as the chief does, and write nothing.
+    writes = is_chief(strategy)
 
     def epoch_dataset(epoch):
         # One dataset per epoch, for a new order each: see make_dataset's `shuffle`.
@@ -121,24 +137,31 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                             bucket=config.bucket and not config.fixed_shapes, label_pad=task.label_pad,
                             pad_to=config.pad_to, remainder="drop" if config.fixed_shapes else "keep")
 
-    files.makedirs(out_dir)
-    tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
+    if writes:
+        files.makedirs(out_dir)
+        tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
     main_metric = task.metrics[0]
     history, best, best_epoch, epoch, finished = [], None, None, 1, 0
     try:
         for epoch in range(1, config.epochs + 1):
             start = time.perf_counter()
-            fit = model.fit(epoch_dataset(epoch), epochs=epoch, initial_epoch=epoch - 1, shuffle=False, verbose=verbose)
+            if loop is None:
+                fit = model.fit(epoch_dataset(epoch), epochs=epoch, initial_epoch=epoch - 1, shuffle=False,
+                                verbose=verbose)
+                train_loss, trained = float(fit.history["loss"][-1]), model
+            else:
+                train_loss, trained = loop.train_epoch(lambda: epoch_dataset(epoch)), loop.local_model()
             train_seconds = time.perf_counter() - start
-            scores = task.evaluate(model, evaluation, config)
-            record = {"epoch": epoch, "train_loss": float(fit.history["loss"][-1]),
-                      "train_seconds": round(train_seconds, 2), **scores}
+            scores = task.evaluate(trained, evaluation, config)
+            record = {"epoch": epoch, "train_loss": train_loss, "train_seconds": round(train_seconds, 2), **scores}
             history.append(record)
             improved = best is None or scores[main_metric] > best[main_metric]
             if improved:
-                _save_best(model, tokenizer, out_dir)
+                if writes:
+                    _save_best(trained, tokenizer, out_dir)
                 best, best_epoch = scores, epoch
-            _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
+            if writes:
+                _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
             finished = epoch
             # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
             log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
@@ -146,14 +169,15 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                 + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
     except KeyboardInterrupt:
         epoch = finished + 1  # the epoch that did not finish
-        if best_epoch is not None:
+        if best_epoch is not None and writes:
             _recover_best(out_dir)
             # An epoch stopped while its best/ was being written is not finished.
             kept = [r for r in history if r["epoch"] <= max(finished, best_epoch)]
             _write_run(out_dir, config, label_names, kept, best_epoch, train, evaluation,
                        interrupted={"epoch": epoch, "epochs": config.epochs})
         raise FinetuneInterrupted(epoch, config.epochs, best_epoch, best, main_metric) from None
-    files.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
+    if writes:
+        files.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
     return {"history": history, "best_epoch": best_epoch, "best": best}
 
 

@@ -56,7 +56,7 @@ import tensorflow as tf
 
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import skip_optimizer_all_reduce
+from albert_tf.distribute import is_chief, skip_optimizer_all_reduce
 from albert_tf.model_dirs import ENTRY_FILES, FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrained import save_pretrained
@@ -169,7 +169,7 @@ class Trainer:
         self.run_dir = run_dir
         self._dataset_fn = dataset_fn
         self._print = print_fn
-        self._is_chief = _is_chief(self.strategy)
+        self._is_chief = is_chief(self.strategy)
         self._tokenizer = tokenizer
         self._write_run_files(tokenizer, run_info or {})
 
@@ -575,13 +575,3 @@ def _final_holds(final_dir, step):
         return False
     return saved_step == step and files.isfile(os.path.join(final_dir, WEIGHTS_FILE))
 
-
-def _is_chief(strategy):
-    """True unless this process is a non-chief worker of a multi-worker cluster."""
-    resolver = getattr(strategy, "cluster_resolver", None)
-    if resolver is None or resolver.task_type is None:
-        return True
-    jobs = resolver.cluster_spec().as_dict()
-    if "chief" in jobs:
-        return resolver.task_type == "chief"
-    return resolver.task_type != "worker" or resolver.task_id == 0
