@@ -5,6 +5,7 @@ from keras import ops
 
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
+from albert_tf.layers.cast_once import cast_weights_once
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
 from albert_tf.model_dirs import is_hf_dir, resolve_model_dir
@@ -134,6 +135,17 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
                 "`lora_alpha` and `lora_embedding_rank` need a `lora_rank`. Received: "
                 f"lora_alpha={lora_alpha!r}, lora_embedding_rank={lora_embedding_rank!r}, lora_rank=None"
             )
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # Under a mixed policy Keras casts a variable at every read, so the
+        # shared blocks' weights would be cast once per layer that applies
+        # them; here they are cast once per call (see `cast_weights_once`).
+        # Under float32 nothing is cast and the call is Keras' own. Under
+        # remat each block recomputes from its own reads of the weights.
+        if self.compute_dtype == self.variable_dtype or self.remat:
+            return super().call(inputs, training=training, mask=mask, **kwargs)
+        with cast_weights_once(self.compute_dtype):
+            return super().call(inputs, training=training, mask=mask, **kwargs)
 
     def attention_layers(self):
         """The distinct `SelfAttention` layers, each once however many layers share it."""
