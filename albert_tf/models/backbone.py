@@ -32,7 +32,8 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
     `num_hidden_groups` lists of `inner_group_num` blocks, and layer i applies
     every block of group `config.group_index(i)`. Under partial sharing it has
     one block per layer, and those blocks hold the same attention (or FFN)
-    object.
+    object. Under a mixed policy each call casts the weights to the compute
+    dtype once, not at every application (`cast_weights_once`).
 
     Args:
         config: an `AlbertConfig` (or a dict of its fields).
