@@ -1,4 +1,4 @@
-"""Times ALBERT-base on this machine's CPU: albert-tf vs keras-hub vs HF transformers.
+"""Times ALBERT-base on this machine's CPU: albert-tf vs keras-hub vs HF transformers, in each precision.
 
 Two figures, measured in one run so the peers share the machine's state:
   * one pretraining step (forward, MLM + SOP loss, backward, Adam update),
@@ -6,15 +6,20 @@ Two figures, measured in one run so the peers share the machine's state:
   * batch-1 inference of the backbone at seq 128.
 
 Every implementation gets the same shapes, the same optimizer (Adam, so the
-comparison is about the model, not LAMB) and the same thread count. Keras
-models run through their compiled functions, with and without XLA. Each
-implementation lives in its own process for the whole run, and the
-processes are timed in turns for `--rounds` rounds, so a change in the
-machine's load hits every row; the table gives each row's median, its ratio
-to the fastest peer (median and range over the rounds: a stable ratio has a
-narrow range), and its share of the machine's matmul ceiling
-(bench/ceilings.py) at the row's precision. `--bf16` adds albert-tf rows in
-mixed_bfloat16 (measure them where the CPU has avx512_bf16 or amx_bf16).
+comparison is about the model, not LAMB) and the same thread count, in
+float32 and in bfloat16: albert-tf and keras-hub under the mixed_bfloat16
+policy, each with and without XLA (TensorFlow's oneDNN kernels use a CPU's
+bfloat16 units, its XLA CPU backend does not), HF transformers under
+`torch.autocast("cpu", dtype=torch.bfloat16)`. The bfloat16 rows are timed
+by default where the CPU has bfloat16 units (avx512_bf16 or amx_bf16);
+`--bf16` times them elsewhere too. Each implementation lives in its own
+process for the whole run, and the processes are timed in turns for
+`--rounds` rounds, so a change in the machine's load hits every row. The
+table gives each row's median; its ratio to the fastest peer at the same
+precision and its speed-up over its own implementation's fastest float32
+row (median and range over the rounds: a stable ratio has a narrow range);
+and its share of the machine's matmul ceiling (bench/ceilings.py) at the
+row's precision.
 
     pip install -e .[bench]
     python bench/model_speed.py [--steps 10] [--rounds 5] [--bf16] [--write bench/results/model_speed.md]
@@ -78,11 +83,13 @@ def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
     )
 
 
-def bench_keras_hub(arrays, warmup, steps, jit):
+def bench_keras_hub(arrays, warmup, steps, jit, precision="float32"):
     import keras
     import keras_hub
     import tensorflow as tf
 
+    # The policy of every layer keras-hub builds, its MLM head's included (one row per process).
+    keras.mixed_precision.set_global_policy(precision)
     backbone = keras_hub.models.AlbertBackbone(
         vocabulary_size=30000, num_layers=12, num_heads=12, embedding_dim=128, hidden_dim=768,
         intermediate_dim=3072, dropout=0.0, max_sequence_length=512,
@@ -104,7 +111,9 @@ def bench_keras_hub(arrays, warmup, steps, jit):
     )
 
 
-def bench_hf(arrays, warmup, steps):
+def bench_hf(arrays, warmup, steps, precision="float32"):
+    import contextlib
+
     import torch
     import transformers
 
@@ -122,40 +131,98 @@ def bench_hf(arrays, warmup, steps):
     labels.scatter_(1, t["mask_positions"], t["mask_ids"])
     one = {k: torch.from_numpy(v.astype("int64")) for k, v in first_row(arrays).items()}
 
+    def autocast():
+        # PyTorch's mixed precision: float32 weights, matmuls in bfloat16; the
+        # backward pass runs outside, in the dtypes the forward pass chose.
+        if precision == "float32":
+            return contextlib.nullcontext()
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+
     def train_step():
         model.train()
         optimizer.zero_grad(set_to_none=True)
-        out = model(
-            input_ids=t["token_ids"], token_type_ids=t["segment_ids"],
-            attention_mask=t["padding_mask"], labels=labels,
-            sentence_order_label=t["sentence_order_label"],
-        )
+        with autocast():
+            out = model(
+                input_ids=t["token_ids"], token_type_ids=t["segment_ids"],
+                attention_mask=t["padding_mask"], labels=labels,
+                sentence_order_label=t["sentence_order_label"],
+            )
         out.loss.backward()
         optimizer.step()
 
     def infer_step():
         model.eval()
-        with torch.inference_mode():
+        with torch.inference_mode(), autocast():
             model.albert(input_ids=one["token_ids"], token_type_ids=one["segment_ids"],
                          attention_mask=one["padding_mask"])
 
     return measurements(train_step, infer_step, warmup, steps)
 
 
-# key -> (table name, precision, is a peer, bench function)
+class Row:
+    """One implementation in one precision with one compiler: a row of the table.
+
+    Attributes:
+        implementation: "albert-tf", "keras-hub" or "hf" (speed-ups compare rows of one implementation).
+        name: the table's name of the implementation.
+        precision: "fp32" or "bf16", the ceiling the row is measured against.
+        compiler: how the step runs, as the table prints it.
+        peer: whether albert-tf is compared with it.
+        bench: (arrays, warmup, steps) -> `measurements`.
+    """
+
+    def __init__(self, implementation, name, precision, compiler, peer, bench):
+        self.implementation, self.name, self.precision = implementation, name, precision
+        self.compiler, self.peer, self.bench = compiler, peer, bench
+
+
+TF_GRAPH, TF_XLA, TORCH_EAGER = "tf.function (oneDNN)", "tf.function + XLA", "PyTorch eager (oneDNN)"
+KERAS_POLICY = {"fp32": "float32", "bf16": "mixed_bfloat16"}
+
+
+def keras_rows(implementation, name, peer, bench):
+    """The four rows of a Keras implementation: float32 and mixed_bfloat16, each without and with XLA."""
+    rows = {}
+    for precision, suffix in (("fp32", ""), ("bf16", "-bf16")):
+        for jit, compiler in ((False, TF_GRAPH), (True, TF_XLA)):
+            policy = KERAS_POLICY[precision]
+            rows[implementation + suffix + ("-xla" if jit else "")] = Row(
+                implementation, name if precision == "fp32" else f"{name}, {policy}", precision, compiler, peer,
+                lambda a, w, n, jit=jit, policy=policy: bench(a, w, n, jit, policy),
+            )
+    return rows
+
+
 IMPLEMENTATIONS = {
-    "albert-tf": ("albert-tf (Keras 3, TF backend)", "fp32", False,
-                  lambda a, w, n: bench_albert_tf(a, w, n, False)),
-    "albert-tf-xla": ("albert-tf (Keras 3, TF backend, XLA)", "fp32", False,
-                      lambda a, w, n: bench_albert_tf(a, w, n, True)),
-    "albert-tf-bf16-xla": ("albert-tf mixed_bfloat16, XLA", "bf16", False,
-                           lambda a, w, n: bench_albert_tf(a, w, n, True, "mixed_bfloat16")),
-    "keras-hub": ("keras-hub AlbertBackbone + MLM head", "fp32", True,
-                  lambda a, w, n: bench_keras_hub(a, w, n, False)),
-    "keras-hub-xla": ("keras-hub AlbertBackbone + MLM head, XLA", "fp32", True,
-                      lambda a, w, n: bench_keras_hub(a, w, n, True)),
-    "hf": ("HF transformers (PyTorch)", "fp32", True, bench_hf),
+    **keras_rows("albert-tf", "albert-tf (Keras 3, TF backend)", False, bench_albert_tf),
+    **keras_rows("keras-hub", "keras-hub AlbertBackbone + MLM head", True, bench_keras_hub),
+    "hf": Row("hf", "HF transformers (PyTorch)", "fp32", TORCH_EAGER, True, bench_hf),
+    "hf-bf16": Row("hf", "HF transformers (PyTorch), torch.autocast bfloat16", "bf16", TORCH_EAGER, True,
+                   lambda a, w, n: bench_hf(a, w, n, "bfloat16")),
 }
+# The /proc/cpuinfo flags of the bfloat16 units oneDNN uses: where they are, the bf16 rows run by default.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+HIDDEN_SIZE = 768
+
+
+def default_row(flags):
+    """The row the commands run by default for ALBERT-base on a CPU with `flags`.
+
+    The commands' rule (albert_tf/precision.py): mixed_bfloat16 without XLA
+    where the CPU has bfloat16 units and H >= 512, else float32 with XLA.
+    """
+    if any(flag in flags for flag in BF16_FLAGS) and HIDDEN_SIZE >= 512:
+        return "albert-tf-bf16"
+    return "albert-tf-xla"
+
+
+def speedup_stats(results, key, own_fp32, measurement):
+    """Median over rounds of the fastest of `own_fp32`'s time / `key`'s time, and the (min, max).
+
+    The fastest is the row with the lowest median over all rounds; > 1 means `key` is faster.
+    """
+    fastest, ratio, (low, high) = ratio_stats(results, key, own_fp32, measurement)
+    return fastest, 1 / ratio, (1 / high, 1 / low)
 
 
 def run_worker(key, warmup, steps):
@@ -166,7 +233,7 @@ def run_worker(key, warmup, steps):
     threads = os.cpu_count()
     torch.set_num_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    serve(IMPLEMENTATIONS[key][3](pretraining_arrays(30000), warmup, steps))
+    serve(IMPLEMENTATIONS[key].bench(pretraining_arrays(30000), warmup, steps))
 
 
 def main():
@@ -174,18 +241,20 @@ def main():
     parser.add_argument("--steps", type=int, default=10, help="timed iterations per round (inference: 3x)")
     parser.add_argument("--rounds", type=int, default=5, help="turns of timing every implementation")
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--bf16", action="store_true", help="add albert-tf in mixed_bfloat16 (XLA)")
-    parser.add_argument("--only", nargs="+", choices=sorted(IMPLEMENTATIONS), help="implementations to time")
-    parser.add_argument("--worker", choices=sorted(IMPLEMENTATIONS), help=argparse.SUPPRESS)
+    parser.add_argument("--bf16", action="store_true",
+                        help="time the bfloat16 rows even where the CPU has no bfloat16 units")
+    parser.add_argument("--only", nargs="+", choices=list(IMPLEMENTATIONS), help="rows to time")
+    parser.add_argument("--worker", choices=list(IMPLEMENTATIONS), help=argparse.SUPPRESS)
     parser.add_argument("--write", help="also write the table (markdown) to this file")
     args = parser.parse_args()
     if args.worker:
         return run_worker(args.worker, args.warmup, args.steps)
 
     ceilings = measure_ceilings()
-    keys = args.only or [k for k in IMPLEMENTATIONS if args.bf16 or k != "albert-tf-bf16-xla"]
+    flags = ceilings["flags"]
+    bf16 = args.bf16 or any(flag in flags for flag in BF16_FLAGS)
+    keys = args.only or [k for k, row in IMPLEMENTATIONS.items() if bf16 or row.precision == "fp32"]
     results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--warmup", str(args.warmup)])
-    peers = [k for k in keys if IMPLEMENTATIONS[k][2]]
 
     import tensorflow as tf
     import torch
@@ -196,33 +265,52 @@ def main():
         "train": albert_flops(768, 12, 3072, 128, 30000, BATCH, SEQ, PREDICTIONS, train=True),
         "infer": albert_flops(768, 12, 3072, 128, 30000, 1, SEQ),
     }
+    default = default_row(flags)
+    rows = {key: IMPLEMENTATIONS[key] for key in keys}
     table = [
         f"ALBERT-base; {machine_line(ceilings)}",
         f"Median of {args.steps} steps (inference {3 * args.steps}) per round, {args.rounds} rounds in turns. "
         f"TensorFlow {tf.__version__}, keras-hub {keras_hub.__version__}, transformers "
-        f"{transformers.__version__}, torch {torch.__version__}. Ratio: time / the fastest peer's time "
-        "(median over rounds, [min, max]); ceiling: model matmul FLOPs / time / the row precision's ceiling.",
+        f"{transformers.__version__}, torch {torch.__version__}. Vs fastest peer: time / the time of the "
+        "fastest of keras-hub and HF transformers at the row's precision; speed-up: the time of the "
+        "implementation's fastest fp32 row / time (both median over rounds, [min, max]); ceiling: model "
+        "matmul FLOPs / time / the row precision's ceiling.",
+        f"Marked **default**: what `pretrain`, `finetune`, `demo`, `predict` and `bench` run for ALBERT-base on "
+        f"this CPU ({IMPLEMENTATIONS[default].compiler}, {KERAS_POLICY[IMPLEMENTATIONS[default].precision]}: "
+        + ("it has bfloat16 units and H 768 >= 512)." if default == "albert-tf-bf16" else "no bfloat16 units).")
+        + ("" if default in rows else " That row was not timed."),
         "",
-        f"| implementation | precision | train step b{BATCH} x s{SEQ} (ms) | vs fastest peer | ceiling | "
-        f"inference b1 x s{SEQ} (ms) | vs fastest peer | ceiling |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        f"| implementation | precision | compiler | train step b{BATCH} x s{SEQ} (ms) | vs fastest peer | "
+        f"speed-up over own fp32 | ceiling | inference b1 x s{SEQ} (ms) | vs fastest peer | "
+        "speed-up over own fp32 | ceiling |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    for key in keys:
-        name, precision = IMPLEMENTATIONS[key][:2]
-        cells = [name, precision]
+    fastest_peers = {}
+    for key, row in rows.items():
+        name = f"{row.name} (**default**)" if key == default else row.name
+        cells = [name, row.precision, row.compiler]
+        peers = [k for k, r in rows.items() if r.peer and r.precision == row.precision]
+        own_fp32 = [k for k, r in rows.items() if r.implementation == row.implementation and r.precision == "fp32"]
         for measurement in ("train", "infer"):
             ms = statistics.median(r[measurement] for r in results[key])
             cells.append(f"{ms:.1f}")
             if peers:
                 fastest, ratio, (low, high) = ratio_stats(results, key, peers, measurement)
+                fastest_peers[(row.precision, measurement)] = fastest
                 cells.append(f"{ratio:.2f} [{low:.2f}, {high:.2f}]")
             else:
                 cells.append("")
-            cells.append(f"{flops[measurement] / (ms / 1000) / (ceilings[precision] * 1e9):.0%}")
+            if own_fp32:
+                _, speedup, (low, high) = speedup_stats(results, key, own_fp32, measurement)
+                cells.append(f"{speedup:.2f} [{low:.2f}, {high:.2f}]")
+            else:
+                cells.append("")
+            cells.append(f"{flops[measurement] / (ms / 1000) / (ceilings[row.precision] * 1e9):.0%}")
         table.append("| " + " | ".join(cells) + " |")
-    if peers:
-        table += ["", "Fastest peer: " + ", ".join(
-            f"{m} {IMPLEMENTATIONS[ratio_stats(results, keys[0], peers, m)[0]][0]}" for m in ("train", "infer")
+    if fastest_peers:
+        table += ["", "Fastest peer: " + "; ".join(
+            f"{precision} {measurement} {IMPLEMENTATIONS[key].name} ({IMPLEMENTATIONS[key].compiler})"
+            for (precision, measurement), key in sorted(fastest_peers.items())
         ) + "."]
     text = "\n".join(table)
     print()

@@ -5,6 +5,7 @@ from keras import ops
 
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
+from albert_tf.layers.cast_once import cast_weights_once
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
 from albert_tf.model_dirs import is_hf_dir, resolve_model_dir
@@ -31,7 +32,8 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
     `num_hidden_groups` lists of `inner_group_num` blocks, and layer i applies
     every block of group `config.group_index(i)`. Under partial sharing it has
     one block per layer, and those blocks hold the same attention (or FFN)
-    object.
+    object. Under a mixed policy each call casts the weights to the compute
+    dtype once, not at every application (`cast_weights_once`).
 
     Args:
         config: an `AlbertConfig` (or a dict of its fields).
@@ -134,6 +136,17 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
                 "`lora_alpha` and `lora_embedding_rank` need a `lora_rank`. Received: "
                 f"lora_alpha={lora_alpha!r}, lora_embedding_rank={lora_embedding_rank!r}, lora_rank=None"
             )
+
+    def call(self, inputs, training=None, mask=None, **kwargs):
+        # Under a mixed policy Keras casts a variable at every read, so the
+        # shared blocks' weights would be cast once per layer that applies
+        # them; here they are cast once per call (see `cast_weights_once`).
+        # Under float32 nothing is cast and the call is Keras' own. Under
+        # remat each block recomputes from its own reads of the weights.
+        if self.compute_dtype == self.variable_dtype or self.remat:
+            return super().call(inputs, training=training, mask=mask, **kwargs)
+        with cast_weights_once(self.compute_dtype):
+            return super().call(inputs, training=training, mask=mask, **kwargs)
 
     def attention_layers(self):
         """The distinct `SelfAttention` layers, each once however many layers share it."""
