@@ -84,7 +84,8 @@ def test_explicit_float32_gives_float32(wide):
 def test_finetune_then_predict_and_export_print_and_keep_their_choice(wide):
     root, _ = wide
     done = run_cli("finetune", "--task", "sst2", "--model", "runs/wide/final", "--train", "SST-2/train.tsv",
-                   "--eval", "SST-2/dev.tsv", "--out", "runs/sst2", "--batch-size", "16", "--epochs", "1", cwd=root)
+                   "--eval", "SST-2/dev.tsv", "--out", "runs/sst2", "--batch-size", "16", "--epochs", "1",
+                   "--max-seq-length", "64", "--truncate", cwd=root)
     assert chosen(done.stdout) == expected(512, "none")
     run = json.loads((root / "runs" / "sst2" / "finetune.json").read_text())
     assert run["config"]["mixed_precision"] == expected(512, "none")[0]
