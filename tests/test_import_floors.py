@@ -29,6 +29,9 @@ FLOORS = {
     # it names the modules that define them and imports them only when an
     # archive is loaded.
     "albert_tf.keras_registry": 1,
+    # Which precision and XLA setting "auto" means on this machine: reads
+    # /proc/cpuinfo, imports TensorFlow only to ask a strategy its device.
+    "albert_tf.precision": 1,
     # Keras building blocks, and the Keras pieces a model's config names
     # (its preprocessor layer, its optimizer and learning-rate schedule).
     "albert_tf.layers": 2,

@@ -73,6 +73,9 @@ DEMO_MODEL = AlbertConfig(vocab_size=30000, embedding_size=64, hidden_size=128, 
 # XLA on the forward and backward pass: 371 against 271 examples/s plain on 2
 # cores; the whole step under XLA measured the same (372), and forward keeps
 # the weights of earlier versions bit for bit (bench/results/pretrain_throughput.md).
+# Precision is left to "auto": float32 for this H 128 model, where bfloat16
+# measured 0.70x even on a CPU with bfloat16 units (albert_tf.precision);
+# with an explicit XLA compile step "auto" stays float32 at any width.
 # Checkpoints and progress lines are spaced for a 3,000-step run.
 DEMO_TRAINER = TrainerConfig(global_batch_size=16, num_steps=3000, learning_rate=0.005, warmup_fraction=0.02,
                              word_embedding_lr_scale=0.25, compile_step="forward", checkpoint_every=250, log_every=25)
@@ -255,6 +258,7 @@ def _run_demo(out_dir, config, print_fn, progress):
         word_embeddings_init=word_embeddings_init,
     )
     trainer = progress.trainer
+    print_fn(f"Precision: {trainer.precision.describe()}")
     progress.stage = "pretraining"
     trainer.train()
     timings["pretraining_seconds"] = time.perf_counter() - mark

@@ -25,7 +25,7 @@ _GROUPS = (
                                          "num_attention_heads", "intermediate_size")),
     ("data", PretrainingDataConfig, DEMO_DATA, ("max_seq_length", "max_predictions_per_seq", "masked_lm_prob")),
     ("trainer", TrainerConfig, DEMO_TRAINER, ("global_batch_size", "num_steps", "learning_rate", "warmup_fraction",
-                                              "optimizer", "word_embedding_lr_scale", "compile_step",
+                                              "optimizer", "word_embedding_lr_scale", "mixed_precision", "compile_step",
                                               "steps_per_loop",
                                               "checkpoint_every", "keep_checkpoints", "log_every", "seed")),
 )

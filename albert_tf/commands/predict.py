@@ -30,6 +30,8 @@ import tempfile
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
+from albert_tf.models.pretrained import with_dtype_policy
+from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
 from albert_tf.tasks import get_task, load_run
 from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline import files
@@ -44,6 +46,10 @@ def add_parser(subparsers):
     parser.add_argument("--output", default="-", metavar="FILE", help="JSON-lines output, or - for stdout.")
     add_overwrite_flag(parser)
     parser.add_argument("--batch-size", type=int, default=64, help="Examples per forward pass.")
+    parser.add_argument("--mixed-precision", choices=PRECISIONS, default="auto",
+                        help="Precision of the forward passes; auto: mixed_bfloat16 on a CPU with bfloat16 units "
+                        "(avx512_bf16, amx_bf16) for H >= 512, else float32 (also on GPUs and TPUs, where nothing "
+                        "was measured).")
     parser.add_argument("--null-score-diff-threshold", type=float, metavar="X",
                         help="squad_v2: answer \"\" when the null score beats the best span by more than this "
                         "(default: the best_f1_threshold finetune found on dev, else the run's setting).")
@@ -54,6 +60,10 @@ def run(args):
     config, model, tokenizer, record = load_run(args.model)
     if args.input != "-" and not files.isfile(args.input):
         raise ValueError(f"--input {args.input}: no such file.")
+    # Forward passes without XLA: batches padded to their own longest have a new shape nearly every batch.
+    choice = resolve_precision(args.mixed_precision, "none", model.backbone.config.hidden_size, device_kind())
+    model = with_dtype_policy(model, choice.precision)
+    print(f"Precision: {choice.describe()}", file=sys.stderr)
     task = get_task(config.task)
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.

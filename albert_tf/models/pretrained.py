@@ -38,15 +38,54 @@ def save_pretrained(model, directory):
         )
     files.makedirs(directory)
     backbone.config.save(os.path.join(directory, CONFIG_FILE))
-    files.write_text(
-        os.path.join(directory, MODEL_FILE), json.dumps(keras.saving.serialize_keras_object(model), indent=2)
-    )
+    # Saved as float32 whatever policy trained it: the weights are float32
+    # under every policy, and the precision is the loading run's choice
+    # (`with_dtype_policy`), so exports and later runs do not inherit it.
+    serialized = _with_backbone_policy(keras.saving.serialize_keras_object(model), type(backbone).__name__, "float32")
+    files.write_text(os.path.join(directory, MODEL_FILE), json.dumps(serialized, indent=2))
     model.save_weights(os.path.join(directory, WEIGHTS_FILE))
     preprocessor = getattr(model, "preprocessor", None)
     if preprocessor is not None:
         # Where every command looks for a model's tokenizer; the preprocessor
         # itself (SentencePiece model included) is in the model's config.
         preprocessor.tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+
+
+def with_dtype_policy(model, dtype):
+    """`model` (a backbone or a model built on one) rebuilt under the dtype policy `dtype`, with its weights.
+
+    The weights are float32 under every policy, so they carry over as they
+    are; the task heads follow the backbone's policy (logits and losses stay
+    float32). Returns `model` itself when its backbone already has `dtype`.
+
+    Args:
+        model: an `AlbertBackbone`, an `AlbertPretrainer` or a task model.
+        dtype: a dtype policy name: "float32", "mixed_bfloat16" or "mixed_float16".
+    """
+    backbone = getattr(model, "backbone", model)
+    if backbone.dtype_policy.name == dtype:
+        return model
+    serialized = _with_backbone_policy(keras.saving.serialize_keras_object(model), type(backbone).__name__, dtype)
+    rebuilt = keras.saving.deserialize_keras_object(serialized)
+    rebuilt.set_weights(model.get_weights())
+    return rebuilt
+
+
+def _with_backbone_policy(serialized, backbone_class, dtype):
+    """A copy of a serialized model whose backbone (the `backbone_class` entry) has the dtype policy `dtype`."""
+    policy = keras.saving.serialize_keras_object(keras.dtype_policies.get(dtype))
+
+    def rewrite(value):
+        if isinstance(value, list):
+            return [rewrite(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        value = {k: rewrite(v) for k, v in value.items()}
+        if value.get("class_name") == backbone_class and isinstance(value.get("config"), dict):
+            value["config"] = {**value["config"], "dtype": policy}
+        return value
+
+    return rewrite(serialized)
 
 
 def load_saved_model(directory):

@@ -3,6 +3,7 @@
 import dataclasses
 
 from albert_tf.models.classifier import POOLINGS, resolve_pooling
+from albert_tf.precision import PRECISIONS
 from albert_tf.tasks.registry import TASKS
 from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
@@ -77,6 +78,10 @@ class FinetuneConfig(JsonConfig):
     lora_embedding_rank: int = doc(2, "With --lora-rank: rank of a LoRA update of the word-embedding table "
                                    "(0: the table stays frozen). Rank 2 brought rank-8 LoRA from 3.1 to 0.2 points "
                                    "below full fine-tuning on the demo model (bench/results/lora.md).")
+    mixed_precision: str = doc("auto", "float32, mixed_bfloat16 or mixed_float16 (GPU); auto: mixed_bfloat16 on a "
+                               "CPU with bfloat16 units (avx512_bf16, amx_bf16) for H >= 512, else float32 (also "
+                               "on GPUs and TPUs, where nothing was measured). The saved weights are float32 "
+                               "either way.", choices=PRECISIONS)
     seed: int = doc(0, "Weight init of the head, shuffling and dropout.")
     truncate: bool = doc(False, "Cut texts longer than max-seq-length (counted) instead of failing.")
     truncate_from: str = doc("end", "Which pieces truncation drops (here and in the exported serve_text): end "
@@ -117,6 +122,7 @@ class FinetuneConfig(JsonConfig):
             check_positive("learning_rate", self.learning_rate)
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("truncate_from", self.truncate_from, TRUNCATE_FROM)
+        check_choice("mixed_precision", self.mixed_precision, PRECISIONS)
         if self.truncate_from != "end" and not isinstance(TASKS[self.task], SentenceTask):
             raise ValueError(f"`truncate_from` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: truncate_from={self.truncate_from!r}")

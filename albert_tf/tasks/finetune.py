@@ -25,7 +25,9 @@ import tensorflow as tf
 from albert_tf.distribute import clip_after_all_reduce, is_chief
 from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
+from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.optimizers import build_optimizer
+from albert_tf.precision import device_kind, resolve_precision
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
@@ -82,7 +84,9 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         config: a `FinetuneConfig`.
         backbone: an `AlbertBackbone` (pretrained, converted or freshly
             initialised). With `config.lora_rank` it gets LoRA factors
-            (`AlbertBackbone.enable_lora`), in place.
+            (`AlbertBackbone.enable_lora`), in place. Under another dtype
+            policy than `config.mixed_precision` resolves to, a copy under
+            that policy trains (`with_dtype_policy`).
         tokenizer: the `AlbertTokenizer` matching the backbone's vocabulary.
         train_path, eval_path: data files (or directories, for RACE).
         out_dir: where `best/`, `tokenizer/` and `finetune.json` go (by
@@ -104,6 +108,14 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         # False only in the default (no-op) strategy's scope.
         distributed = tf.distribute.has_strategy()
     config = config.resolved(backbone.config, distributed=distributed)
+    # `fit` runs without XLA (see `_build`); TPUStrategy compiles the whole step.
+    device = device_kind(strategy)
+    choice = resolve_precision(config.mixed_precision, "whole" if device == "tpu" else "none",
+                               backbone.config.hidden_size, device)
+    config = config.replace(mixed_precision=choice.precision)  # finetune.json records what ran
+    log(f"Precision: {choice.describe()}")
+    with strategy.scope():
+        backbone = with_dtype_policy(backbone, choice.precision)
     log(f"learning rate {config.learning_rate:.3g}")
     if config.fixed_shapes:
         log(f"fixed shapes: batches of ({config.batch_size}, {config.max_seq_length}); the partial last training "

@@ -3,17 +3,15 @@
 import dataclasses
 import os
 
+from albert_tf.precision import COMPILE_STEPS, PRECISIONS
 from input_pipeline import files
 from input_pipeline.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_non_negative, check_positive_int, doc,
 )
 
 OPTIMIZERS = ("lamb", "adamw")
-PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 # Word-embedding starts (albert_tf.training.embedding_init); chosen by the commands that hold the text.
 EMBEDDING_INITS = ("random", "ppmi-svd")
-# What XLA compiles of a training step (see `TrainerConfig.compile_step`).
-COMPILE_STEPS = ("auto", "whole", "forward", "none")
 
 
 # The paper's warmup, 3,125 of 125,000 steps, as a share of any run's length.
@@ -46,14 +44,18 @@ class TrainerConfig(JsonConfig):
     clip_norm: float = doc(1.0, "Clip the all-reduced gradient to this global norm; 0 turns clipping off.")
     accumulation_steps: int = doc(1, "k: each step consumes k micro-batches of batch-size/k examples; the "
                                   "update equals one step on the whole batch.")
-    mixed_precision: str = doc("float32", "float32, mixed_bfloat16 (TPU, CPU) or mixed_float16 (GPU, with "
-                               "dynamic loss scaling).", choices=PRECISIONS)
+    # "auto" is resolved with compile_step by `albert_tf.precision.resolve_precision`.
+    mixed_precision: str = doc("auto", "float32, mixed_bfloat16 (TPU, CPU) or mixed_float16 (GPU, with dynamic "
+                               "loss scaling); auto: mixed_bfloat16 without XLA on a CPU with bfloat16 units "
+                               "(avx512_bf16, amx_bf16) for H >= 512, where it measured faster, else float32 "
+                               "(also on GPUs and TPUs, where nothing was measured).", choices=PRECISIONS)
     # Runs with different settings agree only to float tolerance: XLA's
-    # kernels round differently. "auto" picks by strategy in `Trainer`.
+    # kernels round differently. "auto" picks by strategy and precision in `Trainer`.
     compile_step: str = doc("auto", "What XLA compiles: whole (a replica's forward, backward, all-reduce, "
                             "clipping, accumulation and LAMB update as one program), forward (each micro-batch's "
-                            "forward and backward pass only), none, or auto: whole on a TPU and on one device, "
-                            "forward where XLA cannot compile the all-reduce (several CPU/GPU replicas).",
+                            "forward and backward pass only), none, or auto: none for mixed_bfloat16 on a CPU with "
+                            "bfloat16 units (XLA's CPU backend does not use them), else whole on a TPU and on one "
+                            "device, forward where XLA cannot compile the all-reduce (several CPU/GPU replicas).",
                             choices=COMPILE_STEPS)
     steps_per_loop: int = doc(10, "Optimizer steps per call into TensorFlow (a graph loop "
                               "over the input iterator), with metrics read once per loop; loops end early at "

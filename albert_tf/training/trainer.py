@@ -62,6 +62,7 @@ from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
 from albert_tf.optimizers import build_optimizer
+from albert_tf.precision import device_kind, resolve_precision
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
@@ -77,8 +78,11 @@ FINAL_STEP_FILE = "trainer_step.json"
 # or lower the learning rate after a divergence) and bookkeeping. Anything
 # else would continue the checkpoint under a different recipe. "jit_compile"
 # is compile_step's name in the training_config.json of older run directories.
+# mixed_precision may change too: the weights and optimizer slots are float32
+# under every policy, so a checkpoint restores under any of them (older runs
+# saved "float32" where the default is now "auto").
 RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "compile_step", "jit_compile", "steps_per_loop",
-                     "remat", "checkpoint_every", "keep_checkpoints", "log_every")
+                     "remat", "mixed_precision", "checkpoint_every", "keep_checkpoints", "log_every")
 
 
 class TrainingDiverged(RuntimeError):
@@ -171,12 +175,17 @@ class Trainer:
         self._print = print_fn
         self._is_chief = is_chief(self.strategy)
         self._tokenizer = tokenizer
-        self._write_run_files(tokenizer, run_info or {})
+        # The precision and XLA setting this run uses ("auto" resolved), recorded in training_config.json.
+        self.precision = resolve_run_precision(config, model_config, self.strategy)
+        self.compile_step = self.precision.compile_step
+        resolved = {"mixed_precision": self.precision.precision, "compile_step": self.compile_step,
+                    "reason": self.precision.reason}
+        self._write_run_files(tokenizer, {**(run_info or {}), "resolved": resolved})
 
         # === Model, optimizer and step, mirrored on every replica ===
         with self.strategy.scope():
             keras.utils.set_random_seed(config.seed)
-            self.model = build_pretrainer(model_config, config.mixed_precision, config.remat)
+            self.model = build_pretrainer(model_config, self.precision.precision, config.remat)
             self.optimizer = trainer_optimizer(config)
             self.optimizer.build(self.model.trainable_variables)
             skip_optimizer_all_reduce(self.optimizer)
@@ -193,7 +202,6 @@ class Trainer:
         self.checkpoint_dir = os.path.join(run_dir, CHECKPOINT_DIR)
         if word_embeddings_init is not None and not checkpoints.checkpoint_steps(self.checkpoint_dir):
             self._set_word_embeddings(word_embeddings_init)
-        self.compile_step = resolve_compile_step(config.compile_step, self.strategy)
         # "forward" holds no collectives, so it compiles the same under every
         # strategy; "whole" compiles the replica step with its all-reduce.
         self._forward_backward = (
@@ -520,28 +528,37 @@ class Trainer:
             )
 
 
-def resolve_compile_step(compile_step, strategy):
-    """The `TrainerConfig.compile_step` a run uses under `strategy` ("auto" resolved).
+def resolve_run_precision(config, model_config, strategy, flags=None):
+    """The precision and compile step a run of `config` uses under `strategy` ("auto" resolved).
 
-    XLA compiles TPUStrategy's replica step, and that of a single replica.
+    See `albert_tf.precision.resolve_precision` for the precision rule. XLA
+    compiles TPUStrategy's replica step, and that of a single replica.
     Under MirroredStrategy over several (logical CPU) devices the compiled
     replica step fails: XLA runs each replica's program on one device, and it
     cannot reach the variables other devices hold ("Trying to access resource
     ... located in device CPU:1 from device CPU:0"). Several replicas outside
     a TPU therefore get "forward", which holds no variable and no all-reduce.
 
+    Args:
+        config: a `TrainerConfig`.
+        model_config: the `AlbertConfig` trained.
+        strategy: the `tf.distribute.Strategy` of the run.
+        flags: the CPU's flags (this machine's when None).
+
+    Returns:
+        An `albert_tf.precision.PrecisionChoice`.
+
     Raises:
         ValueError: "whole" under a strategy whose all-reduce XLA cannot compile.
     """
     whole_compiles = isinstance(strategy, tf.distribute.TPUStrategy) or strategy.num_replicas_in_sync == 1
-    if compile_step == "auto":
-        return "whole" if whole_compiles else "forward"
-    if compile_step == "whole" and not whole_compiles:
+    if config.compile_step == "whole" and not whole_compiles:
         raise ValueError(
             f"compile_step='whole' compiles the all-reduce with XLA, which only TPUStrategy and one replica allow. "
             f"Received: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas; use 'forward'."
         )
-    return compile_step
+    return resolve_precision(config.mixed_precision, config.compile_step, model_config.hidden_size,
+                             device_kind(strategy), whole_compiles, flags)
 
 
 def loop_length(step, config):

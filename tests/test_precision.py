@@ -1,0 +1,70 @@
+"""The "auto" precision and compile-step rule (`albert_tf.precision`), branch by branch, with given CPU flags."""
+
+import pytest
+
+from albert_tf.precision import BF16_MIN_HIDDEN_SIZE, cpu_flags, resolve_precision
+
+BF16_CPU = frozenset({"avx512f", "avx512_bf16", "avx512_vnni"})
+AMX_CPU = frozenset({"avx512f", "amx_bf16", "amx_tile"})
+PLAIN_CPU = frozenset({"avx2", "avx512f", "avx512_vnni"})
+WIDE, NARROW = BF16_MIN_HIDDEN_SIZE, BF16_MIN_HIDDEN_SIZE // 2
+
+
+def choose(precision="auto", compile_step="auto", hidden_size=WIDE, device="cpu", whole_compiles=True,
+           flags=BF16_CPU):
+    choice = resolve_precision(precision, compile_step, hidden_size, device, whole_compiles, flags)
+    return choice.precision, choice.compile_step
+
+
+def test_cpuinfo_flags_are_read_from_every_processor_line():
+    text = "processor\t: 0\nflags\t\t: fpu avx512f avx512_bf16\n\nprocessor\t: 1\nflags\t\t: fpu amx_bf16\n"
+    assert cpu_flags(text) == {"fpu", "avx512f", "avx512_bf16", "amx_bf16"}
+    assert cpu_flags("processor\t: 0\nmodel name\t: some CPU\n") == frozenset()
+
+
+def test_auto_is_bfloat16_without_xla_on_a_bf16_cpu_for_a_wide_model():
+    assert choose() == ("mixed_bfloat16", "none")
+    assert choose(flags=AMX_CPU) == ("mixed_bfloat16", "none")
+    assert choose(compile_step="none") == ("mixed_bfloat16", "none")
+    # Several replicas change nothing: no XLA either way.
+    assert choose(whole_compiles=False) == ("mixed_bfloat16", "none")
+    reason = resolve_precision("auto", "auto", 768, "cpu", flags=BF16_CPU).reason
+    assert reason == "auto: this CPU has avx512_bf16, H 768 >= 512"
+
+
+def test_auto_is_float32_with_todays_compile_step_elsewhere():
+    # Narrow model, CPU without bf16 units, GPU, TPU: float32, and XLA as before.
+    for kwargs in ({"hidden_size": NARROW}, {"flags": PLAIN_CPU}, {"device": "gpu"}, {"device": "tpu"}):
+        assert choose(**kwargs) == ("float32", "whole"), kwargs
+        assert choose(whole_compiles=False, **kwargs) == ("float32", "forward"), kwargs
+    assert "H 256 < 512" in resolve_precision("auto", "auto", NARROW, "cpu", flags=BF16_CPU).reason
+    assert "no avx512_bf16 or amx_bf16" in resolve_precision("auto", "auto", WIDE, "cpu", flags=PLAIN_CPU).reason
+    assert "not measured on a GPU" in resolve_precision("auto", "auto", WIDE, "gpu", flags=BF16_CPU).reason
+
+
+def test_auto_with_an_explicit_xla_step_stays_float32():
+    # bfloat16 under XLA measured slower than float32 under XLA.
+    assert choose(compile_step="forward") == ("float32", "forward")
+    assert choose(compile_step="whole") == ("float32", "whole")
+
+
+def test_explicit_precision_is_kept():
+    assert choose("float32") == ("float32", "whole")
+    assert choose("float32", whole_compiles=False) == ("float32", "forward")
+    assert choose("float32", "none") == ("float32", "none")
+    # Explicit bfloat16 on a bf16 CPU: no XLA unless asked for.
+    assert choose("mixed_bfloat16", hidden_size=NARROW) == ("mixed_bfloat16", "none")
+    assert choose("mixed_bfloat16", "forward") == ("mixed_bfloat16", "forward")
+    assert choose("mixed_bfloat16", flags=PLAIN_CPU) == ("mixed_bfloat16", "whole")
+    assert choose("mixed_bfloat16", device="tpu") == ("mixed_bfloat16", "whole")
+    assert choose("mixed_float16", device="gpu") == ("mixed_float16", "whole")
+
+
+@pytest.mark.parametrize("kwargs, fragment", [
+    ({"precision": "bfloat16"}, "precision='bfloat16'"),
+    ({"compile_step": "xla"}, "compile_step='xla'"),
+    ({"device": "npu"}, "device='npu'"),
+])
+def test_bad_arguments_are_named(kwargs, fragment):
+    with pytest.raises(ValueError, match=fragment):
+        choose(**kwargs)
