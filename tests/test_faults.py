@@ -210,3 +210,34 @@ def test_damaged_pretrained_files_give_a_value_error_naming_the_file(tmp_path, d
         load_pretrained(directory)
     message = str(error.value)
     assert str(directory / file) in message and what in message, message
+
+
+@pytest.mark.parametrize("root", ["local", "ram"])
+def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_path, root, monkeypatch):
+    from albert_tf.training import checkpoints
+    from input_pipeline import files
+
+    base = str(tmp_path) if root == "local" else f"ram://{tmp_path.name}-publish"
+    target = os.path.join(base, "best")
+
+    def write(text):
+        def to(directory):
+            files.makedirs(directory)
+            files.write_text(os.path.join(directory, "weights.txt"), text)
+        return to
+
+    checkpoints.publish_directory(write("old"), target, ("weights.txt",))
+    moves, real_move = [], files.move
+
+    def move_then_interrupt(source, destination, entry_files=()):
+        moves.append((source, destination))
+        if len(moves) == 2:  # the second rename: staging -> target
+            raise KeyboardInterrupt
+        real_move(source, destination, entry_files)
+
+    monkeypatch.setattr(files, "move", move_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoints.publish_directory(write("new"), target, ("weights.txt",))
+    monkeypatch.setattr(files, "move", real_move)
+    assert files.read_text(os.path.join(target, "weights.txt")) == "old"
+    assert [name.rstrip("/") for name in files.listdir(base)] == ["best"]  # no staging or set-aside debris

@@ -33,12 +33,11 @@ from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.tasks.registry import get_task
 from albert_tf.tasks.sentence_task import SentenceTask
+from albert_tf.training.checkpoints import publish_directory
 from input_pipeline import files
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"
-# best/ is written here, then renamed into place: Ctrl-C never leaves a half-written best/.
-_NEXT_BEST, _PREVIOUS_BEST = ".best-next", ".best-previous"
 
 
 class FinetuneInterrupted(KeyboardInterrupt):
@@ -182,14 +181,11 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     except KeyboardInterrupt:
         epoch = finished + 1  # the epoch that did not finish
         if best_epoch is not None and writes:
-            _recover_best(out_dir)
             # An epoch stopped while its best/ was being written is not finished.
             kept = [r for r in history if r["epoch"] <= max(finished, best_epoch)]
             _write_run(out_dir, config, label_names, kept, best_epoch, train, evaluation,
                        interrupted={"epoch": epoch, "epochs": config.epochs})
         raise FinetuneInterrupted(epoch, config.epochs, best_epoch, best, main_metric) from None
-    if writes:
-        files.rmtree(os.path.join(out_dir, _PREVIOUS_BEST), ignore_errors=True)
     return {"history": history, "best_epoch": best_epoch, "best": best}
 
 
@@ -227,25 +223,13 @@ def _build(config, task, backbone, label_names, num_examples, log):
 
 
 def _save_best(model, tokenizer, out_dir):
-    """Writes best/ (model and tokenizer) whole: into a sibling first, then renamed."""
-    staging, previous = os.path.join(out_dir, _NEXT_BEST), os.path.join(out_dir, _PREVIOUS_BEST)
-    for leftover in (staging, previous):
-        files.rmtree(leftover, ignore_errors=True)
-    model.save_pretrained(staging)
-    tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
-    best = os.path.join(out_dir, BEST_DIR)
-    if files.isdir(best):
-        files.move(best, previous, ENTRY_FILES)  # removed by the next save, or after the run
-    files.move(staging, best, ENTRY_FILES)
+    """Writes best/ (model and tokenizer) whole: Ctrl-C leaves the previous best/ or the new one, never a mix."""
 
+    def write(directory):
+        model.save_pretrained(directory)
+        tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
 
-def _recover_best(out_dir):
-    """After Ctrl-C: the last complete best/ in place, `_save_best`'s leftovers removed."""
-    best, previous = os.path.join(out_dir, BEST_DIR), os.path.join(out_dir, _PREVIOUS_BEST)
-    if not files.isdir(best) and files.isdir(previous):
-        files.move(previous, best, ENTRY_FILES)  # stopped between `_save_best`'s two renames
-    files.rmtree(previous, ignore_errors=True)
-    files.rmtree(os.path.join(out_dir, _NEXT_BEST), ignore_errors=True)
+    publish_directory(write, os.path.join(out_dir, BEST_DIR), ENTRY_FILES)
 
 
 def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):

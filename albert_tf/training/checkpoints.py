@@ -156,10 +156,12 @@ def write_atomically(path, text):
 def publish_directory(write, target, entry_files=()):
     """Runs `write(staging_dir)` and renames the result to `target`, replacing any old one.
 
-    A kill during `write` leaves the old `target` untouched; a kill between the
-    two renames leaves no `target` (never a partial one) plus debris that
-    `remove_debris` deletes. At a URL each rename is `files.move`, which
-    writes `entry_files` last: a `target` without them is an incomplete one.
+    A kill during `write` leaves the old `target` untouched. An exception
+    between the two renames (Ctrl-C, a failed copy) puts the old `target`
+    back; a SIGKILL there leaves no `target` (never a partial one) plus
+    debris that `remove_debris` deletes. At a URL each rename is
+    `files.move`, which writes `entry_files` last: a `target` without them is
+    an incomplete one.
     """
     parent, name = os.path.split(files.normpath(target))
     staging = os.path.join(parent, f"{_STAGING}{name}-{os.getpid()}")
@@ -172,6 +174,8 @@ def publish_directory(write, target, entry_files=()):
             files.move(target, previous, entry_files)
         files.move(staging, target, entry_files)
     finally:
+        if files.exists(previous) and not files.exists(target):
+            files.move(previous, target, entry_files)
         files.rmtree(staging, ignore_errors=True)
         files.rmtree(previous, ignore_errors=True)
 
