@@ -12,7 +12,7 @@ The second run reuses the first run's tokenizer, so both read the same pieces;
 the weights start from the same seed and PPMI-SVD vectors, and the batches
 come from the same seeded pipeline. Each pretrained model is then fine-tuned
 on Rotten Tomatoes sentences in its own precision (the backbone rebuilt
-under that dtype policy, the task head following it) with the fine-tuning
+under that dtype policy; the library keeps the logits layer float32) with the fine-tuning
 library's defaults, best epoch kept on dev, and scored on test, beside the
 majority-class and TF-IDF + logistic regression baselines of the same split.
 
@@ -115,7 +115,7 @@ def finetune_sentiment(out, precision, paths, args, print_fn):
     test = task.encode(paths["test"], tokenizer, config, model.label_names)
     result = {"best_epoch": run["best_epoch"], "dev": run["best"]["accuracy"],
               "test": task.evaluate(model, test, config)["accuracy"], "seconds": seconds,
-              "policy": model.dtype_policy.name}
+              "policy": model.backbone.dtype_policy.name}
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)
     return result
@@ -204,7 +204,8 @@ def report(args, metrics, sentiment, baselines, curve, split):
         f"{other_compile}. Fine-tuning: Rotten Tomatoes sentences, seeded split "
         + ", ".join(f"{k} {len(v)}" for k, v in split.items())
         + f", the library's defaults, {args.epochs} epochs, best on dev, each model in its own precision "
-        "(backbone rebuilt with `dtype=` the policy; the head follows it).",
+        "(backbone rebuilt with `dtype=` the policy, which the head's dropout follows; the logits layer is "
+        "float32 in both, as the library builds it).",
         "",
         "## Tolerance (stated before the runs)",
         "",
