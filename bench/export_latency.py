@@ -1,6 +1,8 @@
 """Batch-1 latency at seq 128 of ALBERT-base, as exported vs its peers, on this machine's CPU.
 
-Rows: albert-tf Keras (tf.function, with and without XLA), the exported
+Rows: albert-tf Keras (tf.function, with and without XLA; and under
+mixed_bfloat16 without XLA where the CPU has bf16 units, which TensorFlow's
+oneDNN kernels use and XLA's CPU backend does not), the exported
 SavedModel (`serving_default`), TFLite float32 / float16 / dynamic-range int8
 (and full int8, int8-mixed and 16x8 with --tokenizer: they calibrate on real text), HF
 transformers AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
@@ -9,7 +11,8 @@ subprocess (no shared thread pools), with the same thread count, and the
 rows are timed in turns for `--rounds` rounds (benchlib.timing.alternate), so
 the ratios to the fastest float peer hold under a changing load. The table
 prints the CPU flags, the measured matmul ceilings (bench/ceilings.py) and
-each row's share of the ceiling of the precision its matmuls run in.
+each row's share of the ceiling of the precision its matmuls run in, and
+dynamic-range int8 TFLite against float32 TFLite and the fastest float peer.
 
     python bench/export_latency.py [--steps 30] [--rounds 3] [--threads N] [--tokenizer DIR]
 """
@@ -24,13 +27,14 @@ import time
 import numpy as np
 
 from benchlib.flops import albert_flops
-from benchlib.machine import machine_line, measure_ceilings
+from benchlib.machine import cpu_flags, machine_line, measure_ceilings
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 SEQ = 128
 ROWS = {
     "keras": "albert-tf Keras (tf.function)",
     "keras-xla": "albert-tf Keras (tf.function, XLA)",
+    "keras-bf16": "albert-tf Keras mixed_bfloat16 (tf.function)",
     "saved_model": "albert-tf SavedModel serving_default",
     "tflite-none": "albert-tf TFLite float32",
     "tflite-float16": "albert-tf TFLite float16 weights",
@@ -41,12 +45,17 @@ ROWS = {
     "hf": "HF transformers AlbertModel (PyTorch)",
     "keras-hub": "keras-hub AlbertBackbone (tf.function)",
 }
+# The float32 rows: the ratios are to the fastest of them.
 FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")
+# Rows a CPU without bf16 units would only run emulated (not timed there).
+BF16_ROWS = ("keras-bf16",)
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # The precision each row's matmuls run in, for its ceiling share. float16
 # weights are dequantized to float32; dynamic range multiplies int8 weights
 # by activations quantized on the fly.
 CALIBRATED = ("tflite-int8", "tflite-int8-mixed", "tflite-16x8")
-PRECISION = {key: "int8" if key in ("tflite-dynamic",) + CALIBRATED else "fp32" for key in ROWS}
+PRECISION = {key: "int8" if key in ("tflite-dynamic",) + CALIBRATED else "bf16" if key in BF16_ROWS else "fp32"
+             for key in ROWS}
 
 
 def inputs():
@@ -93,10 +102,16 @@ def runner(key, workdir, threads):
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     x = inputs()
-    if key in ("keras", "keras-xla"):
+    if key in ("keras", "keras-xla", "keras-bf16"):
+        from albert_tf import AlbertBackbone
         from albert_tf.saving import load_pretrained
 
         model = load_pretrained(os.path.join(workdir, "model"))
+        if key == "keras-bf16":
+            # The same weights in a backbone built under the policy (float32 variables, bf16 matmuls).
+            bf16 = AlbertBackbone(model.config, dtype="mixed_bfloat16")
+            bf16.set_weights(model.get_weights())
+            model = bf16
         fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
         batch = {k: tf.constant(v) for k, v in x.items()}
         return lambda: fn(batch)["pooled_output"].numpy()
@@ -171,7 +186,9 @@ def main():
         start = time.time()
         sizes = prepare(workdir, args.tokenizer)
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
-        keys = [k for k in (args.only or ROWS) if k not in CALIBRATED or args.tokenizer]
+        bf16_units = any(flag in cpu_flags() for flag in BF16_FLAGS)
+        keys = [k for k in (args.only or ROWS)
+                if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or bf16_units)]
         results = alternate(__file__, keys, args.rounds, [
             "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
             "--steps", str(args.steps),
@@ -194,6 +211,12 @@ def main():
         print(f"| {ROWS[key]} | {ms:.1f} | {vs} | {share:.0%} ({PRECISION[key]}) | {size} |")
     if peers:
         print(f"\nFastest float peer: {ROWS[fastest]}.")
+    if "tflite-dynamic" in keys:
+        for name, against in (("float32 TFLite", ["tflite-none"]), ("the fastest float peer", peers)):
+            if against and all(k in keys for k in against):
+                fastest, ratio, (low, high) = ratio_stats(results, "tflite-dynamic", against, "ms")
+                print(f"Dynamic-range int8 TFLite against {name} ({ROWS[fastest]}): {ratio:.2f}x its time "
+                      f"[{low:.2f}, {high:.2f}], {1 / ratio:.2f}x as fast.")
 
 
 if __name__ == "__main__":

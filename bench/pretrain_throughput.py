@@ -1,22 +1,32 @@
-"""Pretraining throughput by XLA compilation and steps per loop, for the demo's model and ALBERT-base.
+"""Pretraining throughput by precision, XLA compilation and steps per loop, for the demo's model and ALBERT-base.
 
 Runs `albert_tf.training.Trainer`'s own loop (`run_loop`: up to N steps in one
 call into TensorFlow, metrics read once) on synthetic batches, and reports
 examples/s for each setting:
 
-  - compile_step none, 1 step per call: the plain step (the former `pretrain` default)
-  - compile_step forward, 1 step per call: XLA on the forward and backward pass
-    (the former demo default)
-  - compile_step whole, 1 / 10 / 100 steps per loop: the replica's whole step
-    (forward, backward, all-reduce, clipping, LAMB) as one XLA program
-  - compile_step forward, 100 steps per loop
+  - float32, compile_step none, 1 step per call: the plain step
+  - float32, compile_step forward, 1 / 100 steps per loop: XLA on the forward
+    and backward pass (the demo's float32 setting)
+  - float32, compile_step whole, 1 / 10 / 100 steps per loop: the replica's
+    whole step (forward, backward, all-reduce, clipping, LAMB) as one XLA program
+  - mixed_bfloat16, compile_step none and whole, 10 steps per loop (the
+    default): without XLA, TensorFlow's oneDNN kernels use a CPU's bf16 units
+    (avx512_bf16, amx_bf16); XLA's CPU backend does not
 
-Each compile_step first runs one untimed step (tracing and XLA compilation);
-then each round times max(steps per loop, --steps) steps of every setting in
-turn, and the best round of each setting is reported (other processes on a
-shared machine only ever slow a round down).
+ALBERT-base is timed at a small shape with every setting, and at batch 8 x 128
+(where bf16 pays) with float32 whole and both bf16 settings, at 1 step per
+call and fewer steps. The row `pretrain` picks by default on this CPU on one
+device is marked: mixed_bfloat16 without XLA where the CPU has bf16 units and
+the model's hidden size is at least 512, else float32 with the whole step
+compiled, 10 steps per loop.
 
-    python bench/pretrain_throughput.py [--steps 30] [--rounds 3] [--write bench/results/pretrain_throughput.md]
+Each (precision, compile_step) first runs one untimed step (tracing and XLA
+compilation); then each round times max(steps per loop, --steps) steps of
+every setting in turn, and the best round of each setting is reported (other
+processes on a shared machine only ever slow a round down).
+
+    python bench/pretrain_throughput.py [--steps 30] [--large-steps 3] [--rounds 3] \\
+        [--write bench/results/pretrain_throughput.md]
 """
 
 import argparse
@@ -31,10 +41,39 @@ import numpy as np
 from benchlib.machine import cpu_flags, cpu_name
 from benchlib.output import emit_table
 
-SETTINGS = (("none", 1), ("forward", 1), ("whole", 1), ("whole", 10), ("whole", 100), ("forward", 100))
-# (name, batch, seq, masked predictions per sequence). ALBERT-base at a small
-# batch and length so that all settings fit a few minutes on 2 cores.
-MODELS = (("demo", 16, 64, 10), ("base", 2, 32, 5))
+# (mixed_precision, compile_step, steps per loop).
+SETTINGS = (
+    ("float32", "none", 1), ("float32", "forward", 1), ("float32", "whole", 1), ("float32", "whole", 10),
+    ("float32", "whole", 100), ("float32", "forward", 100),
+    ("mixed_bfloat16", "none", 10), ("mixed_bfloat16", "whole", 10),
+)
+# A batch-8 x 128 step of ALBERT-base takes seconds on 2 cores: the precisions only, one step per call.
+LARGE_SETTINGS = (("float32", "whole", 1), ("mixed_bfloat16", "none", 1), ("mixed_bfloat16", "whole", 1))
+# (name, batch, seq, masked predictions per sequence, settings, large). ALBERT-base
+# first at a small batch and length so that all settings fit a few minutes on
+# 2 cores; large shapes time --large-steps steps instead of --steps.
+MODELS = (
+    ("demo", 16, 64, 10, SETTINGS, False),
+    ("base", 2, 32, 5, SETTINGS, False),
+    ("base", 8, 128, 20, LARGE_SETTINGS, True),
+)
+# What `pretrain` picks by default on one device.
+BF16_FLAGS = ("avx512_bf16", "amx_bf16")
+BF16_MIN_HIDDEN = 512
+DEFAULT_STEPS_PER_LOOP = 10
+
+
+def default_setting(hidden_size, flags):
+    """(mixed_precision, compile_step) `pretrain` picks on one device of a CPU with these /proc/cpuinfo flags."""
+    if hidden_size >= BF16_MIN_HIDDEN and any(flag in flags for flag in BF16_FLAGS):
+        return "mixed_bfloat16", "none"
+    return "float32", "whole"
+
+
+def default_row(settings, hidden_size, flags):
+    """The setting of `settings` that `pretrain`'s default is: its steps per loop, else the nearest measured."""
+    chosen = [s for s in settings if s[:2] == default_setting(hidden_size, flags)]
+    return min(chosen, key=lambda s: abs(s[2] - DEFAULT_STEPS_PER_LOOP)) if chosen else None
 
 
 def synthetic_dataset_fn(vocab_size, seq, predictions):
@@ -72,12 +111,12 @@ def model_and_trainer_config(name, batch, seq):
     return config, TrainerConfig(global_batch_size=batch, num_steps=10**6)
 
 
-def measure(name, batch, seq, predictions, min_steps, rounds):
-    """{(compile_step, steps per loop): best examples/s of `rounds`}, settings interleaved in each round.
+def measure(name, batch, seq, predictions, settings, min_steps, rounds):
+    """{(precision, compile_step, steps per loop): best examples/s of `rounds`}, settings interleaved in each round.
 
-    One trainer per compile_step, warmed up by one untimed step (tracing and
-    compilation); a round times every setting once, so load from other
-    processes on the machine falls on all settings alike.
+    One trainer per (precision, compile_step), warmed up by one untimed step
+    (tracing and compilation); a round times every setting once, so load from
+    other processes on the machine falls on all settings alike.
     """
     from albert_tf.training import Trainer
 
@@ -86,51 +125,78 @@ def measure(name, batch, seq, predictions, min_steps, rounds):
     best = {}
     with tempfile.TemporaryDirectory() as root:
         loops = {}
-        for compile_step in dict.fromkeys(step for step, _ in SETTINGS):
-            trainer = Trainer(model_config, trainer_config.replace(compile_step=compile_step),
-                              os.path.join(root, compile_step), dataset_fn, print_fn=lambda *_: None)
-            loops[compile_step] = (trainer, trainer.input_iterator(0))
-            trainer.run_loop(loops[compile_step][1], 1)
+        for precision, compile_step in dict.fromkeys(s[:2] for s in settings):
+            trainer = Trainer(model_config, trainer_config.replace(mixed_precision=precision, compile_step=compile_step),
+                              os.path.join(root, f"{precision}_{compile_step}"), dataset_fn, print_fn=lambda *_: None)
+            loops[(precision, compile_step)] = (trainer, trainer.input_iterator(0))
+            trainer.run_loop(loops[(precision, compile_step)][1], 1)
         for _ in range(rounds):
-            for compile_step, steps_per_loop in SETTINGS:
-                trainer, iterator = loops[compile_step]
+            for setting in settings:
+                trainer, iterator = loops[setting[:2]]
+                steps_per_loop = setting[2]
                 calls = -(-max(steps_per_loop, min_steps) // steps_per_loop)
                 start = time.perf_counter()
                 for _ in range(calls):
                     trainer.run_loop(iterator, steps_per_loop)
                 rate = batch * calls * steps_per_loop / (time.perf_counter() - start)
-                best[(compile_step, steps_per_loop)] = max(rate, best.get((compile_step, steps_per_loop), 0.0))
-    return best
+                best[setting] = max(rate, best.get(setting, 0.0))
+    return best, model_config.hidden_size
+
+
+def table(results, flags, args, commit):
+    """The Markdown report of `results`: {(model index, setting): examples/s}, with its header."""
+    def shape(name, batch, seq, predictions):
+        return f"{name}, batch {batch} x seq {seq}, {predictions} masked"
+
+    lines = [
+        f"Pretraining examples/s (LAMB, default strategy), {cpu_name()}, {os.cpu_count()} cores; "
+        f"flags: {' '.join(flags) or 'none'}.",
+        f"Timed: max(steps per loop, {args.steps}) steps ({args.large_steps} for batch 8 x 128) after one untimed "
+        f"step; best of {args.rounds} rounds, each over every setting. `default` marks what `pretrain` picks on this "
+        f"CPU on one device (mixed_bfloat16 without XLA where the CPU has {' or '.join(BF16_FLAGS)} and hidden "
+        f"size >= {BF16_MIN_HIDDEN}, else float32 whole, {DEFAULT_STEPS_PER_LOOP} steps per loop); `vs float32` is "
+        "the ratio to the fastest float32 row of the same shape.",
+        f"Command: python bench/pretrain_throughput.py --steps {args.steps} --large-steps {args.large_steps} "
+        f"--rounds {args.rounds}"
+        + ("" if args.models == list(range(len(MODELS))) else f" --models {' '.join(map(str, args.models))}")
+        + f"; {datetime.date.today().isoformat()}, commit {commit or 'unknown'}.",
+        "",
+        "| model and shape | precision | compile_step | steps per loop | ex/s | vs float32 | default |",
+        "|---|---|---|---:|---:|---:|---|",
+    ]
+    for index in sorted(results):
+        name, batch, seq, predictions, settings, _ = MODELS[index]
+        rates, hidden_size = results[index]
+        float32 = max(rate for setting, rate in rates.items() if setting[0] == "float32")
+        chosen = default_row(settings, hidden_size, flags)
+        for setting in settings:
+            precision, compile_step, steps_per_loop = setting
+            lines.append(f"| {shape(name, batch, seq, predictions)} | {precision} | {compile_step} | {steps_per_loop} | "
+                         f"{rates[setting]:.1f} | {rates[setting] / float32:.2f} | "
+                         f"{'default' if setting == chosen else ''} |")
+    return "\n".join(lines)
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=30, help="Fewest timed steps per setting.")
+    parser.add_argument("--large-steps", type=int, default=3,
+                        help="Fewest timed steps per setting of the batch-8 x 128 ALBERT-base shape.")
     parser.add_argument("--rounds", type=int, default=3, help="Timed rounds over all settings; the best is kept.")
+    parser.add_argument("--models", type=int, nargs="+", default=list(range(len(MODELS))),
+                        help="Which shapes to time, by position in: "
+                        + "; ".join(f"{i}: {m[0]} batch {m[1]} x {m[2]}" for i, m in enumerate(MODELS)) + ".")
     parser.add_argument("--write", help="Also write the Markdown table to this file.")
     args = parser.parse_args()
 
+    flags = cpu_flags()
     results = {}
-    for name, batch, seq, predictions in MODELS:
-        for setting, rate in measure(name, batch, seq, predictions, args.steps, args.rounds).items():
-            results[(name, setting)] = rate
+    for index in args.models:
+        name, batch, seq, predictions, settings, large = MODELS[index]
+        steps = args.large_steps if large else args.steps
+        results[index] = measure(name, batch, seq, predictions, settings, steps, args.rounds)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    shapes = "; ".join(f"{name}: batch {batch}, seq {seq}, {predictions} masked" for name, batch, seq, predictions in MODELS)
-    lines = [
-        f"Pretraining examples/s (LAMB, float32, default strategy), {cpu_name()}, {os.cpu_count()} cores; "
-        f"flags: {' '.join(cpu_flags()) or 'none'}.",
-        f"Shapes: {shapes}. Timed: max(steps per loop, {args.steps}) steps after one untimed step; best of "
-        f"{args.rounds} rounds, each over every setting.",
-        f"Command: python bench/pretrain_throughput.py --steps {args.steps} --rounds {args.rounds}; "
-        f"{datetime.date.today().isoformat()}, commit {commit or 'unknown'}.",
-        "",
-        "| compile_step | steps per loop | " + " | ".join(f"{name} ex/s" for name, *_ in MODELS) + " |",
-        "|---|---|" + "---|" * len(MODELS),
-    ]
-    for setting in SETTINGS:
-        cells = " | ".join(f"{results[(name, setting)]:.1f}" for name, *_ in MODELS)
-        lines.append(f"| {setting[0]} | {setting[1]} | {cells} |")
-    emit_table("\n".join(lines), args.write)
+    emit_table(table(results, flags, args, commit), args.write)
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import re
 import runpy
 import sys
 
+import numpy as np
 import pytest
 
 BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
@@ -140,6 +141,52 @@ def test_split_rows_limits_the_training_part_or_every_part(benchlib):
     small = split_rows(rows, 7, limit=50)
     assert [len(small[k]) for k in ("test", "dev", "train")] == [5, 5, 40]
     assert small["test"] == full["test"][:5]
+
+
+def _script(name, monkeypatch):
+    """The globals of bench/`name` as the scripts import (bench/ first on the path), without running main."""
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    return runpy.run_path(os.path.join(BENCH_DIR, name))
+
+
+def test_precision_accuracy_compares_losses_at_the_steps_both_runs_logged(monkeypatch):
+    """Raw and smoothed relative differences are taken at common steps only; the smoothing is a trailing mean."""
+    script = _script("precision_accuracy.py", monkeypatch)
+    assert script["smooth"](np.array([1.0, 3.0, 5.0, 7.0]), 2).tolist() == [1.0, 2.0, 4.0, 6.0]
+    reference = {25: 10.0, 50: 8.0, 75: 6.0}
+    other = {25: 11.0, 50: 8.0, 75: 6.0, 100: 1.0}  # step 100 has no float32 point: not compared
+    curve = script["compare_curves"](reference, other, 2)
+    assert (curve["steps"], curve["first_step"], curve["last_step"]) == (3, 25, 75)
+    assert curve["raw_max"] == pytest.approx(0.1) and curve["raw_mean"] == pytest.approx(0.1 / 3)
+    # Smoothed: [10, 9, 7] against [11, 9.5, 7].
+    assert curve["smooth_max"] == pytest.approx(0.1)
+    assert curve["smooth_mean"] == pytest.approx((0.1 + 0.5 / 9) / 3)
+    assert curve["final_smooth"] == (7.0, 7.0)
+    with pytest.raises(ValueError, match="no logged step in common"):
+        script["compare_curves"]({25: 1.0}, {50: 1.0}, 2)
+
+
+def test_pretrain_throughput_marks_the_default_precision_and_compiler(monkeypatch):
+    """bf16 without XLA on CPUs with bf16 units and hidden size >= 512, else float32 whole at 10 steps per loop."""
+    script = _script("pretrain_throughput.py", monkeypatch)
+    default_row, settings = script["default_row"], script["SETTINGS"]
+    bf16_cpu, avx2_cpu = ["avx2", "avx512f", "avx512_bf16"], ["avx2", "fma"]
+    assert default_row(settings, 768, bf16_cpu) == ("mixed_bfloat16", "none", 10)
+    assert default_row(settings, 768, ["amx_bf16"]) == ("mixed_bfloat16", "none", 10)
+    assert default_row(settings, 128, bf16_cpu) == ("float32", "whole", 10)
+    assert default_row(settings, 768, avx2_cpu) == ("float32", "whole", 10)
+    # Where only one steps-per-loop value is timed, that row is the default's.
+    assert default_row(script["LARGE_SETTINGS"], 768, bf16_cpu) == ("mixed_bfloat16", "none", 1)
+    assert default_row(script["LARGE_SETTINGS"], 768, avx2_cpu) == ("float32", "whole", 1)
+    # Every shape times both precisions, so the float32 and bf16 rows sit side by side.
+    for *_, model_settings, _ in script["MODELS"]:
+        assert {s[0] for s in model_settings} == {"float32", "mixed_bfloat16"}
+
+
+def test_export_latency_times_bf16_in_its_own_precision_and_keeps_it_out_of_the_float32_peers(monkeypatch):
+    script = _script("export_latency.py", monkeypatch)
+    assert script["PRECISION"]["keras-bf16"] == "bf16" and script["PRECISION"]["tflite-dynamic"] == "int8"
+    assert "keras-bf16" in script["ROWS"] and "keras-bf16" not in script["FLOAT_PEERS"]
 
 
 def test_results_index_lists_every_results_file_and_only_existing_ones():
