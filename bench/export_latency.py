@@ -26,6 +26,7 @@ import time
 
 import numpy as np
 
+from albert_tf.precision import bf16_units
 from benchlib.flops import albert_flops
 from benchlib.machine import cpu_flags, machine_line, measure_ceilings
 from benchlib.timing import alternate, ratio_stats, serve, timed
@@ -49,7 +50,6 @@ ROWS = {
 FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")
 # Rows a CPU without bf16 units would only run emulated (not timed there).
 BF16_ROWS = ("keras-bf16",)
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 # The precision each row's matmuls run in, for its ceiling share. float16
 # weights are dequantized to float32; dynamic range multiplies int8 weights
 # by activations quantized on the fly.
@@ -186,9 +186,9 @@ def main():
         start = time.time()
         sizes = prepare(workdir, args.tokenizer)
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
-        bf16_units = any(flag in cpu_flags() for flag in BF16_FLAGS)
+        has_bf16 = bool(bf16_units(cpu_flags()))
         keys = [k for k in (args.only or ROWS)
-                if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or bf16_units)]
+                if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or has_bf16)]
         results = alternate(__file__, keys, args.rounds, [
             "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
             "--steps", str(args.steps),

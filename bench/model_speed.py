@@ -31,6 +31,7 @@ import statistics
 
 import numpy as np
 
+from albert_tf.precision import bf16_units, resolve_precision
 from benchlib.flops import albert_flops
 from benchlib.machine import machine_line, measure_ceilings
 from benchlib.output import emit_table
@@ -201,19 +202,13 @@ IMPLEMENTATIONS = {
                    lambda a, w, n: bench_hf(a, w, n, "bfloat16")),
 }
 # The /proc/cpuinfo flags of the bfloat16 units oneDNN uses: where they are, the bf16 rows run by default.
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
 HIDDEN_SIZE = 768
 
 
 def default_row(flags):
-    """The row the commands run by default for ALBERT-base on a CPU with `flags`.
-
-    The commands' rule (albert_tf/precision.py): mixed_bfloat16 without XLA
-    where the CPU has bfloat16 units and H >= 512, else float32 with XLA.
-    """
-    if any(flag in flags for flag in BF16_FLAGS) and HIDDEN_SIZE >= 512:
-        return "albert-tf-bf16"
-    return "albert-tf-xla"
+    """The row the commands run by default for ALBERT-base on a CPU with `flags` (albert_tf.precision's rule)."""
+    choice = resolve_precision("auto", "auto", HIDDEN_SIZE, "cpu", flags=frozenset(flags))
+    return "albert-tf-bf16" if choice.precision == "mixed_bfloat16" else "albert-tf-xla"
 
 
 def speedup_stats(results, key, own_fp32, measurement):
@@ -252,7 +247,7 @@ def main():
 
     ceilings = measure_ceilings()
     flags = ceilings["flags"]
-    bf16 = args.bf16 or any(flag in flags for flag in BF16_FLAGS)
+    bf16 = args.bf16 or bool(bf16_units(flags))
     keys = args.only or [k for k, row in IMPLEMENTATIONS.items() if bf16 or row.precision == "fp32"]
     results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--warmup", str(args.warmup)])
 

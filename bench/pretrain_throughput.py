@@ -38,6 +38,7 @@ import time
 
 import numpy as np
 
+from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, resolve_precision
 from benchlib.machine import cpu_flags, cpu_name
 from benchlib.output import emit_table
 
@@ -58,16 +59,13 @@ MODELS = (
     ("base", 8, 128, 20, LARGE_SETTINGS, True),
 )
 # What `pretrain` picks by default on one device.
-BF16_FLAGS = ("avx512_bf16", "amx_bf16")
-BF16_MIN_HIDDEN = 512
 DEFAULT_STEPS_PER_LOOP = 10
 
 
 def default_setting(hidden_size, flags):
     """(mixed_precision, compile_step) `pretrain` picks on one device of a CPU with these /proc/cpuinfo flags."""
-    if hidden_size >= BF16_MIN_HIDDEN and any(flag in flags for flag in BF16_FLAGS):
-        return "mixed_bfloat16", "none"
-    return "float32", "whole"
+    choice = resolve_precision("auto", "auto", hidden_size, "cpu", flags=frozenset(flags))
+    return choice.precision, choice.compile_step
 
 
 def default_row(settings, hidden_size, flags):
@@ -153,8 +151,8 @@ def table(results, flags, args, commit):
         f"flags: {' '.join(flags) or 'none'}.",
         f"Timed: max(steps per loop, {args.steps}) steps ({args.large_steps} for batch 8 x 128) after one untimed "
         f"step; best of {args.rounds} rounds, each over every setting. `default` marks what `pretrain` picks on this "
-        f"CPU on one device (mixed_bfloat16 without XLA where the CPU has {' or '.join(BF16_FLAGS)} and hidden "
-        f"size >= {BF16_MIN_HIDDEN}, else float32 whole, {DEFAULT_STEPS_PER_LOOP} steps per loop); `vs float32` is "
+        f"CPU on one device (mixed_bfloat16 without XLA where the CPU has {' or '.join(BF16_CPU_FLAGS)} and hidden "
+        f"size >= {BF16_MIN_HIDDEN_SIZE}, else float32 whole, {DEFAULT_STEPS_PER_LOOP} steps per loop); `vs float32` is "
         "the ratio to the fastest float32 row of the same shape.",
         f"Command: python bench/pretrain_throughput.py --steps {args.steps} --large-steps {args.large_steps} "
         f"--rounds {args.rounds}"

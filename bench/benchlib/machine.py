@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+from albert_tf import precision
+
 # The /proc/cpuinfo flags that decide matmul speed, in the order tables print them.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
 
@@ -13,12 +15,7 @@ CEILINGS_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(_
 
 def cpu_flags():
     """The `SPEED_FLAGS` this CPU has (Linux /proc/cpuinfo; empty elsewhere)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            line = next(l for l in f if l.startswith("flags"))
-    except (OSError, StopIteration):
-        return []
-    present = set(line.split(":", 1)[1].split())
+    present = precision.cpu_flags()
     return [flag for flag in SPEED_FLAGS if flag in present]
 
 
