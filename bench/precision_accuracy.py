@@ -11,8 +11,9 @@ and held-out evaluation) twice from the same start on the same batches:
 The second run reuses the first run's tokenizer, so both read the same pieces;
 the weights start from the same seed and PPMI-SVD vectors, and the batches
 come from the same seeded pipeline. Each pretrained model is then fine-tuned
-on Rotten Tomatoes sentences in its own precision (the backbone rebuilt
-under that dtype policy; the library keeps the logits layer float32) with the fine-tuning
+on Rotten Tomatoes sentences in its own precision (`FinetuneConfig.
+mixed_precision`: the backbone is rebuilt under that dtype policy and the
+heads follow it; the logits layer stays float32) with the fine-tuning
 library's defaults, best epoch kept on dev, and scored on test, beside the
 majority-class and TF-IDF + logistic regression baselines of the same split.
 
@@ -85,8 +86,6 @@ def pretrain(out, precision, compile_step, args, print_fn):
 
 def finetune_sentiment(out, precision, paths, args, print_fn):
     """Fine-tunes `out/precision/final` in `precision` (skipped when done); returns {dev, test, best_epoch, seconds}."""
-    import keras
-
     from albert_tf.models import AlbertBackbone
     from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
     from albert_tf.model_dirs import find_tokenizer
@@ -98,15 +97,11 @@ def finetune_sentiment(out, precision, paths, args, print_fn):
             return json.load(f)
     pretrained = os.path.join(out, precision, "final")
     tokenizer = find_tokenizer(pretrained, None)
+    # finetune() rebuilds the backbone under the requested policy (heads follow it; logits stay float32).
     config = FinetuneConfig(task="classification", truncate=True, label_names=("negative", "positive"),
-                            epochs=args.epochs, seed=args.seed)
-    source = AlbertBackbone.from_pretrained(pretrained)
-    # Rebuilt under the policy: the saved backbone keeps the policy it was
-    # pretrained in, and heads built on a backbone follow its policy.
-    keras.utils.set_random_seed(args.seed)
-    backbone = AlbertBackbone(source.config, dtype=precision)
-    backbone.set_weights(source.get_weights())
-    print_fn(f"--- fine-tuning {pretrained} in {backbone.dtype_policy.name} -> {run_dir}")
+                            epochs=args.epochs, seed=args.seed, mixed_precision=precision)
+    backbone = AlbertBackbone.from_pretrained(pretrained)
+    print_fn(f"--- fine-tuning {pretrained} in {precision} -> {run_dir}")
     start = time.perf_counter()
     run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], run_dir, log=print_fn)
     seconds = time.perf_counter() - start
@@ -115,7 +110,7 @@ def finetune_sentiment(out, precision, paths, args, print_fn):
     test = task.encode(paths["test"], tokenizer, config, model.label_names)
     result = {"best_epoch": run["best_epoch"], "dev": run["best"]["accuracy"],
               "test": task.evaluate(model, test, config)["accuracy"], "seconds": seconds,
-              "policy": model.backbone.dtype_policy.name}
+              "policy": precision}
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)
     return result
@@ -204,8 +199,8 @@ def report(args, metrics, sentiment, baselines, curve, split):
         f"{other_compile}. Fine-tuning: Rotten Tomatoes sentences, seeded split "
         + ", ".join(f"{k} {len(v)}" for k, v in split.items())
         + f", the library's defaults, {args.epochs} epochs, best on dev, each model in its own precision "
-        "(backbone rebuilt with `dtype=` the policy, which the head's dropout follows; the logits layer is "
-        "float32 in both, as the library builds it).",
+        "(FinetuneConfig.mixed_precision: the backbone rebuilt under the policy, which the head's dropout "
+        "follows; the logits layer is float32 in both, as the library builds it).",
         "",
         "## Tolerance (stated before the runs)",
         "",

@@ -3,9 +3,11 @@
 Keras keeps a mixed policy's variables in float32 and casts one to bfloat16
 at each read, so the one shared block of ALBERT-base, applied 12 times, has
 its ~7M weights cast 12 times per forward pass (and 12 casts of their
-gradients backward). `AlbertBackbone` casts them once per call
-(`albert_tf.layers.cast_once`); "per use" is the same backbone with Keras'
-own call. Two figures, each implementation in its own process, timed in
+gradients backward). "cast once" wraps every call of the backbone in
+`albert_tf.layers.cast_once.cast_weights_once`; "per use" is the backbone
+with Keras' own call. `AlbertBackbone` itself casts once in inference calls
+and per use in training (where one cast would sum the L gradients of a
+shared weight in bfloat16), the choice this table informs. Two figures, each implementation in its own process, timed in
 turns (benchlib.timing.alternate):
   * one pretraining step of ALBERT-base (forward, MLM + SOP loss, backward,
     Adam), batch 8, seq 128, 20 masked positions;
@@ -34,7 +36,8 @@ from benchlib.output import emit_table
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS, VOCAB = 8, 128, 20, 30000
-PATHS = {"per-use": "cast at every use (Keras' own call)", "cast-once": "cast once per call (albert-tf)"}
+PATHS = {"per-use": "cast at every use (Keras' own call; albert-tf in training)",
+         "cast-once": "cast once per call (albert-tf in inference)"}
 
 
 def pretraining_arrays(seed=0):
@@ -65,13 +68,22 @@ def bench_path(key, warmup, steps, clock):
     from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer
     from input_pipeline import features
 
+    from albert_tf.layers.cast_once import cast_weights_once
+
     class PerUseBackbone(AlbertBackbone):
         """The backbone with Keras' own functional call: each read of a weight casts it."""
 
         def call(self, inputs, training=None, mask=None, **kwargs):
             return super(AlbertBackbone, self).call(inputs, training=training, mask=mask, **kwargs)
 
-    backbone_class = PerUseBackbone if key == "per-use" else AlbertBackbone
+    class CastOnceBackbone(AlbertBackbone):
+        """The backbone with every call, training too, reading each weight's one cast."""
+
+        def call(self, inputs, training=None, mask=None, **kwargs):
+            with cast_weights_once(self.compute_dtype):
+                return super(AlbertBackbone, self).call(inputs, training=training, mask=mask, **kwargs)
+
+    backbone_class = PerUseBackbone if key == "per-use" else CastOnceBackbone
     model = AlbertPretrainer(backbone_class(AlbertConfig.from_preset("base"), dtype="mixed_bfloat16"))
     model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=False)
     arrays = pretraining_arrays()

@@ -11,6 +11,8 @@ Usage: python cloud_storage_worker.py CORPUS_FILE TRAIN_TSV DEV_TSV
 import json
 import os
 import sys
+import threading
+import urllib.request
 
 import tensorflow as tf
 
@@ -55,6 +57,36 @@ def interrupted_pretraining(at_step):
     return 0
 
 
+def served_prediction(*args):
+    """Runs `albert-tf serve ARGS --port 0`, posts one request to it, and stops it; returns the JSON reply.
+
+    The server's own loop runs in a thread; the command returns once the
+    request was answered, as it would after Ctrl-C.
+    """
+    from albert_tf.export.serving import ModelServer
+
+    serve_forever, replies = ModelServer.serve_forever, []
+
+    def answer_one(server):
+        thread = threading.Thread(target=serve_forever, args=(server,), daemon=True)
+        thread.start()
+        request = urllib.request.Request(
+            f"{server.url}/v1/models/served:predict", method="POST",
+            data=json.dumps({"signature_name": "serve_text", "instances": ["a gorgeous, witty film"]}).encode(),
+        )
+        with urllib.request.urlopen(request, timeout=60) as response:
+            replies.append(json.loads(response.read()))
+        server.shutdown()
+        thread.join()
+
+    ModelServer.serve_forever = answer_one
+    try:
+        albert_tf("serve", *args, "--model-name", "served", "--port", "0")
+    finally:
+        ModelServer.serve_forever = serve_forever
+    return replies[0]
+
+
 def listing(root):
     return sorted(os.path.join(top, name)[len(root) + 1:] for top, _, names in files.walk(root) for name in names)
 
@@ -83,6 +115,10 @@ def main(corpus, train, dev):
               "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32",
               "--batch-size", "8", "--eval-examples", "40")
 
+    # Served from the bucket: an exported base path, and a run directory (exported on the fly).
+    served_export = served_prediction(f"{BUCKET}/serving")
+    served_run = served_prediction("--model", f"{BUCKET}/runs/sst2")
+
     # The exports work from where they were written.
     served = tf.saved_model.load(f"{BUCKET}/serving/1")
     interpreter = tf.lite.Interpreter(model_content=files.read_bytes(f"{BUCKET}/tflite/model.tflite"))
@@ -95,6 +131,7 @@ def main(corpus, train, dev):
         "predictions": len(files.read_text(f"{BUCKET}/predictions.jsonl").splitlines()),
         "dev_rows": len(files.read_text(f"{BUCKET}/in/SST-2/dev.tsv").splitlines()) - 1,
         "signatures": sorted(served.signatures),
+        "served": [sorted(reply["predictions"][0]) for reply in (served_export, served_run)],
         "tflite_inputs": len(interpreter.get_signature_runner().get_input_details()),
         "demo": listing(f"{BUCKET}/demo"),
         "everything": listing(BUCKET),

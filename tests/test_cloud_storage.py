@@ -152,6 +152,9 @@ def test_the_journey_runs_in_a_bucket_and_leaves_local_disk_alone(tmp_path):
     assert {"best/model.weights.h5", "finetune.json"} <= set(report["finetune"])
     assert report["predictions"] == report["dev_rows"] == 32
     assert "serve_text" in report["signatures"] and report["tflite_inputs"] == 3
+    # `serve` answered from the bucket's export and from the bucket's run directory.
+    assert report["served"][0] == report["served"][1] and {"label_ids", "labels", "probabilities"} <= set(
+        report["served"][0]), report["served"]
     assert {"metrics.json", "loss_curve.png", "final/model.weights.h5"} <= set(report["demo"])
     # No staging or moved-aside leftovers anywhere in the bucket.
     assert not [p for p in report["everything"] if any(part.startswith(".") for part in p.split("/"))]

@@ -43,15 +43,15 @@ class PerUseBackbone(AlbertBackbone):
         return super(AlbertBackbone, self).call(inputs, training=training, mask=mask, **kwargs)
 
 
-def outputs_and_gradients(backbone, weights, inputs):
-    """(sequence_output, {variable path: float32 gradient}) of a fixed loss, from `weights`."""
+def outputs_and_gradients(backbone, weights, inputs, training=None):
+    """(sequence_output, {variable path: float32 gradient}, weight casts) of a fixed loss, from `weights`."""
     backbone.set_weights(weights)
     x = {k: tf.constant(v) for k, v in inputs.items()}
 
     @tf.function
     def step(x):
         with tf.GradientTape() as tape:
-            out = backbone(x)
+            out = backbone(x, training=training)
             loss = ops.sum(ops.cast(out["sequence_output"], "float32") * 0.1) + ops.sum(
                 ops.cast(out["pooled_output"], "float32"))
         return out["sequence_output"], tape.gradient(loss, backbone.trainable_variables)
@@ -92,6 +92,21 @@ def test_shared_weights_are_cast_once_per_call_with_the_per_use_results(sharing)
         # largest entry (0.009) on this model; 0.03 fails any real difference.
         np.testing.assert_allclose(once_grads[path], gradient, rtol=0, atol=0.03 * np.abs(gradient).max(),
                                    err_msg=path)
+
+
+def test_training_calls_cast_at_every_use_as_keras_does():
+    """In training the L gradients of a shared weight are summed in float32, exactly Keras' own."""
+    config = tiny_config(num_hidden_layers=4, hidden_dropout=0.0, attention_dropout=0.0)
+    inputs = backbone_batch(config)
+    weights = AlbertBackbone(config).get_weights()
+    train_out, train_grads, train_casts = outputs_and_gradients(
+        AlbertBackbone(config, dtype="mixed_bfloat16"), weights, inputs, training=True)
+    use_out, use_grads, use_casts = outputs_and_gradients(
+        PerUseBackbone(config, dtype="mixed_bfloat16"), weights, inputs, training=True)
+    assert train_casts == use_casts
+    np.testing.assert_array_equal(train_out, use_out)
+    for path, gradient in use_grads.items():
+        np.testing.assert_array_equal(train_grads[path], gradient, err_msg=path)
 
 
 def test_float32_and_remat_read_the_weights_as_keras_does():

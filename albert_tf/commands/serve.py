@@ -21,6 +21,7 @@ import tempfile
 from albert_tf.commands.flags import add_command
 from albert_tf.export.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
 from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
+from input_pipeline import files
 
 
 def add_parser(subparsers):
@@ -39,7 +40,7 @@ def add_parser(subparsers):
 def run(args):
     if (args.model is None) == (args.model_base_path is None):
         raise ValueError("Give what to serve once: BASE_PATH or --model DIR.")
-    path = os.path.normpath(args.model or args.model_base_path)
+    path = files.normpath(args.model or args.model_base_path)
     # Before loading or exporting the model (seconds): a taken port is known at once.
     _check_address(args.host, args.port)
     name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)

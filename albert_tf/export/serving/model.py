@@ -5,6 +5,7 @@ from http import HTTPStatus
 
 from albert_tf.export.saved_model import load_saved_model, version_dirs
 from albert_tf.export.serving import codec
+from input_pipeline import files
 
 
 class ServingModel:
@@ -23,7 +24,7 @@ class ServingModel:
                 f"{base_path} holds no numbered SavedModel version (e.g. {base_path}/1/). "
                 "Write one with `albert-tf export --format saved_model`."
             )
-        self.name = name or os.path.basename(os.path.normpath(base_path))
+        self.name = name or os.path.basename(files.normpath(base_path))
         self.version = versions[-1]
         self.max_batch_size = int(max_batch_size)
         path = os.path.join(base_path, str(self.version))
@@ -72,8 +73,7 @@ def _signature_defs(path, signatures):
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
+    proto.ParseFromString(files.read_bytes(os.path.join(path, "saved_model.pb")))
     defs = proto.meta_graphs[0].signature_def
 
     def tensor_info(info):
