@@ -123,3 +123,24 @@ def test_jax_backend_gives_the_same_outputs(tmp_path):
         np.testing.assert_allclose(jax_out[name], tf_out[name], atol=1e-5)
     assert set(jax_out) == {"sequence_output", "pooled_output"}
     assert features.TOKEN_IDS in inputs
+
+
+@pytest.mark.parametrize("dtype", [None, "mixed_bfloat16"])
+def test_an_inference_call_fuses_each_shared_attention_kernel_once(dtype):
+    """The (H, 3H) query/key/value kernel: once per distinct attention layer in inference, per application in training."""
+    import tensorflow as tf
+
+    config = tiny_config(num_hidden_layers=4, num_hidden_groups=2, hidden_dropout=0.0, attention_dropout=0.0)
+    backbone = AlbertBackbone(config, dtype=dtype)
+    inputs = {k: tf.constant(v) for k, v in backbone_batch(config).items()}
+
+    def concats(training):
+        graph = tf.function(lambda x: backbone(x, training=training)).get_concrete_function(inputs).graph
+        return sum(op.type == "ConcatV2" for op in graph.get_operations())
+
+    distinct = len(backbone.attention_layers())
+    # Kernel and bias: two concats per fusion.
+    assert concats(False) == 2 * distinct
+    assert concats(True) == 2 * config.num_hidden_layers
+    inference, training = (backbone(inputs, training=t)["sequence_output"] for t in (False, True))
+    np.testing.assert_array_equal(np.asarray(inference, "float32"), np.asarray(training, "float32"))

@@ -5,6 +5,7 @@ import math
 import keras
 from keras import ops
 
+from albert_tf.layers.cast_once import computed_once_per_call
 from albert_tf.layers.common import layer_norm, truncated_normal
 from albert_tf.layers.lora import LoraDense
 
@@ -90,9 +91,10 @@ class SelfAttention(keras.layers.Layer):
         # backward pass gets dx from one matmul too. The query, key and value
         # Dense layers only hold the variables, under the checkpoints' names.
         if self.query.quantization_mode is None:
-            kernel = ops.concatenate([self.query.kernel, self.key.kernel, self.value.kernel], axis=-1)
-            bias = ops.concatenate([self.query.bias, self.key.bias, self.value.bias], axis=-1)
-            qkv = ops.matmul(x, ops.cast(kernel, self.compute_dtype)) + ops.cast(bias, self.compute_dtype)
+            # Once per backbone call where it keeps a cache (inference): the L
+            # applications of a shared layer would each copy the 3H^2 values.
+            kernel, bias = computed_once_per_call(("qkv", id(self)), self._fused_qkv)
+            qkv = ops.matmul(x, kernel) + bias
         else:
             # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
             # kernels plus scales that only their own call applies.
@@ -113,6 +115,12 @@ class SelfAttention(keras.layers.Layer):
         context = ops.reshape(context, (batch, seq, self.hidden_size))
         out = self.output_dropout(self.output_dense(context), training=training)
         return self.layer_norm(x + out)
+
+    def _fused_qkv(self):
+        """The query, key and value kernels side by side, (H, 3H), and their biases, (3H,), in the compute dtype."""
+        kernel = ops.concatenate([self.query.kernel, self.key.kernel, self.value.kernel], axis=-1)
+        bias = ops.concatenate([self.query.bias, self.key.bias, self.value.bias], axis=-1)
+        return ops.cast(kernel, self.compute_dtype), ops.cast(bias, self.compute_dtype)
 
     def compute_output_shape(self, input_shape, attention_bias_shape=None):
         return input_shape

@@ -1,4 +1,5 @@
-"""`cast_weights_once`: under a mixed policy, each float variable is cast to the compute dtype once per call.
+"""Per-call caches of a shared block's weights: `cast_weights_once` under a mixed policy, and
+`computed_once_per_call` for tensors derived from them (the fused attention kernel).
 
 Keras 3 keeps a mixed policy's variables in float32 and casts one to the
 compute dtype each time a layer reads it (the variable's `value` under the
@@ -26,8 +27,12 @@ uncast, as they are without it.
 """
 
 import contextlib
+import contextvars
 
 from keras.src.backend.common.variables import AutocastScope
+
+# What `computed_once_per_call` keeps, while a `per_call_cache` is open.
+_PER_CALL = contextvars.ContextVar("albert_tf_per_call_cache", default=None)
 
 
 class _CachingAutocastScope(AutocastScope):
@@ -62,3 +67,35 @@ def cast_weights_once(compute_dtype):
     """
     with _CachingAutocastScope(compute_dtype):
         yield
+
+
+@contextlib.contextmanager
+def per_call_cache():
+    """Within this context, `computed_once_per_call` computes each key's value once.
+
+    Use it around one inference call of a model, like `cast_weights_once`.
+    """
+    token = _PER_CALL.set({})
+    try:
+        yield
+    finally:
+        _PER_CALL.reset(token)
+
+
+def computed_once_per_call(key, compute):
+    """`compute()`, or inside a `per_call_cache` the value it gave for `key` the first time.
+
+    A shared layer applied L times derives the same tensor from its weights
+    at every application (the attention's fused (H, 3H) kernel: a copy of
+    3H^2 values each time); within one call it can derive it once.
+
+    Args:
+        key: hashable, unique to the layer and the value, e.g. ("qkv", id(layer)).
+        compute: no-argument function returning the value.
+    """
+    cache = _PER_CALL.get()
+    if cache is None:
+        return compute()
+    if key not in cache:
+        cache[key] = compute()
+    return cache[key]

@@ -5,7 +5,7 @@ from keras import ops
 
 from albert_tf.config import AlbertConfig
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
-from albert_tf.layers.cast_once import cast_weights_once
+from albert_tf.layers.cast_once import cast_weights_once, per_call_cache
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
 from albert_tf.model_dirs import is_hf_dir, resolve_model_dir
@@ -147,10 +147,14 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         # would sum the L gradients of a shared weight in bfloat16 instead of
         # float32. Under float32 nothing is cast and the
         # call is Keras' own; under remat each block reads the weights itself.
-        if self.compute_dtype == self.variable_dtype or self.remat or training:
+        # The fused attention kernel is likewise built once per inference call.
+        if self.remat or training:
             return super().call(inputs, training=training, mask=mask, **kwargs)
-        with cast_weights_once(self.compute_dtype):
-            return super().call(inputs, training=training, mask=mask, **kwargs)
+        with per_call_cache():
+            if self.compute_dtype == self.variable_dtype:
+                return super().call(inputs, training=training, mask=mask, **kwargs)
+            with cast_weights_once(self.compute_dtype):
+                return super().call(inputs, training=training, mask=mask, **kwargs)
 
     def attention_layers(self):
         """The distinct `SelfAttention` layers, each once however many layers share it."""
