@@ -15,7 +15,9 @@ examples/s for each setting:
 
 ALBERT-base is timed at a small shape with every setting, and at batch 8 x 128
 (where bf16 pays) with float32 whole and both bf16 settings, at 1 step per
-call and fewer steps. The row `pretrain` picks by default on this CPU on one
+call and fewer steps. `--models 3 4 5` times 4-layer models of hidden size
+256, 512 and 1024 at the demo's shape, float32 whole against bf16 without XLA:
+where `auto` starts to pick bf16. The row `pretrain` picks by default on this CPU on one
 device is marked: mixed_bfloat16 without XLA where the CPU has bf16 units and
 the model's hidden size is at least 512, else float32 with the whole step
 compiled, 10 steps per loop.
@@ -27,6 +29,7 @@ processes on a shared machine only ever slow a round down).
 
     python bench/pretrain_throughput.py [--steps 30] [--large-steps 3] [--rounds 3] \\
         [--write bench/results/pretrain_throughput.md]
+    python bench/pretrain_throughput.py --models 3 4 5 --write bench/results/pretrain_widths.md
 """
 
 import argparse
@@ -50,6 +53,8 @@ SETTINGS = (
 )
 # A batch-8 x 128 step of ALBERT-base takes seconds on 2 cores: the precisions only, one step per call.
 LARGE_SETTINGS = (("float32", "whole", 1), ("mixed_bfloat16", "none", 1), ("mixed_bfloat16", "whole", 1))
+# The two settings `auto` chooses between on a CPU with bf16 units.
+WIDTH_SETTINGS = (("float32", "whole", 10), ("mixed_bfloat16", "none", 10))
 # (name, batch, seq, masked predictions per sequence, settings, large). ALBERT-base
 # first at a small batch and length so that all settings fit a few minutes on
 # 2 cores; large shapes time --large-steps steps instead of --steps.
@@ -57,7 +62,12 @@ MODELS = (
     ("demo", 16, 64, 10, SETTINGS, False),
     ("base", 2, 32, 5, SETTINGS, False),
     ("base", 8, 128, 20, LARGE_SETTINGS, True),
+    # The width where bfloat16 starts to pay (albert_tf.precision.BF16_MIN_HIDDEN_SIZE):
+    # 4-layer models of hidden size H (E 128, H/64 heads, FFN 4H) at the demo's shape.
+    # Not timed by default: --models 3 4 5.
+    *((f"width-{h}", 16, 64, 10, WIDTH_SETTINGS, False) for h in (256, 512, 1024)),
 )
+DEFAULT_MODELS = (0, 1, 2)
 # What `pretrain` picks by default on one device.
 DEFAULT_STEPS_PER_LOOP = 10
 
@@ -105,6 +115,12 @@ def model_and_trainer_config(name, batch, seq):
 
     if name == "demo":
         return DEMO_MODEL, DEMO_TRAINER.replace(global_batch_size=batch, num_steps=10**6)
+    if name.startswith("width-"):
+        hidden = int(name.removeprefix("width-"))
+        config = AlbertConfig(vocab_size=DEMO_MODEL.vocab_size, embedding_size=128, hidden_size=hidden,
+                              num_hidden_layers=4, num_attention_heads=hidden // 64, intermediate_size=4 * hidden,
+                              max_position_embeddings=max(seq, 512))
+        return config, DEMO_TRAINER.replace(global_batch_size=batch, num_steps=10**6)
     config = AlbertConfig.from_preset("base", max_position_embeddings=max(seq, 512))
     return config, TrainerConfig(global_batch_size=batch, num_steps=10**6)
 
@@ -156,7 +172,7 @@ def table(results, flags, args, commit):
         "the ratio to the fastest float32 row of the same shape.",
         f"Command: python bench/pretrain_throughput.py --steps {args.steps} --large-steps {args.large_steps} "
         f"--rounds {args.rounds}"
-        + ("" if args.models == list(range(len(MODELS))) else f" --models {' '.join(map(str, args.models))}")
+        + ("" if args.models == list(DEFAULT_MODELS) else f" --models {' '.join(map(str, args.models))}")
         + f"; {datetime.date.today().isoformat()}, commit {commit or 'unknown'}.",
         "",
         "| model and shape | precision | compile_step | steps per loop | ex/s | vs float32 | default |",
@@ -181,7 +197,7 @@ def main():
     parser.add_argument("--large-steps", type=int, default=3,
                         help="Fewest timed steps per setting of the batch-8 x 128 ALBERT-base shape.")
     parser.add_argument("--rounds", type=int, default=3, help="Timed rounds over all settings; the best is kept.")
-    parser.add_argument("--models", type=int, nargs="+", default=list(range(len(MODELS))),
+    parser.add_argument("--models", type=int, nargs="+", default=list(DEFAULT_MODELS),
                         help="Which shapes to time, by position in: "
                         + "; ".join(f"{i}: {m[0]} batch {m[1]} x {m[2]}" for i, m in enumerate(MODELS)) + ".")
     parser.add_argument("--write", help="Also write the Markdown table to this file.")

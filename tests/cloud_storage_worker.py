@@ -71,7 +71,7 @@ def served_prediction(*args):
         thread = threading.Thread(target=serve_forever, args=(server,), daemon=True)
         thread.start()
         request = urllib.request.Request(
-            f"{server.url}/v1/models/served:predict", method="POST",
+            f"{server.url}:predict", method="POST",
             data=json.dumps({"signature_name": "serve_text", "instances": ["a gorgeous, witty film"]}).encode(),
         )
         with urllib.request.urlopen(request, timeout=60) as response:
