@@ -29,28 +29,14 @@ import argparse
 import os
 import statistics
 
-import numpy as np
-
 from albert_tf.precision import bf16_units, resolve_precision
 from benchlib.flops import albert_flops
 from benchlib.machine import machine_line, measure_ceilings
 from benchlib.output import emit_table
+from benchlib.synthetic import pretraining_arrays
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
-
-
-def pretraining_arrays(vocab, seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "token_ids": rng.integers(5, vocab, (BATCH, SEQ)).astype("int32"),
-        "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype("int32")[None].repeat(BATCH, 0),
-        "padding_mask": np.ones((BATCH, SEQ), "int32"),
-        "mask_positions": np.sort(rng.choice(np.arange(1, SEQ), (BATCH, PREDICTIONS)), -1).astype("int32"),
-        "mask_ids": rng.integers(5, vocab, (BATCH, PREDICTIONS)).astype("int32"),
-        "mask_weights": np.ones((BATCH, PREDICTIONS), "float32"),
-        "sentence_order_label": rng.integers(0, 2, (BATCH,)).astype("int32"),
-    }
 
 
 def first_row(arrays):
@@ -228,7 +214,7 @@ def run_worker(key, warmup, steps):
     threads = os.cpu_count()
     torch.set_num_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    serve(IMPLEMENTATIONS[key].bench(pretraining_arrays(30000), warmup, steps))
+    serve(IMPLEMENTATIONS[key].bench(pretraining_arrays(BATCH, SEQ, PREDICTIONS, 30000), warmup, steps))
 
 
 def main():

@@ -29,28 +29,14 @@ import subprocess
 import sys
 import time
 
-import numpy as np
-
 from benchlib.machine import machine_line, measure_ceilings
 from benchlib.output import emit_table
+from benchlib.synthetic import pretraining_arrays
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS, VOCAB = 8, 128, 20, 30000
 PATHS = {"per-use": "cast at every use (Keras' own call; albert-tf in training)",
          "cast-once": "cast once per call (albert-tf in inference)"}
-
-
-def pretraining_arrays(seed=0):
-    rng = np.random.default_rng(seed)
-    return {
-        "token_ids": rng.integers(5, VOCAB, (BATCH, SEQ)).astype("int32"),
-        "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype("int32")[None].repeat(BATCH, 0),
-        "padding_mask": np.ones((BATCH, SEQ), "int32"),
-        "mask_positions": np.sort(rng.choice(np.arange(1, SEQ), (BATCH, PREDICTIONS)), -1).astype("int32"),
-        "mask_ids": rng.integers(5, VOCAB, (BATCH, PREDICTIONS)).astype("int32"),
-        "mask_weights": np.ones((BATCH, PREDICTIONS), "float32"),
-        "sentence_order_label": rng.integers(0, 2, (BATCH,)).astype("int32"),
-    }
 
 
 def variable_casts(concrete_function):
@@ -86,7 +72,7 @@ def bench_path(key, warmup, steps, clock):
     backbone_class = PerUseBackbone if key == "per-use" else CastOnceBackbone
     model = AlbertPretrainer(backbone_class(AlbertConfig.from_preset("base"), dtype="mixed_bfloat16"))
     model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=False)
-    arrays = pretraining_arrays()
+    arrays = pretraining_arrays(BATCH, SEQ, PREDICTIONS, VOCAB)
     x, y = features.split_pretraining_example(arrays)
     backbone = model.backbone
     infer_fn = tf.function(lambda inputs: backbone(inputs, training=False))
