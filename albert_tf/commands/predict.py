@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
+from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_file
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
 from albert_tf.tasks import get_task, load_run
@@ -57,13 +57,14 @@ def add_parser(subparsers):
 
 
 def run(args):
+    if args.output != "-":
+        check_out(args.output, args.overwrite, "--output")  # before minutes of predictions, not after
     config, model, tokenizer, record = load_run(args.model)
     if args.input != "-" and not files.isfile(args.input):
         raise ValueError(f"--input {args.input}: no such file.")
     # Forward passes without XLA: batches padded to their own longest have a new shape nearly every batch.
     choice = resolve_precision(args.mixed_precision, "none", model.backbone.config.hidden_size, device_kind())
     model = with_dtype_policy(model, choice.precision)
-    print(f"Precision: {choice.describe()}", file=sys.stderr)
     task = get_task(config.task)
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.
@@ -102,6 +103,8 @@ def run(args):
             with files.open_file(staging, "w") as f:
                 _write(f, records)
     errors = sum("error" in r for r in records)
+    # Printed with the summary, once nothing can fail: a user error stays one line.
+    print(f"Precision: {choice.describe()}", file=sys.stderr)
     print("; ".join(encoded.notes) + (f"; {errors} rows gave an error record" if errors else ""), file=sys.stderr)
 
 
