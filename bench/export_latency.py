@@ -36,6 +36,7 @@ ROWS = {
     "keras": "albert-tf Keras (tf.function)",
     "keras-xla": "albert-tf Keras (tf.function, XLA)",
     "keras-bf16": "albert-tf Keras mixed_bfloat16 (tf.function)",
+    "keras-bf16-frozen": "albert-tf Keras mixed_bfloat16, weights frozen to constants",
     "saved_model": "albert-tf SavedModel serving_default",
     "tflite-none": "albert-tf TFLite float32",
     "tflite-float16": "albert-tf TFLite float16 weights",
@@ -49,7 +50,7 @@ ROWS = {
 # The float32 rows: the ratios are to the fastest of them.
 FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")
 # Rows a CPU without bf16 units would only run emulated (not timed there).
-BF16_ROWS = ("keras-bf16",)
+BF16_ROWS = ("keras-bf16", "keras-bf16-frozen")
 # The precision each row's matmuls run in, for its ceiling share. float16
 # weights are dequantized to float32; dynamic range multiplies int8 weights
 # by activations quantized on the fly.
@@ -102,18 +103,29 @@ def runner(key, workdir, threads):
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
     x = inputs()
-    if key in ("keras", "keras-xla", "keras-bf16"):
+    if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
         from albert_tf import AlbertBackbone
         from albert_tf.saving import load_pretrained
 
         model = load_pretrained(os.path.join(workdir, "model"))
-        if key == "keras-bf16":
+        if key.startswith("keras-bf16"):
             # The same weights in a backbone built under the policy (float32 variables, bf16 matmuls).
             bf16 = AlbertBackbone(model.config, dtype="mixed_bfloat16")
             bf16.set_weights(model.get_weights())
             model = bf16
         fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
         batch = {k: tf.constant(v) for k, v in x.items()}
+        if key == "keras-bf16-frozen":
+            # Variables turned into constants: the graph optimizer folds the weights' casts to
+            # bfloat16 away, and oneDNN may keep its own layout of constant weights across calls.
+            from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+
+            concrete = fn.get_concrete_function(batch)
+            frozen = convert_variables_to_constants_v2(concrete)
+            # The frozen function takes and returns flat lists, in tf.nest order (a dict's sorted keys).
+            pooled = sorted(concrete.structured_outputs).index("pooled_output")
+            flat = tf.nest.flatten(batch)
+            return lambda: frozen(*flat)[pooled].numpy()
         return lambda: fn(batch)["pooled_output"].numpy()
     if key == "saved_model":
         from albert_tf.export import load_saved_model, version_dirs
