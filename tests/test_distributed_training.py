@@ -8,10 +8,8 @@ the weights of the same steps taken on one device.
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -20,7 +18,8 @@ import tensorflow as tf
 from albert_tf.training import Trainer
 from cli_helpers import free_ports
 from training_helpers import (
-    TINY_MODEL, array_dataset_fn, fit_weights, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
+    TINY_MODEL, array_dataset_fn, fit_weights, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config,
+    weights_of,
 )
 
 WORKER = str(pathlib.Path(__file__).with_name("training_worker.py"))
@@ -105,12 +104,7 @@ def test_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
     args = ["--run-dir", str(run_dir), "--steps", "6", "--checkpoint-every", "2", "--out", str(tmp_path / "w.npz")]
     # Slow input (0.5 s a batch) so the kill lands between checkpoints.
     process = worker(args + ["--seconds-per-batch", "0.5"])
-    deadline = time.time() + 90
-    while not (run_dir / "checkpoints" / "ckpt-2.index").exists():
-        assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
-        time.sleep(0.2)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_once_written(process, run_dir / "checkpoints" / "ckpt-2.index", timeout=90)
     assert not (tmp_path / "w.npz").exists()
     finish(worker(args))
     assert max_difference(saved_weights(tmp_path / "w.npz"), one_device_weights(tmp_path / "one", steps=6)) < TOLERANCE

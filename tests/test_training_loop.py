@@ -8,10 +8,8 @@ change the weights, the logs, the checkpoints, or a resume after a kill.
 import json
 import os
 import pathlib
-import signal
 import subprocess
 import sys
-import time
 
 import numpy as np
 import pytest
@@ -19,7 +17,9 @@ import tensorflow as tf
 
 from albert_tf.training import Trainer, read_log
 from albert_tf.training.trainer import TRAINING_CONFIG_FILE, loop_length
-from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
+from training_helpers import (
+    TINY_MODEL, array_dataset_fn, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
+)
 
 EXAMPLES = synthetic_examples()
 TESTS = pathlib.Path(__file__).parent
@@ -179,12 +179,7 @@ def test_run_killed_inside_a_loop_resumes_to_the_weights_of_an_uninterrupted_run
     # Slow input (0.5 s a batch): the loop of steps 5-8 takes 2 s, and the kill lands inside it.
     process = subprocess.Popen(args + ["--seconds-per-batch", "0.5"], env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
-    deadline = time.time() + 120
-    while not (run_dir / "checkpoints" / "ckpt-4.index").exists():
-        assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
-        time.sleep(0.1)
-    process.send_signal(signal.SIGKILL)
-    process.wait()
+    kill_once_written(process, run_dir / "checkpoints" / "ckpt-4.index", timeout=120)
     assert not (run_dir / "checkpoints" / "ckpt-8.index").exists()
 
     done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)

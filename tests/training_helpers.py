@@ -5,6 +5,9 @@ takes its rows of every global batch), so runs under different strategies see
 the same global batches and must end with the same weights.
 """
 
+import signal
+import time
+
 import numpy as np
 import tensorflow as tf
 
@@ -98,3 +101,13 @@ def weights_of(model):
 
 def max_difference(a, b):
     return max(float(np.max(np.abs(x - y))) for x, y in zip(a, b))
+
+
+def kill_once_written(process, path, timeout):
+    """SIGKILLs the running `process` as soon as `path` exists (a checkpoint's .index); fails if it never does."""
+    deadline = time.time() + timeout
+    while not path.exists():
+        assert process.poll() is None and time.time() < deadline, "no checkpoint before the run ended"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
