@@ -24,6 +24,7 @@ _EXPORTS = {
     "AlbertRegressor": "albert_tf.models",
     "AlbertTagger": "albert_tf.models",
     "AlbertTokenizer": "input_pipeline.tokenizer",
+    "FrozenForward": "albert_tf.inference",
     "export_saved_model": "albert_tf.export.saved_model",
     "export_tflite": "albert_tf.export.tflite",
     "load_pretrained": "albert_tf.saving",

@@ -21,6 +21,12 @@ row (median and range over the rounds: a stable ratio has a narrow range);
 and its share of the machine's matmul ceiling (bench/ceilings.py) at the
 row's precision.
 
+albert-tf's inference without XLA runs as `albert-tf predict` runs it:
+through `albert_tf.FrozenForward`, its weights frozen into the graph as
+constants (traced for the batch's exact shape). A note under the table gives
+the same rows with the weights as variables, a plain Keras call in a
+tf.function.
+
     pip install -e .[bench]
     python bench/model_speed.py [--steps 10] [--rounds 5] [--bf16] [--write bench/results/model_speed.md]
 """
@@ -43,19 +49,22 @@ def first_row(arrays):
     return {k: arrays[k][:1] for k in ("token_ids", "segment_ids", "padding_mask")}
 
 
-def measurements(train_step, infer_step, warmup, steps):
-    """{"train": ..., "infer": ...}: each times its step (median ms) when called."""
+def measurements(train_step, infer_step, warmup, steps, **more_inference):
+    """{"train": ..., "infer": ..., **more_inference}: each times its step (median ms) when called."""
+    inference = {"infer": infer_step, **more_inference}
     for _ in range(warmup):
         train_step()
-        infer_step()
-    return {"train": lambda: timed(train_step, 0, steps), "infer": lambda: timed(infer_step, 0, steps * 3)}
+        for step in inference.values():
+            step()
+    return {"train": lambda: timed(train_step, 0, steps),
+            **{name: lambda step=step: timed(step, 0, steps * 3) for name, step in inference.items()}}
 
 
 def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
     import keras
     import tensorflow as tf
 
-    from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer
+    from albert_tf import AlbertBackbone, AlbertConfig, AlbertPretrainer, FrozenForward
     from input_pipeline import features
 
     policy = None if precision == "float32" else precision
@@ -65,9 +74,14 @@ def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
     backbone = model.backbone
     infer_fn = tf.function(lambda inputs: backbone(inputs, training=False), jit_compile=jit)
     one = {k: tf.constant(v) for k, v in first_row(arrays).items()}
-    return measurements(
-        lambda: model.train_on_batch(x, y), lambda: infer_fn(one)["sequence_output"].numpy(), warmup, steps
-    )
+    variables = lambda: infer_fn(one)["sequence_output"].numpy()  # noqa: E731
+    train = lambda: model.train_on_batch(x, y)  # noqa: E731
+    if jit:
+        return measurements(train, variables, warmup, steps)
+    # Frozen after the warm-up's training steps would change nothing: inference reads the weights as they are.
+    frozen, one_row = FrozenForward(backbone), first_row(arrays)
+    return measurements(train, lambda: frozen(one_row)["sequence_output"], warmup, steps,
+                        infer_variables=variables)
 
 
 def bench_keras_hub(arrays, warmup, steps, jit, precision="float32"):
@@ -206,6 +220,11 @@ def speedup_stats(results, key, own_fp32, measurement):
     return fastest, 1 / ratio, (1 / high, 1 / low)
 
 
+def _variables_share(results, key):
+    """Median over rounds of variable time / frozen time (> 1: freezing is faster)."""
+    return statistics.median(r["infer_variables"] / r["infer"] for r in results[key])
+
+
 def run_worker(key, warmup, steps):
     """The child process of one implementation (see `benchlib.timing.Worker`)."""
     import tensorflow as tf
@@ -255,7 +274,8 @@ def main():
         f"{transformers.__version__}, torch {torch.__version__}. Vs fastest peer: time / the time of the "
         "fastest of keras-hub and HF transformers at the row's precision; speed-up: the time of the "
         "implementation's fastest fp32 row / time (both median over rounds, [min, max]); ceiling: model "
-        "matmul FLOPs / time / the row precision's ceiling.",
+        "matmul FLOPs / time / the row precision's ceiling. albert-tf's inference without XLA runs as "
+        "`predict` runs it: weights frozen into the graph (`albert_tf.FrozenForward`).",
         f"Marked **default**: what `pretrain`, `finetune`, `demo`, `predict` and `bench` run for ALBERT-base on "
         f"this CPU ({IMPLEMENTATIONS[default].compiler}, {KERAS_POLICY[IMPLEMENTATIONS[default].precision]}: "
         + ("it has bfloat16 units and H 768 >= 512)." if default == "albert-tf-bf16" else "no bfloat16 units).")
@@ -288,6 +308,12 @@ def main():
                 cells.append("")
             cells.append(f"{flops[measurement] / (ms / 1000) / (ceilings[row.precision] * 1e9):.0%}")
         table.append("| " + " | ".join(cells) + " |")
+    variable_rows = [key for key in rows if "infer_variables" in results[key][0]]
+    if variable_rows:
+        table += ["", "albert-tf inference with its weights as variables (a Keras call in a tf.function) instead "
+                  "of frozen: " + "; ".join(
+                      f"{rows[key].precision} {statistics.median(r['infer_variables'] for r in results[key]):.1f} ms "
+                      f"({_variables_share(results, key):.2f}x the frozen time)" for key in variable_rows) + "."]
     if fastest_peers:
         table += ["", "Fastest peer: " + "; ".join(
             f"{precision} {measurement} {IMPLEMENTATIONS[key].name} ({IMPLEMENTATIONS[key].compiler})"

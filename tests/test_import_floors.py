@@ -48,6 +48,8 @@ FLOORS = {
     "albert_tf.distribute": 5,
     "albert_tf.training": 5,
     "albert_tf.tasks": 5,
+    # Forward passes with the weights frozen to constants (TensorFlow graphs).
+    "albert_tf.inference": 5,
     "albert_tf.export": 6,
     "albert_tf.commands": 7,
     "albert_tf.apps": 7,

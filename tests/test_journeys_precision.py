@@ -95,6 +95,7 @@ def test_finetune_then_predict_and_export_print_and_keep_their_choice(wide):
     texts = "\n".join(STDIN_TEXTS) + "\n"
     auto = run_cli("predict", "--model", "runs/sst2", cwd=root, input=texts)
     assert chosen(auto.stderr) == expected(512, "none")
+    assert "; weights: frozen" in auto.stderr
     float32 = run_cli("predict", "--model", "runs/sst2", "--mixed-precision", "float32", cwd=root, input=texts)
     assert chosen(float32.stderr) == ("float32", "none")
     rows = [[json.loads(line) for line in done.stdout.splitlines()] for done in (auto, float32)]

@@ -30,6 +30,7 @@ import tempfile
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_file
+from albert_tf.inference import FrozenPredictions
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
 from albert_tf.tasks import get_task, load_run
@@ -64,7 +65,8 @@ def run(args):
         raise ValueError(f"--input {args.input}: no such file.")
     # Forward passes without XLA: batches padded to their own longest have a new shape nearly every batch.
     choice = resolve_precision(args.mixed_precision, "none", model.backbone.config.hidden_size, device_kind())
-    model = with_dtype_policy(model, choice.precision)
+    # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.
+    model = FrozenPredictions(with_dtype_policy(model, choice.precision))
     task = get_task(config.task)
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.
@@ -104,7 +106,8 @@ def run(args):
                 _write(f, records)
     errors = sum("error" in r for r in records)
     # Printed with the summary, once nothing can fail: a user error stays one line.
-    print(f"Precision: {choice.describe()}", file=sys.stderr)
+    weights = "frozen" if model.forward.frozen else "variables (too large to freeze)"
+    print(f"Precision: {choice.describe()}; weights: {weights}", file=sys.stderr)
     print("; ".join(encoded.notes) + (f"; {errors} rows gave an error record" if errors else ""), file=sys.stderr)
 
 
