@@ -158,6 +158,12 @@ def test_trainer_in_mixed_bfloat16_stays_within_tolerance_of_float32(tmp_path):
     np.testing.assert_allclose(bfloat16, float32, rtol=LOSS_RTOL)
 
 
+def optimizer_state(optimizer):
+    """{variable path: value} of an optimizer's own state, the loss-scaled optimizer's inner one included."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    return {v.path.split("/", 1)[-1]: v.numpy() for v in inner.variables}
+
+
 def test_a_float32_run_resumes_under_mixed_bfloat16(tmp_path):
     # Older runs saved mixed_precision "float32"; the weights and optimizer
     # slots are float32 under every policy, so the checkpoint restores as is.
@@ -178,7 +184,28 @@ def test_a_float32_run_resumes_under_mixed_bfloat16(tmp_path):
     assert any("mixed_precision: 'float32' -> 'mixed_bfloat16'" in line for line in lines), lines
     for saved, restored in zip(weights_of(first.model), weights_of(resumed.model)):
         np.testing.assert_array_equal(saved, restored)
+    saved, restored = optimizer_state(first.optimizer), optimizer_state(resumed.optimizer)
+    assert saved.keys() == restored.keys() and len(saved) > 2
+    for path, value in saved.items():
+        np.testing.assert_array_equal(restored[path], value, err_msg=path)
     record = resumed.train()
     assert record["step"] == 3 and np.isfinite(record["loss"])
     run = json.loads((tmp_path / "training_config.json").read_text())
     assert run["resolved"]["mixed_precision"] == "mixed_bfloat16"
+
+
+@pytest.mark.parametrize("before, after", [("float32", "mixed_float16"), ("mixed_float16", "mixed_bfloat16")])
+def test_a_resume_into_or_out_of_mixed_float16_is_refused_before_anything_changes(tmp_path, before, after):
+    # The loss-scaled optimizer checkpoints its slots under other names: the
+    # resume would restore the weights and restart LAMB's moments from zero.
+    from albert_tf.training import Trainer
+    from training_helpers import TINY_MODEL, array_dataset_fn, synthetic_examples, tiny_trainer_config
+
+    examples = synthetic_examples()
+    Trainer(TINY_MODEL, tiny_trainer_config(num_steps=2, checkpoint_every=2, mixed_precision=before),
+            str(tmp_path), array_dataset_fn(examples), print_fn=lambda *_: None).train()
+    saved = {p.relative_to(tmp_path): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()}
+    with pytest.raises(ValueError, match=f"trained in {before} .* resume it in {after}.*--mixed-precision {before}"):
+        Trainer(TINY_MODEL, tiny_trainer_config(num_steps=3, checkpoint_every=2, mixed_precision=after),
+                str(tmp_path), array_dataset_fn(examples), print_fn=lambda *_: None)
+    assert {p.relative_to(tmp_path): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == saved

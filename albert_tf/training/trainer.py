@@ -509,6 +509,7 @@ class Trainer:
                 saved = json.loads(files.read_text(training_path))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
                 raise ValueError(f"{training_path} is unreadable ({e}); restore it or use a new run directory.") from e
+            _check_loss_scaling_kept(saved, training, self.run_dir)
             trainer = _differences(saved.get("trainer", training["trainer"]), training["trainer"], "trainer.")
             changed = [d for d in trainer if d.split(":")[0].removeprefix("trainer.") in RESUMABLE_CHANGES]
             differences["trainer config"] = [d for d in trainer if d not in changed]
@@ -526,6 +527,25 @@ class Trainer:
                 + f"\nUse a new run directory, or the saved values (only {', '.join(RESUMABLE_CHANGES)} "
                 "may change on resume)."
             )
+
+
+def _check_loss_scaling_kept(saved, training, run_dir):
+    """Refuses a resume into or out of mixed_float16, whose optimizer state is checkpointed differently.
+
+    Under mixed_float16 the optimizer is wrapped in Keras' LossScaleOptimizer,
+    which checkpoints the inner optimizer's slots under its own names: the
+    checkpoint would restore the weights and silently start the slots (LAMB's
+    moments) from zero. Between float32 and mixed_bfloat16 nothing differs.
+    """
+    # Runs written before the resolved precision was recorded named it in the trainer config.
+    before = saved.get("resolved", {}).get("mixed_precision", saved.get("trainer", {}).get("mixed_precision"))
+    after = training["resolved"]["mixed_precision"]
+    if before != after and "mixed_float16" in (before, after):
+        raise ValueError(
+            f"{run_dir} was trained in {before} and this run would resume it in {after}. mixed_float16 keeps "
+            "its optimizer state inside a loss-scale wrapper, so the optimizer's moments would restart from "
+            f"zero. Resume with --mixed-precision {before}, or start a new run directory."
+        )
 
 
 def resolve_run_precision(config, model_config, strategy, flags=None):
