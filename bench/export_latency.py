@@ -113,19 +113,15 @@ def runner(key, workdir, threads):
             bf16 = AlbertBackbone(model.config, dtype="mixed_bfloat16")
             bf16.set_weights(model.get_weights())
             model = bf16
+        if key == "keras-bf16-frozen":
+            # What `predict` runs: the graph optimizer folds the weights' casts to bfloat16 away, and
+            # oneDNN may keep its own layout of constant weights across calls.
+            from albert_tf import FrozenForward
+
+            frozen = FrozenForward(model)
+            return lambda: frozen(x)["pooled_output"]
         fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
         batch = {k: tf.constant(v) for k, v in x.items()}
-        if key == "keras-bf16-frozen":
-            # Variables turned into constants: the graph optimizer folds the weights' casts to
-            # bfloat16 away, and oneDNN may keep its own layout of constant weights across calls.
-            from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
-
-            concrete = fn.get_concrete_function(batch)
-            frozen = convert_variables_to_constants_v2(concrete)
-            # The frozen function takes and returns flat lists, in tf.nest order (a dict's sorted keys).
-            pooled = sorted(concrete.structured_outputs).index("pooled_output")
-            flat = tf.nest.flatten(batch)
-            return lambda: frozen(*flat)[pooled].numpy()
         return lambda: fn(batch)["pooled_output"].numpy()
     if key == "saved_model":
         from albert_tf.export import load_saved_model, version_dirs
