@@ -70,7 +70,6 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
     return tf.distribute.TPUStrategy(_connect_tpu(tpu))
 
 
-
 def is_chief(strategy):
     """False only on the workers of a multi-worker cluster that are not its chief.
 
@@ -84,6 +83,7 @@ def is_chief(strategy):
     if "chief" in jobs:
         return resolver.task_type == "chief"
     return resolver.task_type != "worker" or resolver.task_id == 0
+
 
 # Seconds to wait for a grpc:// TPU address to accept a connection: TensorFlow
 # itself waits without end on an address where nothing listens.

@@ -104,15 +104,13 @@ def runner(key, workdir, threads):
     tf.config.threading.set_inter_op_parallelism_threads(1)
     x = inputs()
     if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
-        from albert_tf import AlbertBackbone
+        from albert_tf.models.pretrained import with_dtype_policy
         from albert_tf.saving import load_pretrained
 
         model = load_pretrained(os.path.join(workdir, "model"))
         if key.startswith("keras-bf16"):
-            # The same weights in a backbone built under the policy (float32 variables, bf16 matmuls).
-            bf16 = AlbertBackbone(model.config, dtype="mixed_bfloat16")
-            bf16.set_weights(model.get_weights())
-            model = bf16
+            # The same weights under the policy (float32 variables, bf16 matmuls), as `predict` rebuilds it.
+            model = with_dtype_policy(model, "mixed_bfloat16")
         if key == "keras-bf16-frozen":
             # What `predict` runs: the graph optimizer folds the weights' casts to bfloat16 away, and
             # oneDNN may keep its own layout of constant weights across calls.

@@ -138,7 +138,7 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
             # Heads that read the sequence output (mean pooling, tags, spans)
             # leave the pooler without a gradient by design; Keras would warn
             # about exactly those two variables in every user's fit.
-            warnings.filterwarnings("ignore", message=_POOLER_WITHOUT_GRADIENT)
+            warnings.filterwarnings("ignore", message=POOLER_WITHOUT_GRADIENT)
             return super().fit(
                 x, y, batch_size=batch_size, sample_weight=sample_weight,
                 validation_data=validation_data, validation_split=validation_split,
@@ -324,7 +324,7 @@ def _check_same_task(model, task_kwargs, directory):
         )
 
 
-_POOLER_WITHOUT_GRADIENT = r"Gradients do not exist for variables \['pooler/kernel', 'pooler/bias'\]"
+POOLER_WITHOUT_GRADIENT = r"Gradients do not exist for variables \['pooler/kernel', 'pooler/bias'\]"
 
 
 def _text_errors(text):

@@ -25,9 +25,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-# Heads that read the sequence output (mean pooling, tags, spans) leave the
-# pooler without a gradient by design; `AlbertTask.fit` silences the same warning.
-_POOLER_WITHOUT_GRADIENT = r"Gradients do not exist for variables \['pooler/kernel', 'pooler/bias'\]"
+from albert_tf.models.task_base import POOLER_WITHOUT_GRADIENT
 
 
 def needs_custom_loop(strategy):
@@ -80,7 +78,8 @@ class CustomLoop:
         )
         total, steps = tf.constant(0.0), 0
         with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=_POOLER_WITHOUT_GRADIENT)
+            # Heads that read the sequence output leave the pooler without a gradient, as in `fit`.
+            warnings.filterwarnings("ignore", message=POOLER_WITHOUT_GRADIENT)
             for batch in batches:
                 total += self._step(batch)
                 steps += 1
