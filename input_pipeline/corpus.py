@@ -11,6 +11,12 @@ Files are read line by line, so memory holds one document at a time whatever
 the corpus size. Empty or whitespace-only documents (a text file, row or
 record with no text) are skipped and counted; in the "sentences" format any
 run of blank lines is one separator.
+
+`split_sentences=True` also splits each line of the "sentences" format with
+the rule-based splitter below: a corpus of one text per line (a review, an
+article) then gives documents of several sentences, which sentence-order
+prediction needs (a one-sentence document can only be paired with another
+document, so its examples always have label 1).
 """
 
 import csv
@@ -114,9 +120,11 @@ class Corpus:
         format: one of `FORMATS`. "auto" picks csv/jsonl by file extension and
             "sentences" (the original format) otherwise.
         column: the CSV column or JSONL field holding the text (csv/jsonl only).
+        split_sentences: also split each line of the "sentences" format into
+            sentences (`split_sentences`); the other formats are always split.
     """
 
-    def __init__(self, paths, format="auto", column=None):
+    def __init__(self, paths, format="auto", column=None, split_sentences=False):
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         if format not in FORMATS:
@@ -124,6 +132,7 @@ class Corpus:
         self.files = _list_files(paths)
         self.format = format
         self.column = column
+        self.split_sentences = split_sentences
         for path in self.files:
             if self._format_of(path) in ("csv", "jsonl") and not column:
                 raise ValueError(f"{path} is {self._format_of(path)}: pass `column` naming the text field.")
@@ -158,6 +167,8 @@ class Corpus:
             "csv": _read_csv,
             "jsonl": _read_jsonl,
         }[self._format_of(path)]
+        if reader is _read_sentence_lines and self.split_sentences:
+            reader = _read_split_lines
         return reader(path, self.column)
 
 
@@ -206,6 +217,11 @@ def _read_sentence_lines(path, column):
             document = []
     if document:
         yield document
+
+
+def _read_split_lines(path, column):
+    for document in _read_sentence_lines(path, column):
+        yield [sentence for line in document for sentence in split_sentences(line)]
 
 
 def _read_plain_text(path, column):

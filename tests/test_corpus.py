@@ -54,6 +54,26 @@ def test_split_sentences():
     assert split_sentences(text) == ["I saw U.S. customs.", "Mr. Brown left!", "Did he?", '"Yes."', "3 more. e.g. this stays."]
 
 
+def test_split_sentences_flag_splits_each_line_of_the_original_format(tmp_path):
+    # One text per line, a blank line between: each line becomes a document of its sentences
+    # (English, Korean with . ! ?, Japanese and Chinese with 。！？ and no space after them).
+    path = tmp_path / "texts.txt"
+    path.write_text(
+        "Great film. Mr. Brown was good! See it?\n\n그 영화는 좋았다. 또 보고 싶다!\n\n"
+        "映画を見た。面白かった！\n\n我看了电影。很好看？\n\nOne sentence only.\n",
+        encoding="utf-8",
+    )
+    assert list(Corpus(path, split_sentences=True)) == [
+        ["Great film.", "Mr. Brown was good!", "See it?"], ["그 영화는 좋았다.", "또 보고 싶다!"],
+        ["映画を見た。", "面白かった！"], ["我看了电影。", "很好看？"], ["One sentence only."],
+    ]
+    # Without the flag every line stays one sentence (the original format, unchanged).
+    assert [len(document) for document in Corpus(path)] == [1, 1, 1, 1, 1]
+    # Two lines of one document are split each, not joined.
+    path.write_text("First one. First two.\nSecond one.\n", encoding="utf-8")
+    assert list(Corpus(path, split_sentences=True)) == [["First one.", "First two.", "Second one."]]
+
+
 def test_movie_reviews_split_is_fixed_and_disjoint():
     pretrain, heldout = movie_reviews.imdb_reviews("pretrain"), movie_reviews.imdb_reviews("heldout")
     assert len(pretrain) + len(heldout) == 25000 and abs(len(heldout) - 5000) < 200

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from albert_tf import cli
-from input_pipeline import features
+from input_pipeline import features, movie_reviews
+from cli_helpers import run_cli
 from data_fixtures import imdb_documents, review_corpus, small_tokenizer
 from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
 from input_pipeline.pretraining.examples import instances_of_documents
@@ -96,3 +97,57 @@ def test_create_data_cli_is_independent_of_worker_count(tmp_path):
         assert (out / "tokenizer" / "spiece.model").is_file()  # the data carries its tokenizer
         outputs.append({name: (out / name).read_bytes() for name in sorted(os.listdir(out)) if name != "tokenizer"})
     assert outputs[0] == outputs[1] and len(outputs[0]) == 4  # 3 shards + metadata.json
+
+
+def _one_review_per_line(tmp_path, count=400):
+    """IMDB reviews one per line, a blank line between: the format most corpora come in."""
+    corpus = tmp_path / "reviews.txt"
+    corpus.write_text("\n\n".join(text for text, _ in movie_reviews.imdb_reviews()[:count]) + "\n", encoding="utf-8")
+    small_tokenizer().save(tmp_path / "tok")
+    return corpus
+
+
+def _warnings(done):
+    return [line for line in done.stderr.splitlines() if "warning" in line]
+
+
+def test_create_data_says_what_one_text_per_line_makes_of_sop(tmp_path):
+    corpus = _one_review_per_line(tmp_path)
+    labels = {}
+    for name, flags in (("lines", []), ("split", ["--split-sentences"])):
+        done = run_cli("create-data", "--input", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / name,
+                       "--dupe-factor", "2", "--num-workers", "0", *flags)
+        records = tf.data.TFRecordDataset(sorted(str(p) for p in (tmp_path / name).glob("*.tfrecord")))
+        labels[name] = np.array([
+            tf.train.Example.FromString(r.numpy()).features.feature[features.SENTENCE_ORDER_LABEL].int64_list.value[0]
+            for r in records
+        ])
+        labels[name, "out"] = done
+    # Each review read as one sentence pairs with another review: label 1 on every example, and one warning.
+    lines = labels["lines", "out"]
+    assert labels["lines"].all() and len(labels["lines"]) == 800
+    assert "400 of 400 documents (100.0%) have one sentence; sentence_order_label 0/1: 0/800" in lines.stdout
+    [warning] = _warnings(lines)
+    assert warning.startswith("albert-tf create-data: warning: 100% of the documents have one sentence") and (
+        "--split-sentences" in warning)
+    # Split into sentences, the reviews form pairs: about half the labels are 0 (one-sentence chunks
+    # still take another document's B, label 1, as in the original), and nothing is warned.
+    split = labels["split", "out"]
+    assert 0.45 < labels["split"].mean() < 0.6, labels["split"].mean()
+    assert not _warnings(split) and f"sentence_order_label 0/1: {np.sum(labels['split'] == 0)}/" in split.stdout
+
+
+@pytest.mark.slow
+def test_raw_text_pretrain_reports_the_sop_balance(tmp_path):
+    corpus = _one_review_per_line(tmp_path, count=100)
+    tiny = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
+            "--intermediate-size", "64", "--max-seq-length", "128", "--batch-size", "4", "--steps", "1"]
+    lines = run_cli("pretrain", "--data", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "a", *tiny)
+    assert "Sentence pairs: 100 of 100 documents (100.0%) have one sentence; sentence_order_label 0/1: 0/" in lines.stdout
+    [warning] = _warnings(lines)
+    assert warning.startswith("albert-tf pretrain: warning: 100% of the documents") and "--split-sentences" in warning
+    split = run_cli("pretrain", "--data", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "b",
+                    "--split-sentences", *tiny)
+    assert not _warnings(split) and "sentence_order_label 0/1: " in split.stdout
+    zeros, ones = map(int, split.stdout.split("sentence_order_label 0/1: ")[1].split()[0].split("/"))
+    assert 0.45 < ones / (zeros + ones) < 0.65

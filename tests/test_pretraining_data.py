@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from input_pipeline import features
-from data_fixtures import long_document_corpus, review_corpus
+from data_fixtures import imdb_documents, long_document_corpus, review_corpus, small_tokenizer
 from input_pipeline.pretraining.examples import (
+    PairStats,
     PretrainingDataConfig,
+    TokenizedCorpus,
     _truncate_pair,
     instances_of_documents,
     lay_out,
@@ -125,6 +127,21 @@ def test_sop_labels_balanced_and_swaps_are_real(drawn):
     fallback = 1 - len(same_doc) / len(instances)
     assert fallback < 0.1
     assert_proportion(sum(i.label for i in instances), len(instances), 0.5 + fallback / 2)
+
+
+def test_pair_stats_count_one_sentence_documents_and_labels(drawn):
+    instances, _ = drawn
+    stats = PairStats.of(long_document_corpus(), instances)
+    assert stats.num_single_sentence_documents == 0 and stats.num_documents == long_document_corpus().num_documents
+    assert stats.label_counts == (sum(i.label == 0 for i in instances), sum(i.label for i in instances))
+    assert not stats.pairs_cannot_form("sop")
+    # Each review as one sentence (a text per line, read line by line): every SOP label is 1.
+    whole = TokenizedCorpus.from_documents([[" ".join(d)] for d in imdb_documents()[:200]], small_tokenizer())
+    dead = PairStats.of(whole, instances_of_documents(whole, range(whole.num_documents), CONFIG_128, (0,)))
+    assert (dead.num_single_sentence_documents, dead.label_counts[0], dead.label_1_share) == (200, 0, 1.0)
+    assert dead.pairs_cannot_form("sop") and dead.pairs_cannot_form("nsp") and not dead.pairs_cannot_form("single")
+    assert (dead + stats).num_documents == 200 + stats.num_documents
+    assert dead.describe().startswith("200 of 200 documents (100.0%) have one sentence; sentence_order_label 0/1: 0/")
 
 
 def test_about_ten_percent_short_sequences(drawn):

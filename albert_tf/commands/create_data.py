@@ -2,12 +2,18 @@
 
 The data directory keeps a copy of its tokenizer (OUT/tokenizer), so
 `pretrain --data OUT` needs no --tokenizer.
+
+It reports how many documents have one sentence and the balance of
+sentence_order_label, and warns when most documents cannot form a sentence
+pair: a corpus of one text per line (blank lines between) wants
+--split-sentences.
 """
 
 import os
+import sys
 import time
 
-from albert_tf.commands.flags import add_command, add_config_flags, config_kwargs
+from albert_tf.commands.flags import add_command, add_config_flags, add_split_sentences_flag, config_kwargs
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from albert_tf.model_dirs import TOKENIZER_DIR, load_tokenizer
 from input_pipeline import Corpus, PretrainingDataConfig, write_pretraining_tfrecords
@@ -19,6 +25,7 @@ def add_parser(subparsers):
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
     parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
+    add_split_sentences_flag(parser)
     parser.add_argument("--tokenizer", required=True, metavar="DIR", help="A train-tokenizer output directory.")
     parser.add_argument("--out", required=True, metavar="DIR", help="Output directory (TFRecord shards, "
                         "metadata.json, tokenizer/).")
@@ -31,10 +38,23 @@ def add_parser(subparsers):
     return parser
 
 
+def report_pairs(pair_stats, task, command, where=""):
+    """Prints what the data makes of the pair task, and one warning line when pairs cannot form."""
+    print(f"Sentence pairs{where}: {pair_stats.describe()}")
+    if pair_stats.pairs_cannot_form(task):
+        print(
+            f"albert-tf {command}: warning: {100 * pair_stats.single_sentence_share:.0f}% of the documents have one "
+            f"sentence, which pairs with another document (label 1), so {100 * pair_stats.label_1_share:.0f}% of "
+            f"the examples have sentence_order_label 1 and the {task} task learns little; for one text per line "
+            "pass --split-sentences (or write one sentence per line, a blank line between documents).",
+            file=sys.stderr,
+        )
+
+
 def run(args):
     config = PretrainingDataConfig(**config_kwargs(PretrainingDataConfig, args))
     tokenizer = load_tokenizer(args.tokenizer)
-    corpus = Corpus(args.input, format=args.format, column=args.column)
+    corpus = Corpus(args.input, format=args.format, column=args.column, split_sentences=args.split_sentences)
     start = time.perf_counter()
     with fresh_output_dir(args.out, args.overwrite) as staging:
         stats = write_pretraining_tfrecords(
@@ -48,3 +68,4 @@ def run(args):
         f"{stats['num_documents']} documents ({corpus.num_empty_skipped} empty skipped) in {seconds:.1f}s "
         f"({stats['num_examples'] / seconds:.0f} examples/s)"
     )
+    report_pairs(stats["pair_stats"], config.task, "create-data")

@@ -126,6 +126,16 @@ def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
                                 **options)
 
 
+def add_split_sentences_flag(parser):
+    """--split-sentences, for the commands that read a corpus (`input_pipeline.Corpus(split_sentences=...)`)."""
+    parser.add_argument(
+        "--split-sentences", action="store_true",
+        help="Split each line of the sentences format into sentences (rule-based: . ! or ? before a space and "
+        "a word not in lowercase, or 。！？), for a corpus of one text per line: without it each such text is a "
+        "one-sentence document, which forms no sentence pair.",
+    )
+
+
 def add_jit_compile_aliases(parser):
     """--jit-compile / --no-jit-compile: older spellings of --compile-step forward / none, kept for old commands.
 

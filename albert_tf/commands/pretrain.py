@@ -12,9 +12,13 @@ import json
 import os
 import sys
 
+import numpy as np
+
 from albert_tf.cli import EXIT_INTERRUPTED
+from albert_tf.commands.create_data import report_pairs
 from albert_tf.commands.flags import (
-    add_command, add_config_flags, add_jit_compile_aliases, add_strategy_flags, config_kwargs, strategy_from_flags,
+    add_command, add_config_flags, add_jit_compile_aliases, add_split_sentences_flag, add_strategy_flags,
+    config_kwargs, strategy_from_flags,
 )
 from albert_tf.config import PRESETS, AlbertConfig
 from albert_tf.distribute import STRATEGY_NAMES
@@ -23,6 +27,10 @@ from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline import files
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
+from input_pipeline.pretraining.examples import PairStats, instances_of_documents
+
+# Raw text: the documents whose first-epoch examples the label balance is counted on.
+_PAIR_STATS_DOCUMENTS = 10_000
 
 # Model fields a flag may override (the preset's or --config's value otherwise);
 # the vocabulary always comes from the data.
@@ -48,6 +56,7 @@ def add_parser(subparsers):
                       help="train-tokenizer output (default: the create-data directory's); saved into RUN_DIR.")
     data.add_argument("--format", default="auto", help="Raw text format (see create-data).")
     data.add_argument("--column", help="CSV column / JSONL field with the text.")
+    add_split_sentences_flag(data)
     data.add_argument("--max-seq-length", type=int, help="Raw text only (default 512).")
     data.add_argument("--max-predictions-per-seq", type=int, help="Raw text only (default 20).")
     data.add_argument("--task", choices=("sop", "nsp"), help="Raw text only (default sop).")
@@ -130,6 +139,9 @@ def _load_data(args):
             tokenizer = find_tokenizer(args.data[0], required=False)
         if tokenizer is not None:
             tokenizer.check_vocab_size(vocab_size)
+        if args.split_sentences:
+            raise ValueError(f"--split-sentences reads raw text; --data {args.data[0]} holds create-data records "
+                             "(pass it to create-data instead).")
         info = {"kind": "tfrecords", "paths": args.data, "config": dataclasses.asdict(data_config)}
         return args.data[0], data_config, vocab_size, tokenizer, info
     if tokenizer is None:
@@ -138,10 +150,20 @@ def _load_data(args):
             "pass --tokenizer DIR to tokenize it."
         )
     data_config = PretrainingDataConfig(**{k: v for k, v in raw_only.items() if v is not None})
-    corpus = TokenizedCorpus.from_documents(Corpus(args.data, format=args.format, column=args.column), tokenizer)
+    text = Corpus(args.data, format=args.format, column=args.column, split_sentences=args.split_sentences)
+    corpus = TokenizedCorpus.from_documents(text, tokenizer)
+    _report_pairs(corpus, data_config, args.seed)
     info = {"kind": "text", "paths": args.data, "config": dataclasses.asdict(data_config),
             "num_documents": corpus.num_documents}
     return corpus, data_config, tokenizer.vocab_size, tokenizer, info
+
+
+def _report_pairs(corpus, data_config, seed):
+    """The one-sentence documents, and the label balance of the first epoch's examples (of a sample)."""
+    documents = np.random.default_rng((seed, 0)).permutation(corpus.num_documents)[:_PAIR_STATS_DOCUMENTS]
+    stats = PairStats.of(corpus, instances_of_documents(corpus, documents, data_config, (seed, 0)))
+    sampled = len(documents) < corpus.num_documents
+    report_pairs(stats, data_config.task, "pretrain", f" (labels of {len(documents):,} documents)" * sampled)
 
 
 def _model_config(args, vocab_size, max_seq_length):

@@ -3,7 +3,7 @@
 import argparse
 import dataclasses
 
-from albert_tf.commands.flags import add_command
+from albert_tf.commands.flags import add_command, add_split_sentences_flag
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
@@ -15,6 +15,7 @@ def add_parser(subparsers):
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
     parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
+    add_split_sentences_flag(parser)
     parser.add_argument("--vocab-size", type=int, default=30000, help="Pieces, the 5 special ones included.")
     parser.add_argument("--out", required=True, metavar="DIR", help="Writes spiece.model and tokenizer.json here.")
     parser.add_argument(
@@ -47,7 +48,7 @@ def run(args):
         lower_case=preset.lower_case and not (args.no_lower_case or args.cased),
     )
     with fresh_output_dir(args.out, args.overwrite) as staging:
-        corpus = Corpus(args.input, format=args.format, column=args.column)
+        corpus = Corpus(args.input, format=args.format, column=args.column, split_sentences=args.split_sentences)
         try:
             tokenizer = AlbertTokenizer.train(
                 corpus.sentences(),

@@ -378,6 +378,69 @@ def make_example(corpus, instance, config):
     }
 
 
+@dataclasses.dataclass(frozen=True)
+class PairStats:
+    """What a corpus makes of the sentence-pair task (SOP or NSP).
+
+    A document of one sentence cannot be cut into two segments, so each of its
+    instances takes B from a random other document with label 1, as in the
+    original: a corpus of one text per line, read one line per sentence, gives
+    label 1 on every example and an SOP task with nothing to learn.
+
+    Attributes:
+        num_documents: documents of the corpus (after tokenization).
+        num_single_sentence_documents: those of exactly one sentence.
+        label_counts: (label 0, label 1) over the instances counted.
+    """
+
+    num_documents: int
+    num_single_sentence_documents: int
+    label_counts: tuple = (0, 0)
+
+    # Shares past which the pair task is mostly (or wholly) one label.
+    _SINGLE_SHARE_LIMIT = 0.5
+    _SOP_LABEL_1_LIMIT = 0.75
+
+    @classmethod
+    def of(cls, corpus, instances):
+        """The stats of a `TokenizedCorpus` (all its documents) and some of its `Instance`s."""
+        sentences_per_document = np.diff(corpus.document_splits)
+        ones = sum(instance.label for instance in instances)
+        return cls(corpus.num_documents, int(np.sum(sentences_per_document == 1)), (len(instances) - ones, ones))
+
+    def __add__(self, other):
+        return PairStats(
+            self.num_documents + other.num_documents,
+            self.num_single_sentence_documents + other.num_single_sentence_documents,
+            tuple(a + b for a, b in zip(self.label_counts, other.label_counts)),
+        )
+
+    @property
+    def single_sentence_share(self):
+        return self.num_single_sentence_documents / max(self.num_documents, 1)
+
+    @property
+    def label_1_share(self):
+        return self.label_counts[1] / max(sum(self.label_counts), 1)
+
+    def describe(self):
+        """One line: the one-sentence documents and the label balance."""
+        zeros, ones = self.label_counts
+        return (
+            f"{self.num_single_sentence_documents} of {self.num_documents} documents "
+            f"({100 * self.single_sentence_share:.1f}%) have one sentence; sentence_order_label 0/1: "
+            f"{zeros}/{ones} ({100 * (1 - self.label_1_share):.1f}%/{100 * self.label_1_share:.1f}%)"
+        )
+
+    def pairs_cannot_form(self, task):
+        """Whether the pair task is mostly label 1 for want of multi-sentence documents."""
+        if task == "single":
+            return False
+        return self.single_sentence_share >= self._SINGLE_SHARE_LIMIT or (
+            task == "sop" and self.label_1_share >= self._SOP_LABEL_1_LIMIT
+        )
+
+
 def instances_of_documents(corpus, documents, config, seed_key):
     """Instances of several documents, in document order.
 

@@ -24,6 +24,7 @@ import numpy as np
 
 from input_pipeline import features, files, tfrecord_files
 from input_pipeline.pretraining.examples import (
+    PairStats,
     PretrainingDataConfig,
     TokenizedCorpus,
     instances_of_documents,
@@ -70,7 +71,8 @@ def write_pretraining_tfrecords(
             bounds each worker's memory.
 
     Returns:
-        dict with num_examples, num_shards and num_documents.
+        dict with num_examples, num_shards, num_documents and pair_stats (a
+        `PairStats`; metadata.json keeps its counts).
     """
     if dupe_factor < 1:
         raise ValueError(f"`dupe_factor` must be at least 1. Received: dupe_factor={dupe_factor}")
@@ -92,21 +94,23 @@ def write_pretraining_tfrecords(
         results = [_write_shard(index, block) for index, block in enumerate(blocks)]
     else:
         results = _map_bounded(blocks, num_workers, job)
-    num_examples = sum(count for count, _ in results)
-    num_documents = sum(docs for _, docs in results)
     if not results:
         raise ValueError("The corpus has no non-empty documents.")
+    num_examples = sum(count for count, _ in results)
+    pair_stats = sum((stats for _, stats in results[1:]), results[0][1])
     metadata = {
         "num_examples": num_examples,
         "num_shards": len(results),
-        "num_documents": num_documents,
+        "num_documents": pair_stats.num_documents,
+        "num_single_sentence_documents": pair_stats.num_single_sentence_documents,
+        "sentence_order_label_counts": list(pair_stats.label_counts),
         "vocab_size": tokenizer.vocab_size,
         "dupe_factor": dupe_factor,
         "seed": seed,
         "config": json.loads(config.to_json()),
     }
     files.write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=2))
-    return {k: metadata[k] for k in ("num_examples", "num_shards", "num_documents")}
+    return {**{k: metadata[k] for k in ("num_examples", "num_shards", "num_documents")}, "pair_stats": pair_stats}
 
 
 def _blocks(documents, size):
@@ -146,7 +150,7 @@ def _init_worker(job):
 
 
 def _write_shard(index, block):
-    """Tokenizes, cuts, shuffles, masks and writes one block. Returns (examples, documents)."""
+    """Tokenizes, cuts, shuffles, masks and writes one block. Returns (examples, `PairStats`)."""
     job = _WORKER_JOB
     config, seed = job["config"], job["seed"]
     corpus = TokenizedCorpus.from_documents(block, job["tokenizer"])
@@ -159,7 +163,7 @@ def _write_shard(index, block):
     with tfrecord_files.RecordWriter(path) as writer:
         for i in order:
             writer.write(serialize_example(make_example(corpus, instances[i], config)))
-    return len(instances), corpus.num_documents
+    return len(instances), PairStats.of(corpus, instances)
 
 
 def serialize_example(example):
