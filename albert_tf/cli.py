@@ -32,14 +32,13 @@ def build_parser(argv=None):
     `argv` every command's parser is built (tests parse several command lines).
     """
     from albert_tf.commands import COMMANDS
-    from albert_tf.commands.flags import ArgumentParser, HelpFormatter
+    from albert_tf.commands.flags import ArgumentParser, HelpFormatter, add_verbose_flag
 
     parser = ArgumentParser(
         prog="albert-tf", description="ALBERT in TensorFlow 2 / Keras 3.", formatter_class=HelpFormatter
     )
     parser.add_argument("--version", action="version", version=f"albert-tf {__version__}")
-    parser.add_argument("--verbose", action="store_true",
-                        help="Show TensorFlow's C++ and CUDA start-up messages.")
+    add_verbose_flag(parser)
     subparsers = parser.add_subparsers(dest="command", required=True)
     chosen = COMMANDS if argv is None else [_command_name(argv)]
     for name, (module_name, help) in COMMANDS.items():
@@ -118,10 +117,8 @@ class QuietStderr:
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    # Only the flags before the command are albert-tf's own (finetune has a --verbose too).
-    command = _command_name(argv)
-    own_flags = argv[: argv.index(command)] if command else argv
-    if "--verbose" in own_flags:
+    # --verbose before or after the command (every command has it): known before TensorFlow loads.
+    if "--verbose" in argv:
         code = _run(argv)
     else:
         with QuietStderr():

@@ -63,7 +63,8 @@ def add_parser(subparsers):
     add_config_flags(parser, FinetuneConfig, exclude=("task",))
     add_strategy_flags(parser, STRATEGY_NAMES, note=" multi_worker: run the command on every machine, TF_CONFIG "
                        "naming the cluster; --batch-size is the global batch; only the chief writes --out.")
-    parser.add_argument("--verbose", type=int, default=0, choices=(0, 1, 2), help="Keras fit verbosity.")
+    parser.add_argument("--fit-verbose", type=int, default=0, choices=(0, 1, 2),
+                        help="Keras fit's verbosity: 1 a progress bar, 2 a line per epoch.")
     return parser
 
 
@@ -95,7 +96,7 @@ def run(args):
         with output as staging:
             # Flushed: each epoch's line shows as it ends, also through a pipe.
             result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
-                              log=lambda line: print(line, flush=True), verbose=args.verbose, strategy=strategy)
+                              log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy)
     except KeyboardInterrupt as e:
         worker = None if chief else strategy.cluster_resolver.task_id
         print(f"\nalbert-tf finetune: {_interrupted(e, args, worker)}", file=sys.stderr)

@@ -9,6 +9,7 @@ choices and default, and `config_kwargs` reads them back.
 import argparse
 import dataclasses
 import difflib
+import sys
 import types
 
 from albert_tf.commands import COMMANDS
@@ -19,18 +20,56 @@ class ArgumentParser(argparse.ArgumentParser):
 
     argparse's own error prints the whole usage block; a mistyped flag
     (`--learning_rate`) then reads as a wall of text without the one fix.
-    Subcommand parsers are of this class too (argparse uses the parent's).
+    argparse also reports a missing required flag before an unknown one,
+    though the unknown one is often that flag mistyped (`--modle`): the
+    unknown flag is named first. Subcommand parsers are of this class too
+    (argparse uses the parent's).
     """
 
     def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+        # Raised, not printed: `parse_args` decides which problem to name first.
+        raise _UsageError(self, message)
 
     def parse_args(self, args=None, namespace=None):
-        namespace, extras = self.parse_known_args(args, namespace)
-        if extras:
-            parser = self._chosen_parser(namespace)
-            parser.error(unknown_arguments_message(extras, parser))
+        args = sys.argv[1:] if args is None else list(args)
+        try:
+            namespace, extras = self.parse_known_args(args, namespace)
+            if extras:
+                parser = self._chosen_parser(namespace)
+                parser.error(unknown_arguments_message(extras, parser))
+        except _UsageError as e:
+            problem = e
+            if e.message.startswith("the following arguments are required"):
+                problem = self._unknown_flags_problem(args) or e
+            problem.parser.exit(2, f"{problem.parser.prog}: error: {problem.message} (see {problem.parser.prog} "
+                                "--help)\n")
         return namespace
+
+    def _unknown_flags_problem(self, args):
+        """The unknown-flag `_UsageError` of `args` read with no flag required, or None if it has none."""
+        relaxed = [action for parser in self._parser_tree() for action in parser._actions
+                   if action.option_strings and action.required]
+        for action in relaxed:
+            action.required = False
+        try:
+            namespace, extras = self.parse_known_args(args)
+        except _UsageError:
+            return None
+        finally:
+            for action in relaxed:
+                action.required = True
+        if not extras:
+            return None
+        parser = self._chosen_parser(namespace)
+        return _UsageError(parser, unknown_arguments_message(extras, parser))
+
+    def _parser_tree(self):
+        """This parser and every subcommand parser under it."""
+        yield self
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for parser in action.choices.values():
+                    yield from parser._parser_tree()
 
     def _chosen_parser(self, namespace):
         """The innermost subcommand parser `namespace` was parsed with (self without subcommands)."""
@@ -40,6 +79,14 @@ class ArgumentParser(argparse.ArgumentParser):
                 if chosen is not None:
                     return chosen._chosen_parser(namespace)
         return self
+
+
+class _UsageError(Exception):
+    """A command-line usage error of `parser`, held until `ArgumentParser.parse_args` reports it."""
+
+    def __init__(self, parser, message):
+        super().__init__(message)
+        self.parser, self.message = parser, message
 
 
 def unknown_arguments_message(extras, parser):
@@ -83,11 +130,25 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 def add_command(subparsers, name, description=None):
     """A subcommand parser whose --help shows descriptions as written and every default.
 
-    Its one-line help is `COMMANDS[name]`'s (what `albert-tf --help` lists).
+    Its one-line help is `COMMANDS[name]`'s (what `albert-tf --help` lists);
+    it has --verbose, as `albert-tf` itself does.
     """
     help = COMMANDS[name][1]
-    return subparsers.add_parser(name, help=help, description=description or help,
-                                 formatter_class=HelpFormatter)
+    parser = subparsers.add_parser(name, help=help, description=description or help, formatter_class=HelpFormatter)
+    add_verbose_flag(parser, default=argparse.SUPPRESS)
+    return parser
+
+
+def add_verbose_flag(parser, default=False):
+    """--verbose, the same switch before the command (`albert-tf --verbose CMD`) and after it.
+
+    A command's own takes `default=argparse.SUPPRESS`: argparse copies a
+    subcommand's defaults over the top-level values, which would undo
+    `albert-tf --verbose CMD`. `albert_tf.cli.main` reads the switch from the
+    command line before anything loads TensorFlow.
+    """
+    parser.add_argument("--verbose", action="store_true", default=default,
+                        help="Show TensorFlow's C++ and CUDA start-up messages.")
 
 
 def config_flag(field):
