@@ -5,11 +5,12 @@ functions, `add_parser(subparsers)` and `run(args)`.
 
 Expected user errors (a missing or unreadable file, a wrong format, a bad
 flag value, a mistyped flag or command, with the closest known one) print one
-line naming the problem and exit 2; Ctrl-C exits 130.
+line naming the problem and exit 2; Ctrl-C exits 130. The paths a command
+line names are checked before the command's module, and TensorFlow, load
+(`albert_tf.commands.early_checks`).
 TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
 """
 
-import argparse
 import importlib
 import json
 import os
@@ -135,6 +136,7 @@ def main(argv=None):
 
 def _run(argv):
     from albert_tf.commands import COMMANDS
+    from albert_tf.commands.early_checks import check_paths
     from albert_tf.commands.flags import closest_command
 
     command = _command_name(argv)
@@ -142,6 +144,11 @@ def _run(argv):
         print(f"albert-tf: error: unknown command {command!r}{closest_command(command, COMMANDS)}; "
               f"commands: {', '.join(COMMANDS)}", file=sys.stderr)
         return EXIT_USER_ERROR
+    try:
+        # Before the command's module loads (with it, for most, TensorFlow: seconds).
+        check_paths(command, argv[argv.index(command) + 1 :] if command else [])
+    except ValueError as e:
+        return _user_error(command, e)
     args = build_parser(argv).parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
     try:
@@ -165,9 +172,13 @@ def _run(argv):
         print(f"{prefix} invalid JSON: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
     except ValueError as e:
-        # Bad input: say what was wrong, on one line, without a traceback.
-        print(f"{prefix} {' '.join(str(e).split())}", file=sys.stderr)
-        return EXIT_USER_ERROR
+        return _user_error(args.command, e)
+
+
+def _user_error(command, error):
+    """Bad input: says what was wrong, on one line, without a traceback."""
+    print(f"albert-tf {command}: error: {' '.join(str(error).split())}", file=sys.stderr)
+    return EXIT_USER_ERROR
 
 
 if __name__ == "__main__":

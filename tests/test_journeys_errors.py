@@ -8,11 +8,13 @@ runs come from `journey_fixtures` (a tiny pretrained and fine-tuned model).
 import json
 import re
 import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from cli_helpers import run_cli
+from cli_helpers import run_cli, user_environment
 from journey_fixtures import (  # noqa: F401 - tour, pretrained and finetuned are fixtures
     STDIN_TEXTS, TINY_MODEL, Server, assert_one_line_error, finetuned, pretrained, strict_json_lines, tour,
 )
@@ -29,7 +31,16 @@ def one_line_error(*args, cwd, input=None):
     return lines[0]
 
 
+def _paths_that_pass_the_early_checks(root):
+    """d/, t, e and m/ (a model directory by its files): a missing path would be named before the flags."""
+    for name in ("d", "m"):
+        (root / name).mkdir()
+    for name in ("t", "e", "m/config.json", "m/albert_tf.json"):
+        (root / name).write_text("{}")
+
+
 def test_a_mistyped_flag_or_command_names_the_closest_one(tmp_path):
+    _paths_that_pass_the_early_checks(tmp_path)
     line = one_line_error("pretrain", "--data", "d", "--out", "o", "--learning_rate", "0.1", cwd=tmp_path)
     assert "--learning_rate" in line and "did you mean --learning-rate?" in line, line
     assert "'0.1'" not in line  # the unknown flag's value is not a second problem
@@ -41,6 +52,91 @@ def test_a_mistyped_flag_or_command_names_the_closest_one(tmp_path):
     # argparse's own errors (a missing flag) are one line too, not the usage block.
     line = one_line_error("export", "--model", "m", cwd=tmp_path)
     assert "--format" in line and "--out" in line and "albert-tf export --help" in line, line
+
+
+def test_a_mistyped_flag_is_named_before_a_missing_required_one(tmp_path):
+    _paths_that_pass_the_early_checks(tmp_path)
+    # argparse alone says "the following arguments are required: --model, ..." and never names --modle.
+    line = one_line_error("export", "--modle", "m", cwd=tmp_path)
+    assert "unknown flag --modle (did you mean --model?)" in line and "required" not in line, line
+    # Also when another flag names a missing file: the mistyped flag is the first thing to fix.
+    line = one_line_error("finetune", "--task", "sst2", "--modle", "m", "--train", "t", cwd=tmp_path)
+    assert "unknown flag --modle (did you mean --model?)" in line, line
+    # With no unknown flag, the missing ones are named as before.
+    line = one_line_error("finetune", "--task", "sst2", "--model", "m", cwd=tmp_path)
+    assert "required: --train, --eval, --out" in line, line
+
+
+def test_verbose_after_the_command_is_the_switch_before_it(tmp_path):
+    # convert loads TensorFlow before it finds the missing model: --verbose shows TensorFlow's start-up
+    # lines, written before or after the command alike; without it the error is the one line.
+    command = ["convert", "--from", "hf", "--model", "missing", "--out", "o"]
+    quiet = one_line_error(*command, cwd=tmp_path)
+    before = run_cli("--verbose", *command, cwd=tmp_path, expect_rc=2).stderr.strip().splitlines()
+    after = run_cli(*command, "--verbose", cwd=tmp_path, expect_rc=2).stderr.strip().splitlines()
+    assert len(after) == len(before) > 1 and after[-1] == before[-1] == quiet, (before, after)
+    # finetune's --verbose was Keras fit's verbosity (it took a number); that is --fit-verbose now.
+    from albert_tf import cli
+
+    base = ["finetune", "--task", "sst2", "--model", "m", "--train", "t", "--eval", "e", "--out", "o"]
+    for argv, verbose in ((base, False), (base + ["--verbose"], True), (["--verbose"] + base, True)):
+        args = cli.build_parser(argv).parse_args(argv + ["--fit-verbose", "2"])
+        assert (args.verbose, args.fit_verbose) == (verbose, 2), argv
+
+
+def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
+    from albert_tf.commands import early_checks
+
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "model").mkdir()  # what model_dirs.resolve_model_dir looks for, not a model
+    for name in ("config.json", "albert_tf.json"):
+        (tmp_path / "model" / name).write_text("{}")
+    (tmp_path / "t.tsv").write_text("sentence\tlabel\n")
+    (tmp_path / "written.jsonl").write_text("{}\n")
+    cases = {
+        "--input missing.txt": ["create-data", "--input", "t.tsv", "missing.txt", "--tokenizer", "empty",
+                                "--out", "o"],
+        "--out full is not empty": ["create-data", "--input", "t.tsv", "--tokenizer", "empty", "--out", "full"],
+        "--tokenizer nodir: no such directory": ["create-data", "--input", "t.tsv", "--tokenizer", "nodir",
+                                                 "--out", "o"],
+        "--out full is not empty ": ["train-tokenizer", "--input", "t.tsv", "--out", "full"],
+        "--data missing/": ["pretrain", "--data", "missing/", "--out", "o"],
+        "--train missing.tsv": ["finetune", "--task", "sst2", "--model", "empty", "--train", "missing.tsv",
+                                "--eval", "t.tsv", "--out", "o"],
+        "--model empty holds no model": ["finetune", "--task", "sst2", "--model", "empty", "--train", "t.tsv",
+                                         "--eval", "t.tsv", "--out", "o"],
+        "--eval empty: is a directory": ["finetune", "--task", "sst2", "--model", "empty", "--train", "t.tsv",
+                                         "--eval", "empty", "--out", "o"],
+        "--input missing.tsv": ["predict", "--model", "empty", "--input", "missing.tsv"],
+        "--output written.jsonl exists": ["predict", "--model", "empty", "--input", "t.tsv", "--output",
+                                          "written.jsonl"],
+        "--model missing: no such directory": ["export", "--model", "missing", "--format", "tflite", "--out", "o"],
+        "--out full is not empty  ": ["export", "--model", "model", "--format", "tflite", "--out", "full"],
+    }
+    probe = (
+        "import json, sys\n"
+        "from albert_tf.cli import main\n"
+        f"codes = [main(argv) for argv in {list(cases.values())!r}]\n"
+        "print(json.dumps([codes, sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)]))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
+                          env=user_environment(), timeout=300)
+    codes, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    lines = done.stderr.strip().splitlines()
+    assert codes == [2] * len(cases) and len(lines) == len(cases), done.stderr
+    for expected, line in zip(cases, lines):
+        assert expected.strip() in line, (expected, line)
+    assert loaded == [], f"TensorFlow loaded before a user error: {loaded}"
+    # Every flag checked early is the command's own, with the values it takes there.
+    from albert_tf import cli
+
+    commands = cli.build_parser()._subparsers._group_actions[0].choices
+    for command, flags in early_checks.FLAGS.items():
+        actions = commands[command]._option_string_actions
+        for flag, kind in flags.items():
+            assert flag in actions and (actions[flag].nargs == "+") == (kind == early_checks.PATHS), (command, flag)
 
 
 def test_serve_on_a_port_in_use_names_the_port(tmp_path):
@@ -57,10 +153,12 @@ def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_pat
     line = one_line_error("pretrain", "--tpu", "my-tpu", "--strategy", "mirrored", "--data", "d", "--out", "o",
                           cwd=tmp_path)
     assert "--tpu my-tpu" in line and "--strategy mirrored" in line, line
-    # Without --strategy, --tpu selects the TPU: this machine has none, and says so before reading --data.
-    line = one_line_error("pretrain", "--tpu", "local", "--data", "missing/", "--out", "o", cwd=tmp_path)
+    # Without --strategy, --tpu selects the TPU: this machine has none, and says so before reading --data
+    # (which exists: a missing one is named before TensorFlow loads).
+    (tmp_path / "unread").mkdir()
+    line = one_line_error("pretrain", "--tpu", "local", "--data", "unread/", "--out", "o", cwd=tmp_path)
     assert line.startswith("albert-tf pretrain: error: --tpu local: No TPU answers"), line
-    line = one_line_error("pretrain", "--tpu", "grpc://127.0.0.1:1", "--data", "missing/", "--out", "o",
+    line = one_line_error("pretrain", "--tpu", "grpc://127.0.0.1:1", "--data", "unread/", "--out", "o",
                           cwd=tmp_path)
     assert "--tpu grpc://127.0.0.1:1" in line and "refused" in line, line
     assert not (tmp_path / "o").exists()

@@ -43,7 +43,6 @@ from albert_tf.distribute import STRATEGY_NAMES, is_chief
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.models import AlbertBackbone
 from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
-from input_pipeline import files
 
 
 def add_parser(subparsers):
@@ -72,9 +71,6 @@ def run(args):
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
-    for flag, path in (("--train", args.train), ("--eval", args.eval)):
-        if not files.exists(path):
-            raise ValueError(f"{flag} {path}: no such file or directory.")
     model_dir = resolve_model_dir(args.model)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)
     # The variables are made under the scope, as the strategy's (mirrored, or on the TPU).

@@ -29,7 +29,7 @@ import sys
 import tempfile
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_file
+from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.inference import FrozenPredictions
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
@@ -58,11 +58,8 @@ def add_parser(subparsers):
 
 
 def run(args):
-    if args.output != "-":
-        check_out(args.output, args.overwrite, "--output")  # before minutes of predictions, not after
+    # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(args.model)
-    if args.input != "-" and not files.isfile(args.input):
-        raise ValueError(f"--input {args.input}: no such file.")
     # Forward passes without XLA: batches padded to their own longest have a new shape nearly every batch.
     choice = resolve_precision(args.mixed_precision, "none", model.backbone.config.hidden_size, device_kind())
     # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.

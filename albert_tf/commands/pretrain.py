@@ -120,9 +120,6 @@ def run(args):
 def _load_data(args):
     """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files)."""
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
-    for path in args.data:
-        if not files.exists(path):
-            raise ValueError(f"--data {path}: no such file or directory.")
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
     if len(args.data) == 1 and files.isfile(os.path.join(args.data[0], "metadata.json")):

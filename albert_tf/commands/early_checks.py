@@ -1,0 +1,138 @@
+"""Checks of a command line that need no model, made before the command's module loads.
+
+Most command modules import TensorFlow (seconds), and argparse reads a
+command's flags only once its module has loaded. A missing input file, a
+model directory that holds no model or a non-empty --out is known without
+any of that: `check_paths` reads the flags that name paths from the command
+line with a small parser of its own and raises the ValueError the command
+would raise later, so that such errors come back at once.
+
+Only these flags are read here; everything else (a mistyped flag, a bad
+value, a missing required flag) is left to the command's own parser, which
+reads the whole line after its module loads. A flag written in a form this
+parser cannot read is skipped, never guessed, and a word that looks like one
+of these flags mistyped (`--modle`) leaves the whole line to the command's
+parser, which names the mistyped flag first.
+"""
+
+import argparse
+import difflib
+
+from albert_tf import model_dirs
+from albert_tf.commands.outputs import check_out
+from input_pipeline import files
+
+# The kinds of path a flag names, checked in this order on a command line.
+PATHS = "paths"  # one or more files or directories that exist
+FILE = "file"  # a file that exists ("-": standard input)
+DIR = "dir"  # a directory that exists
+MODEL = "model"  # a model directory, a run holding one, or a HF directory (`model_dirs.resolve_model_dir`)
+OUT = "out"  # an output that must be new or empty unless --overwrite ("-": standard output)
+
+# Command -> {flag: kind}. tests/test_journeys_errors.py checks that every
+# flag is the command's own, with the number of values it takes.
+FLAGS = {
+    "train-tokenizer": {"--input": PATHS, "--out": OUT},
+    "create-data": {"--input": PATHS, "--tokenizer": DIR, "--out": OUT},
+    "pretrain": {"--data": PATHS, "--tokenizer": DIR, "--config": FILE},
+    "finetune": {"--train": FILE, "--eval": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
+    "predict": {"--input": FILE, "--model": DIR, "--output": OUT},
+    "export": {"--calibration-text": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
+}
+# Flags whose values decide whether --out is checked (`_writes_out`).
+_CONTEXT_FLAGS = {"finetune": ("--strategy",), "export": ("--format",)}
+
+
+def check_paths(command, argv):
+    """Raises ValueError naming the flag for the first path of `argv` the command would refuse.
+
+    Args:
+        command: the command's name (a key of `FLAGS`; others are not checked).
+        argv: the command's words, after its name.
+    """
+    if command not in FLAGS or "-h" in argv or "--help" in argv:
+        return
+    args = _read_flags(command, FLAGS[command], argv)
+    if args is None or _mistyped(FLAGS[command], args.unread):
+        return
+    for flag, kind in FLAGS[command].items():
+        value = getattr(args, _dest(flag))
+        if value is None:
+            continue
+        if kind == PATHS:
+            for path in value:
+                if not files.exists(path):
+                    raise ValueError(f"{flag} {path}: no such file or directory.")
+        elif kind == FILE and value != "-":
+            _check_file(flag, value)
+        elif kind == DIR and not files.isdir(value):
+            raise ValueError(f"{flag} {value}: no such directory.")
+        elif kind == MODEL:
+            try:
+                model_dirs.resolve_model_dir(value)
+            except ValueError as e:
+                raise ValueError(f"{flag} {e}") from None
+        elif kind == OUT and value != "-" and _writes_out(command, flag, args):
+            check_out(value, args.overwrite, flag)
+
+
+def _writes_out(command, flag, args):
+    """Whether the command refuses a non-empty `flag` as a whole."""
+    if command == "finetune" and args.strategy == "multi_worker":
+        return False  # Only the chief writes --out, and before TensorFlow no worker knows whether it is the chief.
+    if command == "export" and args.format != "tflite":
+        return False  # A SavedModel goes into a new numbered version directory under --out.
+    return True
+
+
+def _check_file(flag, path):
+    if files.isdir(path):
+        raise ValueError(f"{flag} {path}: is a directory, expected a file.")
+    if not files.isfile(path):
+        raise ValueError(f"{flag} {path}: no such file or directory.")
+    if not files.is_url(path):
+        try:
+            open(path, "rb").close()
+        except PermissionError:
+            raise ValueError(f"{flag} {path}: permission denied.") from None
+
+
+class _Unread(Exception):
+    pass
+
+
+class _LenientParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise _Unread(message)
+
+
+def _read_flags(command, flags, argv):
+    """The values of `flags`, --overwrite and `_CONTEXT_FLAGS` in `argv`, or None if unreadable.
+
+    Abbreviations are read as argparse reads them: these flags are a subset of
+    the command's, so a prefix that names one flag here names at most the
+    same flag there.
+    """
+    parser = _LenientParser(add_help=False, exit_on_error=False)
+    for flag, kind in flags.items():
+        parser.add_argument(flag, dest=_dest(flag), nargs="+" if kind == PATHS else None)
+    if OUT in flags.values():
+        parser.add_argument("--overwrite", action="store_true")
+    for flag in _CONTEXT_FLAGS.get(command, ()):
+        parser.add_argument(flag, dest=_dest(flag))
+    try:
+        args, unread = parser.parse_known_args(argv)
+    except (_Unread, argparse.ArgumentError):
+        return None
+    args.unread = unread
+    return args
+
+
+def _mistyped(flags, unread):
+    """Whether an unread word looks like one of `flags` mistyped (`--modle`): the command's parser names it first."""
+    words = [word.split("=", 1)[0].replace("_", "-") for word in unread if word.startswith("--")]
+    return any(difflib.get_close_matches(word, list(flags), n=1, cutoff=0.8) for word in words)
+
+
+def _dest(flag):
+    return flag.lstrip("-").replace("-", "_")
