@@ -124,11 +124,11 @@ def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,
                           env=user_environment(), timeout=300)
     codes, loaded = json.loads(done.stdout.strip().splitlines()[-1])
+    assert loaded == [], f"TensorFlow loaded before a user error: {loaded}"
     lines = done.stderr.strip().splitlines()
     assert codes == [2] * len(cases) and len(lines) == len(cases), done.stderr
     for expected, line in zip(cases, lines):
         assert expected.strip() in line, (expected, line)
-    assert loaded == [], f"TensorFlow loaded before a user error: {loaded}"
     # Every flag checked early is the command's own, with the values it takes there.
     from albert_tf import cli
 
