@@ -258,3 +258,24 @@ def test_served_run_answers_malformed_requests_with_400(tour, short_run):
         assert np.isclose(sum(good["predictions"][0]["probabilities"]), 1.0, atol=1e-4)
     finally:
         server.stop()
+
+
+def test_early_checks_read_urls():
+    import tensorflow as tf
+
+    from albert_tf.commands.early_checks import check_paths
+
+    root = "ram://early_checks"
+    for path in (f"{root}/in.txt", f"{root}/full/x", f"{root}/tok/spiece.model"):
+        tf.io.gfile.makedirs(path.rsplit("/", 1)[0])
+        with tf.io.gfile.GFile(path, "w") as f:
+            f.write("x")
+    argv = ["--input", f"{root}/in.txt", "--tokenizer", f"{root}/tok", "--out"]
+    check_paths("create-data", argv + [f"{root}/new"])
+    check_paths("create-data", argv + [f"{root}/full", "--overwrite"])
+    with pytest.raises(ValueError, match=f"--out {root}/full is not empty"):
+        check_paths("create-data", argv + [f"{root}/full"])
+    with pytest.raises(ValueError, match=f"--input {root}/missing.txt: no such file or directory"):
+        check_paths("create-data", ["--input", f"{root}/missing.txt", "--tokenizer", f"{root}/tok", "--out", "o"])
+    with pytest.raises(ValueError, match=f"--train {root}/full: is a directory"):
+        check_paths("finetune", ["--train", f"{root}/full", "--eval", f"{root}/in.txt"])
