@@ -150,12 +150,12 @@ def test_serve_on_a_port_in_use_names_the_port(tmp_path):
 
 @pytest.mark.slow
 def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_path):
-    line = one_line_error("pretrain", "--tpu", "my-tpu", "--strategy", "mirrored", "--data", "d", "--out", "o",
+    # --data exists: a missing one is named before TensorFlow loads, so before the strategy.
+    (tmp_path / "unread").mkdir()
+    line = one_line_error("pretrain", "--tpu", "my-tpu", "--strategy", "mirrored", "--data", "unread/", "--out", "o",
                           cwd=tmp_path)
     assert "--tpu my-tpu" in line and "--strategy mirrored" in line, line
-    # Without --strategy, --tpu selects the TPU: this machine has none, and says so before reading --data
-    # (which exists: a missing one is named before TensorFlow loads).
-    (tmp_path / "unread").mkdir()
+    # Without --strategy, --tpu selects the TPU: this machine has none, and says so before reading --data.
     line = one_line_error("pretrain", "--tpu", "local", "--data", "unread/", "--out", "o", cwd=tmp_path)
     assert line.startswith("albert-tf pretrain: error: --tpu local: No TPU answers"), line
     line = one_line_error("pretrain", "--tpu", "grpc://127.0.0.1:1", "--data", "unread/", "--out", "o",
