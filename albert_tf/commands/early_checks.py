@@ -22,15 +22,16 @@ from albert_tf import model_dirs
 from albert_tf.commands.outputs import check_out
 from input_pipeline import files
 
-# The kinds of path a flag names, checked in this order on a command line.
+# The kinds of path a flag names.
 PATHS = "paths"  # one or more files or directories that exist
 FILE = "file"  # a file that exists ("-": standard input)
 DIR = "dir"  # a directory that exists
 MODEL = "model"  # a model directory, a run holding one, or a HF directory (`model_dirs.resolve_model_dir`)
 OUT = "out"  # an output that must be new or empty unless --overwrite ("-": standard output)
 
-# Command -> {flag: kind}. tests/test_journeys_errors.py checks that every
-# flag is the command's own, with the number of values it takes.
+# Command -> {flag: kind}, in the order the flags are checked (the first
+# problem is reported). tests/test_journeys_errors.py checks that every flag
+# is the command's own, with the number of values it takes.
 FLAGS = {
     "train-tokenizer": {"--input": PATHS, "--out": OUT},
     "create-data": {"--input": PATHS, "--tokenizer": DIR, "--out": OUT},
@@ -72,11 +73,11 @@ def check_paths(command, argv):
                 model_dirs.resolve_model_dir(value)
             except ValueError as e:
                 raise ValueError(f"{flag} {e}") from None
-        elif kind == OUT and value != "-" and _writes_out(command, flag, args):
+        elif kind == OUT and value != "-" and _writes_out(command, args):
             check_out(value, args.overwrite, flag)
 
 
-def _writes_out(command, flag, args):
+def _writes_out(command, args):
     """Whether the command refuses a non-empty `flag` as a whole."""
     if command == "finetune" and args.strategy == "multi_worker":
         return False  # Only the chief writes --out, and before TensorFlow no worker knows whether it is the chief.
