@@ -64,6 +64,9 @@ def test_bf16_export_runs_bfloat16_matmuls_on_constants_within_bfloat16_error_of
     nodes = graph_nodes(path)
     assert {"MatMul", "BatchMatMulV2"} <= bfloat16_ops(nodes)
     assert not [n for n in nodes if n.op in ("ReadVariableOp", "VarHandleOp")]
+    # Nor are the weights written again as variables beside the constants.
+    saved = [name for name, _ in tf.train.list_variables(os.path.join(path, "variables", "variables"))]
+    assert saved == ["_CHECKPOINTABLE_OBJECT_GRAPH"]
     assert (metadata(path)["precision"], metadata(path)["weights"]) == ("bf16", "constants")
     assert metadata(exported_classifier()[1])["precision"] == "float32"
 
