@@ -107,7 +107,9 @@ def main():
             version, line = export(model, os.path.join(workdir, precision), precision)
             print(line, file=sys.stderr)
             with open(os.path.join(version, "assets.extra", "albert_tf_export.json")) as f:
-                assert json.load(f)["precision"] == precision
+                recorded = json.load(f)["precision"]
+            if recorded != precision:
+                raise RuntimeError(f"{version} records precision {recorded!r}, not {precision!r}.")
             results[precision] = predict(version, texts)
 
     (labels32, probs32), (labels16, probs16) = results["float32"], results["bf16"]

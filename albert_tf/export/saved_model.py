@@ -22,6 +22,8 @@ import tensorflow as tf
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
+from albert_tf.inference import FrozenForward
+from albert_tf.models.pretrained import with_dtype_policy
 from input_pipeline import files
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
@@ -190,9 +192,6 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         )
     forward, weights = None, "variables"
     if precision == "bf16":
-        from albert_tf.inference import FrozenForward
-        from albert_tf.models.pretrained import with_dtype_policy
-
         model = with_dtype_policy(model, "mixed_bfloat16")
         frozen = FrozenForward(model)
         forward = frozen.graph_function(signatures_lib.id_input_specs(interface))
