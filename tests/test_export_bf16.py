@@ -8,6 +8,7 @@ import queue
 import re
 import signal
 import subprocess
+import sys
 import threading
 import urllib.request
 
@@ -26,6 +27,7 @@ from albert_tf.models.pretrained import with_dtype_policy
 from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
 from export_fixtures import LABELS, MAX_LENGTH, classifier, exported_classifier, real_texts, scratch_dir, tokenizer
 from helpers import max_abs_diff
+from test_export_saved_model import SAVED_MODEL_CLI_WITH_TF_TEXT
 
 # As tests/test_frozen_inference.py: the frozen bfloat16 graph rounds in its own
 # order, so what must hold is that it is about as close to float32 as Keras'
@@ -171,3 +173,10 @@ def test_cli_bf16_export_is_served_by_a_fresh_process(tmp_path):
     keras_bf16 = np.asarray(with_dtype_policy(classifier(), "mixed_bfloat16")(packed, training=False)["logits"])
     served = np.array([p["logits"] for p in predictions])
     assert 1e-5 < max_abs_diff(served, reference) <= BFLOAT16_ERROR_RATIO * max_abs_diff(keras_bf16, reference)
+
+    # TF-Serving's loader (a TF1 session restoring `variables/`), as `saved_model_cli run` uses it.
+    ran = subprocess.run([sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", str(base / "1"),
+                          "--tag_set", "serve", "--signature_def", "serve_text", "--input_exprs",
+                          "text=['A great movie!', 'Dull.']"], capture_output=True, text=True, timeout=600)
+    assert ran.returncode == 0, ran.stderr[-2000:]
+    assert "Result for output key labels" in ran.stdout and "probabilities" in ran.stdout
