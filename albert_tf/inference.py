@@ -71,6 +71,28 @@ class FrozenForward:
             function = self._dynamic
         return tf.nest.map_structure(lambda t: t.numpy(), function(batch))
 
+    def graph_function(self, specs):
+        """A function of an input dict of tensors for `specs`, to call inside a `tf.function`.
+
+        What exports use: the returned function runs the model's graph with its
+        weights as constants (where `frozen`; else on its variables), and a
+        `tf.function` calling it saves those constants with it.
+
+        Args:
+            specs: {input name: tf.TensorSpec}, e.g. int32 (None, None) for any
+                batch and length; every model input.
+
+        Returns:
+            A function of {input name: tensor} (cast to the model's input dtypes)
+            returning the model's outputs as tensors.
+        """
+        missing = sorted(set(self._dtypes) - set(specs))
+        if missing:
+            raise ValueError(f"`specs` lacks {missing}: the model takes {sorted(self._dtypes)}. "
+                             f"Received keys: {sorted(specs)}.")
+        traced = self._trace({name: tf.TensorSpec(specs[name].shape, dtype) for name, dtype in self._dtypes.items()})
+        return lambda batch: traced({name: tf.cast(batch[name], dtype) for name, dtype in self._dtypes.items()})
+
     def _trace(self, specs):
         """A function of the input dict for `specs`: frozen, or the variables' graph where freezing is off."""
         concrete = self._call.get_concrete_function(specs)

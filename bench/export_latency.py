@@ -3,9 +3,12 @@
 Rows: albert-tf Keras (tf.function, with and without XLA; and under
 mixed_bfloat16 without XLA where the CPU has bf16 units, which TensorFlow's
 oneDNN kernels use and XLA's CPU backend does not), the exported
-SavedModel (`serving_default`), TFLite float32 / float16 / dynamic-range int8
-(and full int8, int8-mixed and 16x8 with --tokenizer: they calibrate on real text), HF
-transformers AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
+SavedModel (`serving_default`; float32, and where the CPU has bf16 units the
+`export --precision bf16` form, weights frozen to constants, loaded with
+`tf.saved_model.load` and called through its signature as TF-Serving runs
+it), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
+and 16x8 with --tokenizer: they calibrate on real text), HF transformers
+AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
 weights: latency does not depend on them. Every row runs in its own
 subprocess (no shared thread pools), with the same thread count, and the
 rows are timed in turns for `--rounds` rounds (benchlib.timing.alternate), so
@@ -38,6 +41,7 @@ ROWS = {
     "keras-bf16": "albert-tf Keras mixed_bfloat16 (tf.function)",
     "keras-bf16-frozen": "albert-tf Keras mixed_bfloat16, weights frozen to constants",
     "saved_model": "albert-tf SavedModel serving_default",
+    "saved_model-bf16": "albert-tf SavedModel bf16 serving_default (weights as constants)",
     "tflite-none": "albert-tf TFLite float32",
     "tflite-float16": "albert-tf TFLite float16 weights",
     "tflite-dynamic": "albert-tf TFLite dynamic-range int8",
@@ -50,7 +54,7 @@ ROWS = {
 # The float32 rows: the ratios are to the fastest of them.
 FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")
 # Rows a CPU without bf16 units would only run emulated (not timed there).
-BF16_ROWS = ("keras-bf16", "keras-bf16-frozen")
+BF16_ROWS = ("keras-bf16", "keras-bf16-frozen", "saved_model-bf16")
 # The precision each row's matmuls run in, for its ceiling share. float16
 # weights are dequantized to float32; dynamic range multiplies int8 weights
 # by activations quantized on the fly.
@@ -70,8 +74,8 @@ def inputs():
     }
 
 
-def prepare(workdir, tokenizer_dir):
-    """Builds ALBERT-base once and writes the SavedModel and the TFLite models."""
+def prepare(workdir, tokenizer_dir, bf16=False):
+    """Builds ALBERT-base once and writes the SavedModels (bf16 too with `bf16`) and the TFLite models."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.export import export_saved_model, export_tflite
     from input_pipeline import AlbertTokenizer
@@ -79,6 +83,8 @@ def prepare(workdir, tokenizer_dir):
     model = AlbertBackbone(AlbertConfig.from_preset("base"))
     model.save_pretrained(os.path.join(workdir, "model"))
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
+    if bf16:
+        export_saved_model(model, os.path.join(workdir, "saved_model-bf16"), max_length=SEQ, precision="bf16")
     modes = ["none", "float16", "dynamic"] + ([k[len("tflite-"):] for k in CALIBRATED] if tokenizer_dir else [])
     tokenizer = AlbertTokenizer.load(tokenizer_dir) if tokenizer_dir else None
     texts = None
@@ -121,10 +127,10 @@ def runner(key, workdir, threads):
         fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
         batch = {k: tf.constant(v) for k, v in x.items()}
         return lambda: fn(batch)["pooled_output"].numpy()
-    if key == "saved_model":
+    if key in ("saved_model", "saved_model-bf16"):
         from albert_tf.export import load_saved_model, version_dirs
 
-        base = os.path.join(workdir, "saved_model")
+        base = os.path.join(workdir, key)
         signature = load_saved_model(os.path.join(base, str(version_dirs(base)[-1]))).signatures["serving_default"]
         batch = {k: tf.constant(v) for k, v in x.items()}
         return lambda: signature(**batch)["pooled_output"].numpy()
@@ -189,10 +195,10 @@ def main():
 
     ceilings = measure_ceilings()
     with tempfile.TemporaryDirectory() as workdir:
-        start = time.time()
-        sizes = prepare(workdir, args.tokenizer)
-        print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
         has_bf16 = bool(bf16_units(cpu_flags()))
+        start = time.time()
+        sizes = prepare(workdir, args.tokenizer, bf16=has_bf16 and (not args.only or "saved_model-bf16" in args.only))
+        print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
         keys = [k for k in (args.only or ROWS)
                 if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or has_bf16)]
         results = alternate(__file__, keys, args.rounds, [

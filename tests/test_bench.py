@@ -187,6 +187,25 @@ def test_export_latency_times_bf16_in_its_own_precision_and_keeps_it_out_of_the_
     script = _script("export_latency.py", monkeypatch)
     assert script["PRECISION"]["keras-bf16"] == "bf16" and script["PRECISION"]["tflite-dynamic"] == "int8"
     assert "keras-bf16" in script["ROWS"] and "keras-bf16" not in script["FLOAT_PEERS"]
+    # The bf16 SavedModel is timed only where the CPU has bf16 units, against the bf16 ceiling.
+    assert script["PRECISION"]["saved_model-bf16"] == "bf16" and "saved_model-bf16" in script["BF16_ROWS"]
+    assert "saved_model-bf16" not in script["FLOAT_PEERS"]
+
+
+def test_serving_throughput_counts_every_request_of_every_client_and_compares_labels_in_order(monkeypatch):
+    script = _script("serving_throughput.py", monkeypatch)
+    assert script["percentile"](list(range(1, 101)), 50) == 50
+    assert script["percentile"](list(range(1, 101)), 99) == 99
+    assert script["percentile"]([7.0], 99) == 7.0
+    sent = []
+    result = script["burst"](lambda s: sent.append(s) or s.upper(), ["a", "b", "c"], clients=4, requests=5)
+    assert len(sent) == 20 and sorted(sent) == sorted("abcab" "cabca" "bcabc" "abcab")
+    assert result["labels"] == ["A", "B", "C", "A", "B"] + ["C", "A", "B", "C", "A"] + ["B", "C", "A", "B", "C"] \
+        + ["A", "B", "C", "A", "B"]
+    assert result["rps"] > 0 and result["p99"] >= result["p50"] > 0
+    float32 = {"labels": ["x", "y", "z"]}
+    results = {(("rest", "float32"), 1): [float32], (("rest", "bf16"), 1): [{"labels": ["x", "y", "w"]}]}
+    assert script["agreement"](results) == (2, 3)
 
 
 def test_results_index_lists_every_results_file_and_only_existing_ones():

@@ -104,9 +104,12 @@ def test_finetune_then_predict_and_export_print_and_keep_their_choice(wide):
         if "probabilities" in a:
             np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=0.02)
 
-    # The export is float32 whatever the fine-tuning ran in.
-    run_cli("export", "--model", "runs/sst2/best", "--format", "saved_model", "--out", "exported", cwd=root)
-    assert (root / "exported").is_dir()
+    # The export follows the same rule: bf16 (weights frozen) where predict runs mixed_bfloat16.
+    done = run_cli("export", "--model", "runs/sst2/best", "--format", "saved_model", "--out", "exported", cwd=root)
+    exported = "bf16" if expected(512, "none")[0] == "mixed_bfloat16" else "float32"
+    assert f"Precision: {exported} (auto: " in done.stdout
+    recorded = json.loads((root / "exported" / "1" / "assets.extra" / "albert_tf_export.json").read_text())
+    assert recorded["precision"] == exported
 
 
 def test_demo_prints_its_choice(wide):

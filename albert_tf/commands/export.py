@@ -1,6 +1,6 @@
 """`albert-tf export`: a pretrained directory -> TF-Serving SavedModel or TFLite model.
 
-    albert-tf export --model DIR --format saved_model --out saved_models/NAME
+    albert-tf export --model DIR --format saved_model --out saved_models/NAME [--precision bf16]
     albert-tf export --model DIR --format tflite --quantize dynamic --out OUT_DIR
 
 --model is a model directory or a run directory (its best/ or final/), or a
@@ -9,6 +9,10 @@ tokenizer is `--tokenizer DIR` when given, else the model's own (see
 `albert_tf.model_dirs`). Without one, the SavedModel has only the id signature
 and the TFLite model ships without tokenizer files. A LoRA fine-tuned model
 is exported with its factors merged into the kernels.
+
+A SavedModel runs in float32, or in bfloat16 with its weights frozen into the
+graph (--precision bf16); the default, auto, picks bf16 where this machine's
+CPU has bfloat16 units and the model is wide enough to gain from them.
 """
 
 import os
@@ -16,9 +20,10 @@ import os
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag, fresh_output_dir
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
-from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
+from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, resolve_export_precision
 from albert_tf.export.tflite import CALIBRATED_MODES
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from albert_tf.precision import BF16_CPU_FLAGS, bf16_units, cpu_flags
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.finetune import run_max_seq_length, run_max_windows, run_truncate_from
 from input_pipeline import movie_reviews
@@ -62,6 +67,12 @@ def add_parser(subparsers):
     )
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
     parser.add_argument(
+        "--precision", choices=EXPORT_PRECISIONS,
+        help="saved_model: what the signatures compute in. bf16: bfloat16 matmuls, weights frozen into the graph "
+        "as constants, for a serving CPU with bfloat16 units (avx512_bf16, amx_bf16). auto (default): bf16 where "
+        "this CPU has them and the model is wide enough (hidden size >= 512), else float32.",
+    )
+    parser.add_argument(
         "--quantize", choices=QUANTIZE_MODES, default="none",
         help="tflite: none, float16 weights, dynamic-range int8, full int8, or 16x8 (int8 weights, "
         "int16 activations); int8 and 16x8 calibrate on real text. See docs/deployment.md.",
@@ -82,6 +93,8 @@ def run(args):
         raise ValueError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
     if args.format == "tflite" and args.version is not None:
         raise ValueError("--version applies to --format saved_model only.")
+    if args.format == "tflite" and args.precision is not None:
+        raise ValueError("--precision applies to --format saved_model only (tflite: --quantize).")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise ValueError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(args.model)
@@ -106,18 +119,19 @@ def run(args):
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
+        precision = _saved_model_precision(args.precision or "auto", backbone.config.hidden_size)
         # The version is written beside the base path and moved in whole, so a
         # failed export leaves no half-written version for TF-Serving to load.
         existing = version_dirs(args.out) if files.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
         with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
             export_saved_model(model, staging, tokenizer=tokenizer, max_length=max_length, version=version,
-                               truncate_from=truncate_from, max_windows=max_windows)
+                               truncate_from=truncate_from, max_windows=max_windows, precision=precision)
             staged_version = os.path.join(staging, str(version))
             for name in files.listdir(staged_version):
                 files.move(os.path.join(staged_version, name), os.path.join(staging, name), ENTRY_FILES)
             files.rmtree(staged_version)
-        print(f"Wrote {type(model).__name__} SavedModel to {os.path.join(args.out, str(version))}")
+        print(f"Wrote {type(model).__name__} SavedModel ({precision}) to {os.path.join(args.out, str(version))}")
         return 0
     texts = None
     if args.quantize in CALIBRATED_MODES:
@@ -130,6 +144,16 @@ def run(args):
         )
     print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
     return 0
+
+
+def _saved_model_precision(requested, hidden_size):
+    """--precision resolved ("auto" by this CPU and the model's width), printed with its reason."""
+    precision, reason = resolve_export_precision(requested, hidden_size)
+    print(f"Precision: {precision} ({reason})")
+    if precision == "bf16" and not bf16_units(cpu_flags()):
+        print(f"Notice: this CPU has no {' or '.join(BF16_CPU_FLAGS)}: a bf16 SavedModel runs emulated, slower "
+              "than float32, on such a CPU. Serve it on one that has them.")
+    return precision
 
 
 def default_max_length(model_dir, model):

@@ -158,9 +158,13 @@ def id_input_specs(interface, batch_size=None, seq_length=None):
     return specs
 
 
-def model_outputs(model, interface, inputs):
-    """Runs the model (inference mode) and adds `probabilities`; float outputs in float32."""
-    outputs = model(inputs, training=False)
+def model_outputs(model, interface, inputs, forward=None):
+    """Runs the model (inference mode) and adds `probabilities`; float outputs in float32.
+
+    `forward`, when given, runs in the model's place: a function of the input
+    dict, such as `FrozenForward.graph_function`'s (weights as constants).
+    """
+    outputs = forward(inputs) if forward is not None else model(inputs, training=False)
     outputs = {
         name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
         for name, value in outputs.items()
@@ -228,7 +232,7 @@ def check_max_windows(interface, max_windows):
     return max_windows
 
 
-def build_signatures(model, interface, tokenizer, max_length, truncate_from="end", max_windows=1):
+def build_signatures(model, interface, tokenizer, max_length, truncate_from="end", max_windows=1, forward=None):
     """The SavedModel's signatures: name -> concrete function.
 
     Args:
@@ -241,18 +245,20 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
         max_windows: classifiers and regressors: `serve_text` reads a text
             longer than `max_length` as up to this many windows and averages
             their logits (predictions), as fine-tuning's `max_windows` does.
+        forward: what every signature runs in the model's place (see
+            `model_outputs`); None calls the model.
     """
     check_max_windows(interface, max_windows)
 
     @tf.function
     def serve_ids(**inputs):
-        return model_outputs(model, interface, check_id_inputs(interface, inputs, max_length))
+        return model_outputs(model, interface, check_id_inputs(interface, inputs, max_length), forward)
 
     signatures = {ID_SIGNATURE: serve_ids.get_concrete_function(**id_input_specs(interface))}
     if tokenizer is None:
         return signatures
     tokenizer.check_vocab_size(interface.config.vocab_size)
-    text_outputs = _TextOutputs(model, interface, tokenizer, max_length, truncate_from, max_windows)
+    text_outputs = _TextOutputs(model, interface, tokenizer, max_length, truncate_from, max_windows, forward)
     string = lambda name, shape=(None,): tf.TensorSpec(shape, tf.string, name=name)
     extra = {n: s for n, s in id_input_specs(interface).items() if n in interface.extra_inputs}
 
@@ -293,8 +299,8 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
 class _TextOutputs:
     """Raw strings -> packed ids -> model -> outputs with the kind's post-processing."""
 
-    def __init__(self, model, interface, tokenizer, max_length, truncate_from, max_windows=1):
-        self.model, self.interface, self.tokenizer = model, interface, tokenizer
+    def __init__(self, model, interface, tokenizer, max_length, truncate_from, max_windows=1, forward=None):
+        self.model, self.interface, self.tokenizer, self.forward = model, interface, tokenizer, forward
         self.max_length, self.truncate_from, self.max_windows = max_length, truncate_from, max_windows
         with tf.init_scope():
             self.pieces = tf.constant([tokenizer.id_to_piece(i) for i in range(tokenizer.vocab_size)])
@@ -331,7 +337,7 @@ class _TextOutputs:
 
     def _run(self, inputs):
         return model_outputs(
-            self.model, self.interface, check_id_inputs(self.interface, inputs, self.max_length)
+            self.model, self.interface, check_id_inputs(self.interface, inputs, self.max_length), self.forward
         )
 
     def _postprocess(self, inputs, outputs):
