@@ -3,7 +3,11 @@
 A frozen dataclass with named presets. It reads and writes the original
 google-research/albert `albert_config.json` field names (and HuggingFace's
 `config.json`, which uses the same names), so a released config file rebuilds
-the same model here.
+the same model here. Two fields describe layouts of other sources that the
+original config files leave implicit: `embedding_projection` (the original
+has no E -> H layer when E == H) and `group_formula` (how layers pick their
+group: the original's and HF's floating-point formulas differ from exact
+integer arithmetic in corner cases); `convert` sets them from the checkpoint.
 """
 
 import dataclasses
@@ -85,7 +89,8 @@ class AlbertConfig(JsonConfig):
                                      "then (HF's AlbertModel always has the layer).")
     group_formula: str = doc("exact", "How layer i's group is computed: exact (i * G // L), original (int(i / L * G) "
                              "in floating point, the original TF1 code's) or hf (int(i / (L / G)), HF "
-                             "transformers'). All three agree for every G <= 13 and every L <= 17.",
+                             "transformers'). All three agree for every L <= 17 and, up to L 599, every "
+                             "G <= 13.",
                              choices=GROUP_FORMULAS)
 
     def __post_init__(self):
@@ -142,8 +147,9 @@ class AlbertConfig(JsonConfig):
           whenever G divides L; differs elsewhere in corner cases
           (e.g. L 18 / G 14). Every group is used.
 
-        All three agree for G <= 13 and for L <= 17. A checkpoint follows its
-        source's formula: `convert` sets it (`following`).
+        All three agree for every L <= 17 and, up to L 599, every G <= 13. A
+        checkpoint follows its source's formula: `convert` sets it
+        (`following`).
         """
         layers, groups = self.num_hidden_layers, self.num_hidden_groups
         if self.group_formula == "original":
