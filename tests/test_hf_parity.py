@@ -13,6 +13,8 @@ TOLERANCE = 1e-4
 CASES = {
     "default": {},
     "groups_2_inner_2": dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
+    # HF's int(i / (L / G)) puts layer 9 in group 6, i * G // L in group 7.
+    "groups_14_of_18": dict(num_hidden_layers=18, num_hidden_groups=14),
     # v1 style: exact-erf GELU and dropout 0.1 (inactive at inference).
     "erf_gelu_v1": dict(
         hidden_act="gelu", hidden_dropout_prob=0.1, attention_probs_dropout_prob=0.1
