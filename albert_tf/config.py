@@ -149,7 +149,7 @@ class AlbertConfig(JsonConfig):
 
         All three agree for every L <= 17 and, up to L 599, every G <= 13. A
         checkpoint follows its source's formula: `convert` sets it
-        (`following`).
+        (`grouped_by`).
         """
         layers, groups = self.num_hidden_layers, self.num_hidden_groups
         if self.group_formula == "original":
@@ -167,7 +167,7 @@ class AlbertConfig(JsonConfig):
         """The groups some layer uses, sorted: every group but under "original" in corner cases."""
         return tuple(sorted(set(self.group_indices())))
 
-    def following(self, group_formula):
+    def grouped_by(self, group_formula):
         """This config with layers grouped as `group_formula` groups them.
 
         Where that formula gives the same group to every layer as the

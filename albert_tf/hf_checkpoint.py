@@ -92,7 +92,7 @@ def _read_config(src_dir):
     try:
         config = AlbertConfig.from_dict(values, gelu_is_tanh=False)
         # HF's AlbertModel always has the E -> H projection, and picks groups by its own formula.
-        config = config.replace(embedding_projection=True).following("hf")
+        config = config.replace(embedding_projection=True).grouped_by("hf")
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
     architectures = values.get("architectures")

@@ -125,12 +125,12 @@ def test_only_the_original_formula_leaves_a_group_unused():
     assert config.replace(group_formula="original").used_groups == tuple(g for g in range(22) if g != 15)
 
 
-def test_following_a_formula_changes_the_config_only_where_the_grouping_changes():
+def test_grouped_by_a_formula_changes_the_config_only_where_the_grouping_changes():
     usual = AlbertConfig(num_hidden_groups=3)
-    assert usual.following("original") is usual and usual.following("hf") is usual
+    assert usual.grouped_by("original") is usual and usual.grouped_by("hf") is usual
     corner = AlbertConfig(num_hidden_layers=22, num_hidden_groups=22)
-    assert corner.following("original").group_formula == "original"
-    assert corner.following("hf") is corner  # HF's formula groups L = G = 22 exactly
+    assert corner.grouped_by("original").group_formula == "original"
+    assert corner.grouped_by("hf") is corner  # HF's formula groups L = G = 22 exactly
 
 
 def test_new_fields_are_written_only_when_set(tmp_path):

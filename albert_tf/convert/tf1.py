@@ -77,7 +77,7 @@ def load_tf1(ckpt_prefix, config, print_fn=print):
 
     # The original picks groups by its own formula, and builds the E -> H
     # projection only when E != H: the model is built as the checkpoint holds it.
-    config = config.following("original")
+    config = config.grouped_by("original")
     if config.embedding_size == config.hidden_size:
         config = config.replace(embedding_projection=TF1_PROJECTION + "/kernel" in shapes)
     # The pretraining heads live under "cls/"; a checkpoint without them is a backbone.
