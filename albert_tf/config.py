@@ -3,15 +3,25 @@
 A frozen dataclass with named presets. It reads and writes the original
 google-research/albert `albert_config.json` field names (and HuggingFace's
 `config.json`, which uses the same names), so a released config file rebuilds
-the same model here.
+the same model here. Two fields describe layouts of other sources that the
+original config files leave implicit: `embedding_projection` (the original
+has no E -> H layer when E == H) and `group_formula` (how layers pick their
+group: the original's and HF's floating-point formulas differ from exact
+integer arithmetic in corner cases); `convert` sets them from the checkpoint.
 """
 
 import dataclasses
 import json
 
-from input_pipeline.config_base import JsonConfig, check_choice, check_fraction, check_positive, check_positive_int, doc
+from input_pipeline.config_base import (
+    JsonConfig, check_bool, check_choice, check_fraction, check_positive, check_positive_int, doc,
+)
 
 SHARING_MODES = ("all", "attention", "ffn", "none")
+# How layer i finds its group (`AlbertConfig.group_index`): exact integer
+# arithmetic (albert-tf's own), or the floating-point formula of the original
+# TF1 code or of HF transformers, which round differently in corner cases.
+GROUP_FORMULAS = ("exact", "original", "hf")
 ACTIVATIONS = ("gelu_new", "gelu", "relu", "tanh", "swish", "silu")
 
 # Fields of the original `albert_config.json` (and HF's AlbertConfig) that this
@@ -57,7 +67,7 @@ class AlbertConfig(JsonConfig):
     num_hidden_layers: int = doc(12, "L, how many times a block is applied.", flag="num-layers")
     num_attention_heads: int = doc(12, "Attention heads; must divide hidden_size.", flag="num-heads")
     intermediate_size: int = doc(3072, "FFN inner width.")
-    num_hidden_groups: int = doc(1, "G, groups of distinct blocks; layer i uses group i * G // L.")
+    num_hidden_groups: int = doc(1, "G, groups of distinct blocks; layer i uses group_index(i) (see group_formula).")
     inner_group_num: int = doc(1, "Distinct blocks inside each group, applied in order.")
     # Named as HF transformers names them: "gelu_new" is the tanh approximation
     # (what the original TF1 code calls "gelu"), "gelu" the exact erf form.
@@ -72,6 +82,16 @@ class AlbertConfig(JsonConfig):
     layer_norm_eps: float = doc(1e-12, "LayerNorm epsilon.")
     sharing: str = doc("all", "Parts of a block shared across a group's layers: all (ALBERT), attention, ffn "
                        "or none (BERT-like); the paper's Table 4 ablation.", choices=SHARING_MODES)
+    # The two fields below are written to JSON only when they differ from
+    # their defaults, so existing configs' files stay as they were.
+    embedding_projection: bool = doc(True, "Whether a dense E -> H layer (embedding_hidden_mapping_in) follows the "
+                                     "embeddings. False needs E == H: the original code's and the paper's layout "
+                                     "then (HF's AlbertModel always has the layer).")
+    group_formula: str = doc("exact", "How layer i's group is computed: exact (i * G // L), original (int(i / L * G) "
+                             "in floating point, the original TF1 code's) or hf (int(i / (L / G)), HF "
+                             "transformers'). All three agree for every L <= 17 and, up to L 599, every "
+                             "G <= 13.",
+                             choices=GROUP_FORMULAS)
 
     def __post_init__(self):
         for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -95,6 +115,13 @@ class AlbertConfig(JsonConfig):
             )
         check_choice("hidden_act", self.hidden_act, ACTIVATIONS)
         check_choice("sharing", self.sharing, SHARING_MODES)
+        check_bool("embedding_projection", self.embedding_projection)
+        if not self.embedding_projection and self.embedding_size != self.hidden_size:
+            raise ValueError(
+                "`embedding_projection=False` needs embedding_size == hidden_size (nothing else maps "
+                f"E to H). Received: embedding_size={self.embedding_size}, hidden_size={self.hidden_size}"
+            )
+        check_choice("group_formula", self.group_formula, GROUP_FORMULAS)
         if self.sharing != "all" and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
             raise ValueError(
                 "Partial sharing (`sharing` other than 'all') is defined for one group of one "
@@ -107,13 +134,49 @@ class AlbertConfig(JsonConfig):
         return self.hidden_size // self.num_attention_heads
 
     def group_index(self, layer_index):
-        """The group that layer `layer_index` uses: `layer_index * G // L`.
+        """The group that layer `layer_index` (0 <= layer_index < L) uses, by `group_formula`.
 
-        The original computes `int(layer_idx / (L / G))` in floating point,
-        which can round differently in corner cases; exact integer arithmetic
-        is used here (and by HF transformers).
+        - "exact": `layer_index * G // L`, exact integer arithmetic.
+        - "original": `int(layer_index / L * G)` in (64-bit) floating point,
+          as the original TF1 code (`modeling.py`, `transformer_model`)
+          computes it. It can round an exact integer down: for L = G = 22,
+          layer 15 lands in group 14 and no layer uses group 15
+          (`used_groups`).
+        - "hf": `int(layer_index / (L / G))` in floating point, as HF
+          transformers' `AlbertTransformer` computes it. Equal to "exact"
+          whenever G divides L; differs elsewhere in corner cases
+          (e.g. L 18 / G 14). Every group is used.
+
+        All three agree for every L <= 17 and, up to L 599, every G <= 13. A
+        checkpoint follows its source's formula: `convert` sets it
+        (`grouped_by`).
         """
-        return layer_index * self.num_hidden_groups // self.num_hidden_layers
+        layers, groups = self.num_hidden_layers, self.num_hidden_groups
+        if self.group_formula == "original":
+            return int(layer_index / layers * groups)
+        if self.group_formula == "hf":
+            return int(layer_index / (layers / groups))
+        return layer_index * groups // layers
+
+    def group_indices(self):
+        """`group_index(i)` of every layer, a tuple of L ints."""
+        return tuple(self.group_index(i) for i in range(self.num_hidden_layers))
+
+    @property
+    def used_groups(self):
+        """The groups some layer uses, sorted: every group but under "original" in corner cases."""
+        return tuple(sorted(set(self.group_indices())))
+
+    def grouped_by(self, group_formula):
+        """This config with layers grouped as `group_formula` groups them.
+
+        Where that formula gives the same group to every layer as the
+        current one (every usual shape), the config is returned unchanged, so
+        converting a checkpoint of a usual shape gives the config it always
+        gave.
+        """
+        changed = self.replace(group_formula=group_formula)
+        return self if changed.group_indices() == self.group_indices() else changed
 
     # ----------------------------------------------------------------- JSON
     def to_dict(self):
@@ -121,7 +184,10 @@ class AlbertConfig(JsonConfig):
         ours_to_original = {v: k for k, v in _ORIGINAL_TO_OURS.items()}
         out = {}
         for field in dataclasses.fields(self):
-            out[ours_to_original.get(field.name, field.name)] = getattr(self, field.name)
+            value = getattr(self, field.name)
+            if field.name in _WRITTEN_IF_CHANGED and value == field.default:
+                continue
+            out[ours_to_original.get(field.name, field.name)] = value
         # Marks the activation names as HF's (see `from_dict`) and lets HF
         # transformers read the file as it is.
         out["model_type"] = "albert"
@@ -174,6 +240,10 @@ class AlbertConfig(JsonConfig):
             raise ValueError(f"Unknown preset {name!r}. Valid presets: {sorted(PRESETS)}")
         return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]
 
+
+# Fields `to_dict` leaves out at their defaults: files of configs that do not
+# use them are what they were before the fields existed.
+_WRITTEN_IF_CHANGED = ("embedding_projection", "group_formula")
 
 # Other spellings of the tanh-approximated GELU.
 _TANH_GELU_ALIASES = ("gelu_fast", "gelu_pytorch_tanh")

@@ -37,7 +37,8 @@ class HFCheckpoint:
     """The tensors of a HF directory, without the buffers and the tied decoder.
 
     Attributes:
-        config: the `AlbertConfig` of its config.json.
+        config: the `AlbertConfig` of its config.json, with the projection and
+            HF's layer-to-group formula (where it differs from "exact").
         shapes: tensor name -> shape.
         read: tensor name -> numpy array (HF layout).
         source: the weights file (or shard index), for messages.
@@ -90,6 +91,8 @@ def _read_config(src_dir):
     # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
     try:
         config = AlbertConfig.from_dict(values, gelu_is_tanh=False)
+        # HF's AlbertModel always has the E -> H projection, and picks groups by its own formula.
+        config = config.replace(embedding_projection=True).grouped_by("hf")
     except ValueError as e:
         raise ValueError(f"{path}: {e}") from e
     architectures = values.get("architectures")

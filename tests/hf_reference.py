@@ -163,3 +163,39 @@ def write_tf1_checkpoint(prefix, variables):
         shape_and_slices=[""] * len(names),
         tensors=[tf.constant(variables[n]) for n in names],
     )
+
+
+def original_layout(seed=0, **overrides):
+    """(a random HF AlbertForPreTraining, the TF1 variables of the original model it computes).
+
+    The original TF1 code builds no E -> H projection when E == H, and picks
+    layer i's group as `int(i / L * G)` in floating point, creating variables
+    only for the groups some layer uses. HF always has the projection and
+    groups layers by `int(i / (L / G))`. So the HF model gets an identity
+    projection when E == H, and each HF group a copy of the group the
+    original gives the same layers; the TF1 variables leave out the
+    projection (E == H) and the groups the original never uses. The formulas
+    are written out here, not taken from albert_tf.config.
+    """
+    model = make_hf_model(seed=seed, **overrides)
+    c = model.config
+    layers, groups = c.num_hidden_layers, c.num_hidden_groups
+    hf_groups = model.albert.encoder.albert_layer_groups
+    states = [{k: v.clone() for k, v in g.state_dict().items()} for g in hf_groups]
+    original = {}
+    for i in range(layers):
+        hf_group, original_group = int(i / (layers / groups)), int(i / layers * groups)
+        assert original.setdefault(hf_group, original_group) == original_group, "HF cannot express this"
+        hf_groups[hf_group].load_state_dict(states[original_group])
+    projection = model.albert.encoder.embedding_hidden_mapping_in
+    if c.embedding_size == c.hidden_size:
+        with torch.no_grad():
+            projection.weight.copy_(torch.eye(c.hidden_size))
+            projection.bias.zero_()
+    variables = tf1_variables(model)
+    unused = [f"/group_{g}/" for g in range(groups) if g not in original.values()]
+    return model, {
+        name: value for name, value in variables.items()
+        if not any(u in name for u in unused)
+        and not (c.embedding_size == c.hidden_size and "embedding_hidden_mapping_in" in name)
+    }

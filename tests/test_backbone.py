@@ -3,6 +3,7 @@ import pytest
 
 from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf.config import AlbertConfig
+from albert_tf.models.backbone import attention_bias_from_padding_mask
 from input_pipeline import features
 from helpers import (
     assert_keras_archive_round_trip,
@@ -36,7 +37,62 @@ def block_params(c, attention=True, ffn=True):
 
 def outside_blocks(c):
     v, e, h, p = c.vocab_size, c.embedding_size, c.hidden_size, c.max_position_embeddings
-    return v * e + p * e + c.type_vocab_size * e + 2 * e + e * h + h + h * h + h
+    projection = e * h + h if c.embedding_projection else 0
+    return v * e + p * e + c.type_vocab_size * e + 2 * e + projection + h * h + h
+
+
+# The paper's Table 3 (ALBERT-base: H 768, L 12), backbone with pooler:
+# (E, sharing, exact count, the paper's cell). The E = 768 rows have no E -> H
+# projection, as in the original; the paper rounds loosely (ALBERT_FACTS.md):
+# its cells are checked to within 1.1M, the exact counts exactly.
+TABLE_3 = [
+    (64, "none", 87_648_000, 87e6),
+    (64, "all", 9_681_408, 10e6),
+    (128, "none", 89_650_176, 89e6),
+    (128, "all", 11_683_584, 12e6),
+    (256, "none", 93_654_528, 93e6),
+    (256, "all", 15_687_936, 16e6),
+    (768, "none", 109_081_344, 108e6),
+    (768, "all", 31_114_752, 31e6),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("embedding_size, sharing, exact, paper", TABLE_3)
+def test_parameter_counts_match_the_papers_table_3(embedding_size, sharing, exact, paper):
+    config = AlbertConfig.from_preset(
+        "base", embedding_size=embedding_size, sharing=sharing, embedding_projection=embedding_size != 768
+    )
+    blocks = config.num_hidden_layers if sharing == "none" else 1
+    assert outside_blocks(config) + blocks * block_params(config) == exact
+    assert AlbertBackbone(config).count_params() == exact
+    assert abs(exact - paper) <= 1.1e6
+
+
+def test_without_the_projection_the_embeddings_feed_the_first_block(tmp_path):
+    config = tiny_config(embedding_size=32, embedding_projection=False, num_hidden_layers=2)
+    backbone = AlbertBackbone(config)
+    assert backbone.embedding_projection is None
+    assert backbone.count_params() == outside_blocks(config) + block_params(config)
+    inputs = backbone_batch(config)
+    embedded = backbone.embeddings(inputs[features.TOKEN_IDS], inputs[features.SEGMENT_IDS])
+    bias = attention_bias_from_padding_mask(inputs[features.PADDING_MASK])
+    (block,) = backbone.blocks[0]
+    expected = block(block(embedded, bias), bias)
+    np.testing.assert_allclose(backbone(inputs)["sequence_output"], expected, atol=1e-5)
+    loaded = assert_pretrained_round_trip(backbone, inputs, tmp_path)
+    assert loaded.embedding_projection is None
+
+
+def test_a_group_no_layer_uses_is_not_built_and_saves_and_loads(tmp_path):
+    # The original's formula: layer 15 of 22 goes to group 14, and no layer uses group 15.
+    config = tiny_config(num_hidden_layers=22, num_hidden_groups=22, group_formula="original")
+    backbone = AlbertBackbone(config)
+    assert [len(group) for group in backbone.blocks] == [1] * 15 + [0] + [1] * 6
+    assert backbone.count_params() == outside_blocks(config) + 21 * block_params(config)
+    inputs = backbone_batch(config)
+    assert_keras_archive_round_trip(backbone, inputs, tmp_path)
+    assert_pretrained_round_trip(backbone, inputs, tmp_path)
 
 
 @pytest.mark.parametrize(

@@ -66,6 +66,9 @@ def test_unknown_key_lists_valid_keys():
         (dict(hidden_act="gelu2"), "hidden_act='gelu2'"),
         (dict(sharing="heads"), "sharing='heads'"),
         (dict(sharing="ffn", num_hidden_groups=2), "sharing='ffn', num_hidden_groups=2"),
+        (dict(embedding_projection=False), "embedding_projection=False.*embedding_size=128, hidden_size=768"),
+        (dict(embedding_projection=0), "embedding_projection.*True or False. Received: embedding_projection=0"),
+        (dict(group_formula="float"), "group_formula='float'"),
     ],
 )
 def test_impossible_configs_name_the_field(changes, message):
@@ -81,6 +84,64 @@ def test_unknown_preset():
 def test_group_index_is_exact_integer_math():
     config = AlbertConfig(num_hidden_layers=12, num_hidden_groups=5)
     assert [config.group_index(i) for i in range(12)] == [0, 0, 0, 1, 1, 2, 2, 2, 3, 3, 4, 4]
+
+
+# (L, G): the layers where the formulas disagree, as (layer, exact, original, hf).
+# The original's `int(i / L * G)` and HF's `int(i / (L / G))`, in floating point.
+GROUPING_CORNERS = {
+    (22, 22): [(15, 15, 14, 15)],
+    (44, 22): [(30, 15, 14, 15)],
+    (23, 23): [(13, 13, 12, 13)],
+    (18, 14): [(9, 7, 7, 6)],
+}
+
+
+@pytest.mark.parametrize("layers, groups", sorted(GROUPING_CORNERS))
+def test_group_formulas_differ_only_in_corner_cases(layers, groups):
+    by_formula = {
+        formula: AlbertConfig(num_hidden_layers=layers, num_hidden_groups=groups, group_formula=formula).group_indices()
+        for formula in ("exact", "original", "hf")
+    }
+    assert by_formula["exact"] == tuple(i * groups // layers for i in range(layers))
+    differing = [
+        (i, by_formula["exact"][i], by_formula["original"][i], by_formula["hf"][i])
+        for i in range(layers) if len({by_formula[f][i] for f in by_formula}) > 1
+    ]
+    assert differing == GROUPING_CORNERS[layers, groups]
+
+
+def test_group_formulas_agree_on_usual_shapes():
+    for layers in range(1, 49):
+        for groups in range(1, min(layers, 13) + 1):
+            mappings = {AlbertConfig(num_hidden_layers=layers, num_hidden_groups=groups,
+                                     group_formula=formula).group_indices() for formula in ("exact", "original", "hf")}
+            assert len(mappings) == 1, (layers, groups)
+
+
+def test_only_the_original_formula_leaves_a_group_unused():
+    config = AlbertConfig(num_hidden_layers=22, num_hidden_groups=22)
+    assert config.used_groups == tuple(range(22))
+    assert config.replace(group_formula="hf").used_groups == tuple(range(22))
+    assert config.replace(group_formula="original").used_groups == tuple(g for g in range(22) if g != 15)
+
+
+def test_grouped_by_a_formula_changes_the_config_only_where_the_grouping_changes():
+    usual = AlbertConfig(num_hidden_groups=3)
+    assert usual.grouped_by("original") is usual and usual.grouped_by("hf") is usual
+    corner = AlbertConfig(num_hidden_layers=22, num_hidden_groups=22)
+    assert corner.grouped_by("original").group_formula == "original"
+    assert corner.grouped_by("hf") is corner  # HF's formula groups L = G = 22 exactly
+
+
+def test_new_fields_are_written_only_when_set(tmp_path):
+    assert "embedding_projection" not in AlbertConfig().to_dict()
+    assert "group_formula" not in AlbertConfig().to_dict()
+    config = AlbertConfig(embedding_size=768, embedding_projection=False, num_hidden_layers=22,
+                          num_hidden_groups=22, group_formula="original")
+    values = config.to_dict()
+    assert values["embedding_projection"] is False and values["group_formula"] == "original"
+    config.save(str(tmp_path / "config.json"))
+    assert AlbertConfig.load(str(tmp_path / "config.json")) == config
 
 
 @pytest.mark.parametrize("config", [

@@ -19,6 +19,7 @@ from albert_tf.convert import (
 )
 from albert_tf.saving import load_hf
 import hf_reference as ref
+from cli_helpers import run_cli
 
 PREFIX = "albert.encoder.albert_layer_groups.0.albert_layers.0."
 
@@ -261,3 +262,75 @@ def test_cli_reports_bad_arguments(tmp_path, capsys):
     assert "--from tf1 needs --config" in capsys.readouterr().err
     assert main(["convert", "--from", "hf", str(tmp_path), "--out", str(tmp_path / "o")]) == 2
     assert "config.json is missing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("holds_projection", [True, False])
+def test_tf1_with_e_equal_to_h_builds_the_projection_the_checkpoint_holds(holds_projection, tmp_path):
+    hf_model = ref.make_hf_model(embedding_size=64)
+    variables = ref.tf1_variables(hf_model)
+    if not holds_projection:
+        for leaf in ("kernel", "bias"):
+            del variables[f"bert/encoder/embedding_hidden_mapping_in/{leaf}"]
+    ref.write_tf1_checkpoint(str(tmp_path / "model.ckpt"), variables)
+
+    report = convert_from_tf1(str(tmp_path / "model.ckpt"), tiny_config(embedding_size=64), tmp_path / "out")
+
+    assert report.model.config.embedding_projection is holds_projection
+    loaded = load_pretrained(tmp_path / "out")
+    assert_weights_equal(report.model, loaded)
+    projection = loaded.backbone.embedding_projection
+    if holds_projection:
+        np.testing.assert_array_equal(projection.kernel, variables["bert/encoder/embedding_hidden_mapping_in/kernel"])
+    else:
+        assert projection is None
+        with open(tmp_path / "out" / "config.json") as f:
+            assert json.load(f)["embedding_projection"] is False
+
+
+def test_a_model_without_projection_goes_to_hf_with_an_identity_one(tmp_path):
+    model = random_pretrainer(embedding_size=64, embedding_projection=False)
+    to_hf(model, tmp_path / "hf")
+    with open(tmp_path / "hf" / "config.json") as f:
+        hf_config = json.load(f)
+    assert "embedding_projection" not in hf_config and "group_formula" not in hf_config
+    tensors = load_file(tmp_path / "hf" / "model.safetensors")
+    np.testing.assert_array_equal(tensors["albert.encoder.embedding_hidden_mapping_in.weight"], np.eye(64))
+    np.testing.assert_array_equal(tensors["albert.encoder.embedding_hidden_mapping_in.bias"], np.zeros(64))
+
+
+@pytest.mark.parametrize("layers, groups, formula", [(44, 22, "original"), (18, 14, "exact")])
+def test_to_hf_refuses_a_grouping_hf_cannot_express(layers, groups, formula, tmp_path, capsys):
+    # HF's int(i / (L / G)) puts layers 30 and 31 of 44 in group 15 (the original: 14 and 15),
+    # and layers 8 and 9 of 18 in group 6 (i * G // L: 6 and 7).
+    model = AlbertBackbone(tiny_config(num_hidden_layers=layers, num_hidden_groups=groups, group_formula=formula))
+    with pytest.raises(ValueError, match=f"group_formula='{formula}'.*HF cannot express this model"):
+        to_hf(model, tmp_path / "hf")
+    assert not (tmp_path / "hf").exists()
+
+    model.save_pretrained(tmp_path / "ours")
+    argv = ["convert", "--to", "hf", str(tmp_path / "ours"), "--out", str(tmp_path / "hf")]
+    assert main(argv) == 2
+    assert "HF cannot express this model" in capsys.readouterr().err
+    assert not (tmp_path / "hf").exists()
+
+
+def test_cli_converts_an_original_e_equal_to_h_checkpoint_with_an_unused_group_both_ways(tmp_path):
+    overrides = dict(embedding_size=64, num_hidden_layers=22, num_hidden_groups=22)
+    hf_model, variables = ref.original_layout(seed=5, **overrides)
+    ref.write_tf1_checkpoint(str(tmp_path / "model.ckpt-3"), variables)
+    with open(tmp_path / "albert_config.json", "w") as f:
+        json.dump(dict(ref.TINY, **overrides, hidden_act="gelu"), f)
+
+    run_cli("convert", "--from", "tf1", "--model", tmp_path / "model.ckpt-3", "--config",
+            tmp_path / "albert_config.json", "--out", tmp_path / "ours")
+    run_cli("convert", "--to", "hf", "--model", tmp_path / "ours", "--out", tmp_path / "hf")
+
+    ours = load_pretrained(tmp_path / "ours")
+    assert ours.backbone.embedding_projection is None and not ours.backbone.blocks[15]
+    assert ours.config.group_formula == "original"
+    back = transformers.AlbertForPreTraining.from_pretrained(tmp_path / "hf").eval()
+    inputs = ref.batch(300, seed=5)
+    expected = ref.hf_outputs(hf_model, inputs)
+    for outputs in (ref.our_outputs(ours, inputs), ref.hf_outputs(back, inputs)):
+        diffs = ref.max_differences(outputs, expected, inputs["padding_mask"])
+        assert max(diffs.values()) < 1e-4, diffs

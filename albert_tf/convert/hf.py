@@ -14,6 +14,7 @@ collapse, accent stripping, lowercasing), so `AutoTokenizer.from_pretrained`
 encodes text as `AlbertTokenizer.encode` does.
 """
 
+import dataclasses
 import json
 import os
 
@@ -93,15 +94,38 @@ def hf_tokenizer_files(tokenizer, max_length):
 
 
 def hf_tensors(model):
-    """`model`'s weights as HF names them -> float32 numpy arrays (HF layout)."""
+    """`model`'s weights as HF names them -> float32 numpy arrays (HF layout).
+
+    HF's AlbertModel always has the E -> H projection and all G groups, each
+    picked by HF's formula: a backbone without the projection gets an
+    identity kernel and a zero bias (the same function), and each HF group
+    holds the weights of the group those layers use here
+    (`checkpoint_weights.hf_group_sources`).
+
+    Raises:
+        ValueError: partial sharing, or a grouping HF cannot express.
+    """
+    backbone = getattr(model, "backbone", model)
     prefix = BACKBONE_PREFIX if isinstance(model, AlbertPretrainer) else ""
     scheme = checkpoint_weights.hf_scheme(prefix)
+    entries = checkpoint_weights.weight_entries(model)
+    sources = checkpoint_weights.hf_group_sources(backbone.config)
     tensors = {}
-    for e in checkpoint_weights.weight_entries(model):
+    for e in entries:
         # float32 whatever the variable dtype: what HF checkpoints hold by default.
         value = np.asarray(keras.ops.convert_to_numpy(e.variable), dtype=np.float32)
-        value = value.T if scheme.transposed(e) else value
-        tensors[scheme.name_of(e)] = np.ascontiguousarray(value)
+        value = np.ascontiguousarray(value.T if scheme.transposed(e) else value)
+        if e.group is None:
+            tensors[scheme.name_of(e)] = value
+            continue
+        for hf_group, group in sources.items():
+            if group == e.group:
+                tensors[scheme.name_of(dataclasses.replace(e, hf=e.hf_in_group.format(group=hf_group)))] = value
+    if backbone.embedding_projection is None:
+        hidden = backbone.config.hidden_size
+        name = prefix + checkpoint_weights.HF_PROJECTION
+        tensors[name + ".weight"] = np.eye(hidden, dtype=np.float32)
+        tensors[name + ".bias"] = np.zeros(hidden, np.float32)
     return tensors
 
 
@@ -110,6 +134,9 @@ def hf_config(model):
     backbone = getattr(model, "backbone", model)
     values = backbone.config.to_dict()
     values.pop("sharing")  # always "all" here (checked by `weight_entries`); not an HF field
+    # Not HF fields either: the HF model has the projection (`hf_tensors`) and groups by HF's formula.
+    values.pop("embedding_projection", None)
+    values.pop("group_formula", None)
     values["architectures"] = [
         "AlbertForPreTraining" if isinstance(model, AlbertPretrainer) else "AlbertModel"
     ]

@@ -13,7 +13,7 @@ import tensorflow as tf
 from albert_tf.config import AlbertConfig
 from albert_tf.convert.output import check_output_dir, write_dir
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
-from albert_tf.models.checkpoint_weights import load_checkpoint, tf1_scheme
+from albert_tf.models.checkpoint_weights import TF1_PROJECTION, load_checkpoint, tf1_scheme
 from albert_tf.models.pretrained import save_pretrained
 from input_pipeline import files
 
@@ -30,6 +30,11 @@ def from_tf1(ckpt_prefix, config, print_fn=print):
         ckpt_prefix: the checkpoint prefix, e.g. ".../model.ckpt-125000".
         config: an `AlbertConfig`, or the path of the `albert_config.json`
             it was trained with (whose "gelu" is the tanh approximation).
+            The model follows the checkpoint where the config cannot say:
+            layers are grouped by the original's formula (`group_formula`,
+            set to "original" where that differs from "exact", e.g.
+            L = G = 22), and with E == H the E -> H projection is built only
+            if the checkpoint holds it (`embedding_projection`).
         print_fn: where the one-line note on skipped optimizer state goes.
 
     Returns:
@@ -70,6 +75,11 @@ def load_tf1(ckpt_prefix, config, print_fn=print):
         except tf.errors.OpError as e:
             raise ValueError(f"{ckpt_prefix}: cannot read {stored_name[name]}: {e}") from e
 
+    # The original picks groups by its own formula, and builds the E -> H
+    # projection only when E != H: the model is built as the checkpoint holds it.
+    config = config.grouped_by("original")
+    if config.embedding_size == config.hidden_size:
+        config = config.replace(embedding_projection=TF1_PROJECTION + "/kernel" in shapes)
     # The pretraining heads live under "cls/"; a checkpoint without them is a backbone.
     backbone = AlbertBackbone(config)
     scheme = tf1_scheme()

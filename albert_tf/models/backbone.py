@@ -24,13 +24,17 @@ def attention_bias_from_padding_mask(padding_mask, dtype="float32"):
 class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin, keras.Model):
     """The ALBERT encoder.
 
-    Factorized embedding (V x E, then one E -> H projection), then
-    `num_hidden_layers` applications of shared transformer blocks, then a
-    tanh pooler on the [CLS] position.
+    Factorized embedding (V x E, then one E -> H projection,
+    `embedding_projection`; None when `config.embedding_projection` is False,
+    as in the original's E == H models), then `num_hidden_layers`
+    applications of shared transformer blocks, then a tanh pooler on the
+    [CLS] position.
 
     Sharing: `blocks` holds the distinct blocks. Under `sharing="all"` it has
     `num_hidden_groups` lists of `inner_group_num` blocks, and layer i applies
-    every block of group `config.group_index(i)`. Under partial sharing it has
+    every block of group `config.group_index(i)`; a group no layer uses
+    (possible only under `group_formula="original"`, as in the original,
+    which creates no variables for it) is an empty list. Under partial sharing it has
     one block per layer, and those blocks hold the same attention (or FFN)
     object. Under a mixed policy an inference call casts the weights to the
     compute dtype once, not at every application (`cast_weights_once`).
@@ -92,7 +96,7 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         )
         projection = dense(
             units=c.hidden_size, stddev=c.initializer_range, name="embedding_hidden_mapping_in", dtype=dtype
-        )
+        ) if c.embedding_projection else None
         blocks = _build_blocks(c, dtype, remat)
         pooler = dense(units=c.hidden_size, stddev=c.initializer_range, name="pooler", activation="tanh", dtype=dtype)
 
@@ -102,7 +106,8 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
             for name in features.BACKBONE_INPUTS
         }
         x = embedding(inputs[features.TOKEN_IDS], inputs[features.SEGMENT_IDS])
-        x = projection(x)  # (batch, seq, H)
+        if projection is not None:
+            x = projection(x)  # (batch, seq, H)
         bias = attention_bias_from_padding_mask(inputs[features.PADDING_MASK])
         for layer_index in range(c.num_hidden_layers):
             for block in blocks[_block_list_index(c, layer_index)]:
@@ -330,6 +335,7 @@ def _build_blocks(c, dtype, remat):
         )
 
     if c.sharing == "all":
+        used = c.used_groups
         return [
             [
                 TransformerBlock(
@@ -338,7 +344,7 @@ def _build_blocks(c, dtype, remat):
                     remat=remat, dtype=dtype, name=f"group_{g}_inner_{i}",
                 )
                 for i in range(c.inner_group_num)
-            ]
+            ] if g in used else []
             for g in range(c.num_hidden_groups)
         ]
     shared_attention = attention("shared_attention") if c.sharing == "attention" else None

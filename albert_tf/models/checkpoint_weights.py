@@ -11,6 +11,11 @@ the models load checkpoints through this module.
 Layouts: Keras `Dense` kernels are (in, out), as TF1 stores them; torch
 `Linear` weights are (out, in), so HF kernels are transposed. The one TF1
 exception is the SOP classifier, stored as `output_weights` (2, H).
+
+Two structural differences between the sources are handled here too: a
+backbone without the E -> H projection (the original's E == H models) has no
+entry for it, and a group no layer uses (the original's formula, e.g.
+L = G = 22) has no entries, as the original creates no variables for it.
 """
 
 import dataclasses
@@ -21,6 +26,10 @@ import numpy as np
 # lack "pooler" and "sop" (HF's AlbertForMaskedLM has neither), in which case
 # they are initialized fresh.
 BACKBONE, POOLER, MLM, SOP = "backbone", "pooler", "mlm", "sop"
+
+# The E -> H projection's names; the original has it only when E != H.
+TF1_PROJECTION = "bert/encoder/embedding_hidden_mapping_in"
+HF_PROJECTION = "encoder.embedding_hidden_mapping_in"
 
 # kind -> the variables of such a layer:
 #   (Keras attribute, canonical suffix, TF1 suffix, HF suffix, TF1 transposed, HF transposed)
@@ -67,6 +76,9 @@ class WeightEntry:
         hf: name in HF transformers, without the "albert." prefix that
             models with heads put before backbone weights.
         tf1_transposed / hf_transposed: stored as the transpose of `variable`.
+        group: the group of a transformer-block weight, None for the others.
+        hf_in_group: for a block weight, what `hf` would be in another
+            group ("{group}" in place of the index); "" for the others.
     """
 
     name: str
@@ -76,6 +88,8 @@ class WeightEntry:
     hf: str
     tf1_transposed: bool
     hf_transposed: bool
+    group: object = None
+    hf_in_group: str = ""
 
     @property
     def shape(self):
@@ -122,21 +136,25 @@ def weight_entries(model):
          "embeddings.token_type_embeddings"),
         (BACKBONE, "layer_norm", backbone.embeddings.layer_norm,
          "embeddings/layer_norm", "bert/embeddings/LayerNorm", "embeddings.LayerNorm"),
-        (BACKBONE, "dense", backbone.embedding_projection,
-         "encoder/embedding_projection", "bert/encoder/embedding_hidden_mapping_in",
-         "encoder.embedding_hidden_mapping_in"),
     ]
+    if backbone.embedding_projection is not None:
+        layers.append((BACKBONE, "dense", backbone.embedding_projection,
+                       "encoder/embedding_projection", TF1_PROJECTION, HF_PROJECTION))
+    groups = {}  # canonical layer name -> (group, HF name with "{group}" for its index)
+    # An unused group's list is empty (see `AlbertBackbone`): it has no entries.
     for g, group in enumerate(backbone.blocks):
         for i, block in enumerate(group):
             for path, tf1, hf, kind in _BLOCK_LAYERS:
                 layer = block
                 for attribute in path.split("."):
                     layer = getattr(layer, attribute)
+                name = f"encoder/group_{g}/inner_{i}/{path.replace('.', '/')}"
+                hf_in_group = f"encoder.albert_layer_groups.{{group}}.albert_layers.{i}.{hf}"
+                groups[name] = (g, hf_in_group)
                 layers.append((
-                    BACKBONE, kind, layer,
-                    f"encoder/group_{g}/inner_{i}/{path.replace('.', '/')}",
+                    BACKBONE, kind, layer, name,
                     f"bert/encoder/transformer/group_{g}/inner_group_{i}/{tf1}",
-                    f"encoder.albert_layer_groups.{g}.albert_layers.{i}.{hf}",
+                    hf_in_group.format(group=g),
                 ))
     layers.append((POOLER, "dense", backbone.pooler, "pooler", "bert/pooler/dense", "pooler"))
     if heads is not None:
@@ -154,13 +172,42 @@ def weight_entries(model):
 
     entries = []
     for part, kind, layer, name, tf1, hf in layers:
+        group, hf_in_group = groups.get(name, (None, ""))
         for attribute, suffix, tf1_suffix, hf_suffix, tf1_t, hf_t in _KINDS[kind]:
             entries.append(WeightEntry(
                 name=f"{name}/{suffix}", part=part, variable=getattr(layer, attribute),
                 tf1=tf1 + tf1_suffix, hf=hf + hf_suffix,
                 tf1_transposed=tf1_t, hf_transposed=hf_t,
+                group=group, hf_in_group=hf_in_group + hf_suffix if hf_in_group else "",
             ))
     return entries
+
+
+def hf_group_sources(config):
+    """{HF group index: the group of a model with `config` whose weights it must hold}.
+
+    HF transformers always builds G groups and picks layer i's with its own
+    formula (`group_formula="hf"`). A model grouped otherwise (the
+    original's formula, e.g. L = G = 22, where layers 14 and 15 share group
+    14) is written to HF with each HF group holding a copy of the group
+    those same layers use here, so HF computes the same function.
+
+    Raises:
+        ValueError: when two layers HF puts in one group use different groups
+            here: HF cannot express that model.
+    """
+    ours, theirs = config.group_indices(), config.replace(group_formula="hf").group_indices()
+    sources, first_layer = {}, {}
+    for layer, (g, h) in enumerate(zip(ours, theirs)):
+        if sources.setdefault(h, g) != g:
+            raise ValueError(
+                f"HF transformers puts layers {first_layer[h]} and {layer} in one group ({h}), but this "
+                f"model gives them groups {sources[h]} and {g} (group_formula={config.group_formula!r}, "
+                f"num_hidden_layers={config.num_hidden_layers}, num_hidden_groups={config.num_hidden_groups}): "
+                "HF cannot express this model."
+            )
+        first_layer.setdefault(h, layer)
+    return sources
 
 
 @dataclasses.dataclass(frozen=True)
