@@ -44,7 +44,9 @@ def layer_states(backbone, inputs):
     from albert_tf.models.backbone import attention_bias_from_padding_mask
 
     c = backbone.config
-    x = backbone.embedding_projection(backbone.embeddings(inputs[features.TOKEN_IDS], inputs[features.SEGMENT_IDS]))
+    x = backbone.embeddings(inputs[features.TOKEN_IDS], inputs[features.SEGMENT_IDS])
+    if backbone.embedding_projection is not None:  # None where E == H in the original's layout
+        x = backbone.embedding_projection(x)
     bias = attention_bias_from_padding_mask(inputs[features.PADDING_MASK])
     states = [np.asarray(x)]
     for layer in range(c.num_hidden_layers):
