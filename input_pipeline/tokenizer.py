@@ -7,6 +7,13 @@ ids the training data was made with. A tokenizer directory holds `spiece.model`
 characters fall back to bytes) and `tokenizer.json` (the language, the
 preprocessing steps and, for apps, byte_fallback; a file without a language is
 "en").
+
+The English default gives the ids of the original ALBERT `FullTokenizer`
+(`preprocess_text`, then `encode_pieces`), which re-splits every piece that
+ends in a digit and a comma after SentencePiece has run. That re-split depends
+on the piece alone, so it is a table from piece id to replacement ids, built
+when the tokenizer loads and applied to SentencePiece's ids in Python and in
+the graph alike.
 """
 
 import dataclasses
@@ -27,6 +34,7 @@ from input_pipeline.preprocessing import (
     AccentStrippingGuard,
     Preprocessing,
     check_language,
+    is_digit_comma_piece,
 )
 
 # TensorFlow is imported inside the in-graph methods only: data-writer worker
@@ -64,6 +72,8 @@ class AlbertTokenizer:
             raise ValueError(
                 f"The SentencePiece model must start with the pieces {expected}. Received: {pieces}"
             )
+        # {piece id: (ids, pieces) it is re-split into}; empty when the preprocessing does not split.
+        self._splits = digit_comma_splits(self._sp) if self.preprocessing.split_digit_comma else {}
         self._tf_tokenizer = None
 
     # ---- construction and persistence -------------------------------------------------
@@ -173,7 +183,8 @@ class AlbertTokenizer:
         if not files.isfile(config_path):
             return cls(proto)
         config = json.loads(files.read_text(config_path))
-        tokenizer = cls(proto, Preprocessing(**config["preprocessing"]), config.get("language", "en"))
+        language = config.get("language", "en")
+        tokenizer = cls(proto, Preprocessing.from_config(config["preprocessing"], language), language)
         if config.get("byte_fallback", tokenizer.byte_fallback) != tokenizer.byte_fallback:
             raise ValueError(
                 f"{config_path} says byte_fallback={config['byte_fallback']} but {model_path} has "
@@ -241,16 +252,31 @@ class AlbertTokenizer:
 
     def encode(self, text):
         """Preprocesses and tokenizes one string. Returns: list[int] of piece ids."""
-        return self._sp.encode(self.preprocessing.apply(text), out_type=int)
+        return self.split_ids(self._sp.encode(self.preprocessing.apply(text), out_type=int))
 
     def encode_batch(self, texts, num_threads=1):
         """Tokenizes a list of strings. Returns: list[list[int]]."""
         processed = [self.preprocessing.apply(t) for t in texts]
-        return self._sp.encode(processed, out_type=int, num_threads=num_threads)
+        encoded = self._sp.encode(processed, out_type=int, num_threads=num_threads)
+        return [self.split_ids(ids) for ids in encoded] if self._splits else encoded
 
     def tokenize(self, text):
         """Preprocesses and splits one string into pieces. Returns: list[str]."""
-        return self._sp.encode(self.preprocessing.apply(text), out_type=str)
+        pieces = self._sp.encode(self.preprocessing.apply(text), return_type="proto").pieces
+        return [q for p in pieces for q in (self._splits[p.id][1] if p.id in self._splits else (p.piece,))]
+
+    def split_ids(self, ids):
+        """SentencePiece's ids with each digit-comma piece re-split (`Preprocessing.split_digit_comma`).
+
+        Args:
+            ids: list[int], one text's ids as SentencePiece gives them.
+
+        Returns:
+            list[int]: `ids` itself when nothing splits.
+        """
+        if not self._splits:
+            return ids
+        return [j for i in ids for j in (self._splits[i][0] if i in self._splits else (i,))]
 
     def decode(self, ids):
         """Turns ids back into text; special pieces decode to nothing."""
@@ -271,7 +297,29 @@ class AlbertTokenizer:
         texts = self.preprocessing.tf_apply(texts)
         if known is not None:
             texts = byte_fallback_lib.tf_fast_op_input(texts, known)
-        return fast.tokenize(texts)
+        ids = fast.tokenize(texts)
+        return self._tf_split_ids(ids) if self._splits else ids
+
+    def _tf_split_ids(self, ids):
+        """`split_ids` in-graph: int32 (batch, None) ragged or (n,) ids -> the same kind, re-split."""
+        import tensorflow as tf
+
+        keys = np.array(sorted(self._splits), np.int32)
+        replacements = [self._splits[k][0] for k in keys]
+        lengths = np.array([len(r) for r in replacements], np.int32)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+        values = np.array([i for r in replacements for i in r], np.int32)
+        flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
+        position = tf.minimum(tf.searchsorted(keys, flat), len(keys) - 1)
+        hit = tf.gather(keys, position) == flat
+        count = tf.where(hit, tf.gather(lengths, position), 1)
+        # Each id becomes a run of indices into [replacement values..., the ids themselves...].
+        start = tf.where(hit, tf.gather(starts, position), len(values) + tf.range(tf.size(flat)))
+        split = tf.gather(tf.concat([values, flat], 0), tf.ragged.range(start, start + count).flat_values)
+        if not isinstance(ids, tf.RaggedTensor):
+            return split
+        row_lengths = tf.math.unsorted_segment_sum(count, ids.value_rowids(), ids.nrows())
+        return tf.RaggedTensor.from_row_lengths(split, tf.cast(row_lengths, ids.row_splits.dtype))
 
     def tf_decode(self, ids):
         """Turns an int32 (Ragged)Tensor (batch, None) of ids into tf.string (batch,)."""
@@ -297,6 +345,36 @@ class AlbertTokenizer:
             with tf.init_scope():
                 self._tf_tokenizer = (tf_text.FastSentencepieceTokenizer(proto), known)
         return self._tf_tokenizer
+
+
+def digit_comma_splits(sp):
+    """What the original `encode_pieces` turns each digit-comma piece into.
+
+    A piece longer than one character that ends in a digit (`str.isdigit`) and
+    a comma is re-encoded without its comma and with every '▁' removed, then
+    followed by ','. The original runs under Python 3: its test for a leading
+    '▁' (to drop it from a piece inside a word) compares str with bytes and
+    never holds, so `000,` in `1,000,000,` becomes `▁` `000` `,` or the like,
+    as the goldens in tests/fixtures/original_tokenizer show. Only pieces
+    SentencePiece can emit are looked at; an unknown run of characters is one
+    <unk> whatever it holds (the original would re-split one ending in a digit
+    and a comma, possible only when ',' itself has no piece).
+
+    Args:
+        sp: a `sentencepiece.SentencePieceProcessor`.
+
+    Returns:
+        dict {piece id: (tuple of ids, tuple of pieces)}.
+    """
+    splits = {}
+    for i in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(i)
+        if is_digit_comma_piece(piece) and not (
+            sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i)
+        ):
+            pieces = tuple(sp.encode(piece[:-1].replace(WORD_START, ""), out_type=str)) + (",",)
+            splits[i] = (tuple(sp.piece_to_id(p) for p in pieces), pieces)
+    return splits
 
 
 def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallback):
