@@ -82,6 +82,7 @@ def transformers_tokenizer_note(tokenizer):
     """One line: where transformers' AlbertTokenizer gives other ids than `tokenizer` (an `AlbertTokenizer`)."""
     where = ["`` or '' (it maps them to \")"]
     if tokenizer.preprocessing.split_digit_comma:
-        where.append("a digit before a comma (it keeps pieces such as ▁10, whole, the original ALBERT splits them)")
+        # ASCII only: the note must print on any terminal encoding.
+        where.append("a digit before a comma (it keeps a piece such as '10,' whole, the original ALBERT splits it)")
     return (f"Note: transformers' AlbertTokenizer gives other ids than albert-tf on text with {' or '.join(where)}; "
             "see docs/deployment.md#tokenization-and-the-original-albert.")
