@@ -14,6 +14,11 @@ ends in a digit and a comma after SentencePiece has run. That re-split depends
 on the piece alone, so it is a table from piece id to replacement ids, built
 when the tokenizer loads and applied to SentencePiece's ids in Python and in
 the graph alike.
+
+English tokenizers trained here carry their preprocessing inside
+`spiece.model` as well (`input_pipeline.spiece_normalizer`), so that a bare
+SentencePiece runtime given raw text gives the same ids; albert-tf still
+preprocesses itself, which leaves the ids unchanged.
 """
 
 import dataclasses
@@ -27,6 +32,7 @@ import sentencepiece as spm
 
 from input_pipeline import byte_fallback as byte_fallback_lib
 from input_pipeline import files
+from input_pipeline import spiece_normalizer
 from input_pipeline.preprocessing import (
     DEFAULT_BYTE_FALLBACK,
     DEFAULT_CHARACTER_COVERAGE,
@@ -65,7 +71,10 @@ class AlbertTokenizer:
         self.model_proto = bytes(model_proto)
         self.language = language
         self.preprocessing = preprocessing or Preprocessing.for_language(language)
-        self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        # What albert-tf segments with: a model that carries its preprocessing has its
+        # digit-comma pieces unused, for bare runtimes; here they are normal and re-split.
+        self._segmenting_proto = spiece_normalizer.segmenting_model(self.model_proto)
+        self._sp = spm.SentencePieceProcessor(model_proto=self._segmenting_proto)
         pieces = tuple(self._sp.id_to_piece(i) for i in range(NUM_SPECIAL_IDS))
         expected = (PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE)
         if pieces != expected:
@@ -115,7 +124,9 @@ class AlbertTokenizer:
                 text back; None takes `DEFAULT_BYTE_FALLBACK[language]`. With
                 NFKC preprocessing (the non-"en" presets) SentencePiece's own
                 normalization is then off, so that `tf_encode` can reproduce
-                the byte pieces (`input_pipeline.byte_fallback`).
+                the byte pieces (`input_pipeline.byte_fallback`). Without byte
+                fallback, the English presets' model carries the preprocessing
+                (`embed_preprocessing`).
             input_sentence_size: cap on the number of sentences sampled for training.
             seed: seed of SentencePiece's sampling, so training is reproducible.
             num_threads: trainer threads; None keeps SentencePiece's default.
@@ -166,7 +177,8 @@ class AlbertTokenizer:
                 guard.check()
             # SentencePiece reports unusable input as RuntimeError: that is bad input, so a ValueError.
             raise _training_error(e, num_texts, vocab_size, character_coverage, byte_fallback) from e
-        return cls(model.getvalue(), preprocessing, language)
+        tokenizer = cls(model.getvalue(), preprocessing, language)
+        return tokenizer.with_embedded_preprocessing() if tokenizer.can_embed_preprocessing else tokenizer
 
     @classmethod
     def load(cls, directory):
@@ -239,6 +251,40 @@ class AlbertTokenizer:
         return np.array(
             [p.startswith(WORD_START) or bool(_UNSPACED_START.match(p)) for p in pieces], dtype=bool
         )
+
+    # ---- the model for bare SentencePiece runtimes ----------------------------------------
+
+    @property
+    def can_embed_preprocessing(self):
+        """Whether `with_embedded_preprocessing` works: the English presets without byte fallback."""
+        return not self.byte_fallback and self.preprocessing.normalization is None
+
+    @property
+    def carries_preprocessing(self):
+        """Whether `model_proto` applies the preprocessing itself (`embed_preprocessing`)."""
+        return spiece_normalizer.carries_preprocessing(self.model_proto)
+
+    def with_embedded_preprocessing(self):
+        """This tokenizer with its preprocessing built into `spiece.model`: the same ids here,
+        and those ids from raw text in any SentencePiece runtime (`embed_preprocessing`).
+
+        Raises:
+            ValueError: not `can_embed_preprocessing`.
+        """
+        if self.carries_preprocessing:
+            return self
+        proto = spiece_normalizer.embed_preprocessing(self.model_proto, self.preprocessing)
+        return type(self)(proto, self.preprocessing, self.language)
+
+    def standalone_model_proto(self):
+        """The `spiece.model` bytes to ship to apps (HF directories, TFLite metadata): with the
+        preprocessing built in where `can_embed_preprocessing`, else `model_proto` as it is."""
+        return self.with_embedded_preprocessing().model_proto if self.can_embed_preprocessing else self.model_proto
+
+    @property
+    def processor(self):
+        """The `sentencepiece.SentencePieceProcessor` albert-tf segments with (before the digit-comma re-split)."""
+        return self._sp
 
     def check_vocab_size(self, model_vocab_size):
         """Raises ValueError unless a model's `vocab_size` equals this tokenizer's."""
@@ -333,9 +379,9 @@ class AlbertTokenizer:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
-            proto, known = self.model_proto, None
+            proto, known = self._segmenting_proto, None
             if self.byte_fallback:
-                proto, known = byte_fallback_lib.fast_op_model(self.model_proto)
+                proto, known = byte_fallback_lib.fast_op_model(self._segmenting_proto)
             # FastSentencepieceTokenizer, not SentencepieceTokenizer: the latter bundles
             # an older SentencePiece whose Viterbi breaks score ties differently (runs
             # like "...." or "000" split in another order), while the fast one gives

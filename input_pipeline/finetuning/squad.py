@@ -16,8 +16,6 @@ import dataclasses
 import json
 import re
 
-import sentencepiece as spm
-
 from input_pipeline import files
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.packing import pack
@@ -139,7 +137,7 @@ class ContextPieces:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self._sp = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+        self._sp = tokenizer.processor
         self._cache = {}
 
     def __call__(self, context):
