@@ -30,9 +30,10 @@ _EXPORTS = {
     "load_pretrained": "albert_tf.saving",
     "save_pretrained": "albert_tf.models.pretrained",
 }
-_SUBMODULES = ("optimizers", "schedules")
+# Submodules reached as attributes (`albert_tf.optimizers.AdamW`).
+_SUBMODULES = ("albert_tf.optimizers", "albert_tf.schedules")
 
-__all__ = sorted(_EXPORTS) + list(_SUBMODULES)
+__all__ = sorted(_EXPORTS) + [module.rpartition(".")[2] for module in _SUBMODULES]
 
 
 # `keras.models.load_model` then finds albert-tf's classes without importing them first.
@@ -42,7 +43,7 @@ keras_registry.register_when_keras_loads()
 def __getattr__(name):
     if name in _EXPORTS:
         value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif name in _SUBMODULES:
+    elif f"{__name__}.{name}" in _SUBMODULES:
         value = importlib.import_module(f"{__name__}.{name}")
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -19,10 +19,7 @@ import sys
 import threading
 
 from albert_tf import __version__
-
-EXIT_USER_ERROR = 2
-# The shell's code for a process ended by SIGINT (128 + 2).
-EXIT_INTERRUPTED = 130
+from albert_tf.commands.exit_codes import EXIT_INTERRUPTED, EXIT_USER_ERROR
 
 
 def build_parser(argv=None):

@@ -15,10 +15,8 @@ class FrozenForward:
     Why: under mixed_bfloat16 every float32 weight is cast to bfloat16 each
     time the graph runs; with constants, TensorFlow's graph optimizer folds
     those casts once, and oneDNN keeps its own layout of constant weights
-    between calls. For ALBERT-base at batch 1 x 128 in mixed_bfloat16 on a CPU
-    with bfloat16 units, this took 51.5 ms against 56.7 ms with variables
-    (bench/results/export_latency.md); with training steps run in the same
-    process the gain was 2% (bench/results/model_speed.md).
+    between calls. The gain in mixed_bfloat16 on a CPU with bfloat16 units:
+    bench/results/export_latency.md and model_speed.md.
 
     Shapes: the first call's input shapes get a function traced for exactly
     them, the fastest form. A later call with other shapes switches to one

@@ -3,18 +3,11 @@
 Precision and XLA are chosen together. TensorFlow's XLA CPU backend does not
 use a CPU's bfloat16 units, its oneDNN kernels (no XLA) do: on such a CPU
 bfloat16 pays only without XLA, and only for models wide enough that the
-matmuls dominate the step. Measured 2026-11-26 on an avx512_bf16 EPYC
-(bench/results/pretrain_throughput.md and pretrain_widths.md), pretraining
-examples/s of mixed_bfloat16 without XLA against float32 with whole-step XLA,
-LAMB:
-    H 128 L 4 (the demo's model), b16 x s64: 0.70x
-    H 256 L 4, b16 x s64:                    0.97x
-    H 512 L 4, b16 x s64:                    1.28x
-    H 1024 L 4, b16 x s64:                   1.58x
-    ALBERT-base (H 768 L 12), b8 x s128:     1.55x (b2 x s32: 0.98x)
-and bfloat16 with XLA was slower than float32 with XLA at every size.
-ALBERT-base infers batch 1 x 128 1.15x faster in bfloat16 (no XLA) than in
-float32 with XLA (bench/results/model_speed.md).
+matmuls dominate the step. So on a CPU with bfloat16 units "auto" picks
+mixed_bfloat16 without XLA from `BF16_MIN_HIDDEN_SIZE` up, and float32 (with
+XLA) below it; `resolve_precision` has the whole rule. The measurements behind
+it: bench/results/pretrain_widths.md, pretrain_throughput.md (training) and
+model_speed.md (inference).
 
 Nothing was measured on GPUs and TPUs: "auto" stays float32 there, and
 mixed_bfloat16 / mixed_float16 are one flag away.
@@ -33,8 +26,8 @@ DEVICE_KINDS = ("cpu", "gpu", "tpu")
 # /proc/cpuinfo flags of the x86 bfloat16 units oneDNN uses (AVX512-BF16 dot
 # products, AMX tiles).
 BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
-# Narrowest hidden size where "auto" picks bfloat16 on such a CPU: 1.28x at
-# H 512, 0.97x at H 256 and 0.70x at H 128 (see the table above).
+# Narrowest hidden size where "auto" picks bfloat16 on such a CPU: the narrowest
+# width whose pretraining step ran faster in bfloat16 (bench/results/pretrain_widths.md).
 BF16_MIN_HIDDEN_SIZE = 512
 CPUINFO = "/proc/cpuinfo"
 

@@ -84,7 +84,11 @@ def save(directory):
 
 def load(directory, order):
     if order == "albert_tf_first":
+        import importlib.util
+
         import albert_tf  # noqa: F401
+        # Libraries probe for Keras this way (no import); the registration must survive it.
+        assert importlib.util.find_spec("keras") is not None and "keras" not in sys.modules
         import keras
     else:
         import keras

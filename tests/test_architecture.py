@@ -1,37 +1,14 @@
-"""The package arrows: albert_tf depends on input_pipeline, never the other way round."""
+"""What a light import loads: the command line, the tokenizer and the data writers start without Keras.
 
-import ast
+The floors themselves (which module may import which) are checked in
+tests/test_import_floors.py against docs/architecture.md.
+"""
+
 import os
 import subprocess
 import sys
 
-from source_scan import ROOT, imports as _imports, modules as _modules
-
-
-def _package(name):
-    return name.split(".")[0]
-
-
-def test_input_pipeline_never_imports_albert_tf():
-    offenders = [
-        f"{path.relative_to(ROOT)} imports {name}"
-        for path in _modules("input_pipeline")
-        for name, _ in _imports(ast.parse(path.read_text()))
-        if _package(name) == "albert_tf"
-    ]
-    assert not offenders, offenders
-
-
-def test_albert_tf_imports_input_pipeline_at_module_level():
-    # An import hidden inside a function hides the direction of the arrow and
-    # moves import errors from load time to the middle of a run.
-    offenders = [
-        f"{path.relative_to(ROOT)} imports {name} inside a function"
-        for path in _modules("albert_tf")
-        for name, top_level in _imports(ast.parse(path.read_text()))
-        if _package(name) == "input_pipeline" and not top_level
-    ]
-    assert not offenders, offenders
+from source_scan import ROOT
 
 
 def _loaded_after(statement):
@@ -54,3 +31,55 @@ def test_tokenizer_and_data_writing_load_no_keras():
 def test_importing_albert_tf_loads_no_models():
     loaded = _loaded_after("import albert_tf, albert_tf.cli")
     assert "keras" not in loaded and "tensorflow" not in loaded
+
+
+def test_reading_a_tokenizer_loads_no_keras_and_no_models(tmp_path):
+    # `albert-tf create-data` reads the tokenizer this way; its workers must
+    # not pay for Keras, the models or the converter.
+    from data_fixtures import small_tokenizer
+
+    small_tokenizer().save(str(tmp_path / "tokenizer"))
+    script = (
+        "import sys\n"
+        "from albert_tf import model_dirs\n"
+        "from input_pipeline import AlbertTokenizer\n"
+        f"model_dirs.load_tokenizer({str(tmp_path / 'tokenizer')!r})\n"
+        f"model_dirs.find_tokenizer({str(tmp_path)!r})\n"
+        f"AlbertTokenizer.load({str(tmp_path / 'tokenizer')!r})\n"
+        "print(' '.join(sorted(sys.modules)))\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT
+    )
+    assert result.returncode == 0, result.stderr
+    loaded = set(result.stdout.split())
+    heavy = sorted(m for m in loaded if m == "keras" or m.startswith(("albert_tf.models", "albert_tf.convert")))
+    assert not heavy, heavy
+
+
+PUBLIC_NAMES = (
+    "AlbertTokenizer", "AlbertPreprocessor", "AlbertConfig", "AlbertBackbone", "AlbertPretrainer",
+    "AlbertClassifier", "AlbertRegressor", "AlbertTagger", "AlbertQuestionAnswerer", "AlbertMultipleChoice",
+    "load_pretrained", "save_pretrained", "export_saved_model", "export_tflite",
+)
+
+
+def test_one_public_import_and_it_stays_light():
+    # `import albert_tf` (the CLI's `--help`, data workers) loads neither
+    # Keras nor TensorFlow; each public name loads its module on first use.
+    script = (
+        "import sys\n"
+        "import albert_tf\n"
+        "assert not {'keras', 'tensorflow'} & set(sys.modules), sorted({'keras', 'tensorflow'} & set(sys.modules))\n"
+        f"from albert_tf import {', '.join(PUBLIC_NAMES)}\n"
+        "from albert_tf.models import AlbertBackbone as backbone_class\n"
+        "from input_pipeline.tokenizer import AlbertTokenizer as tokenizer_class\n"
+        "assert AlbertBackbone is backbone_class and AlbertTokenizer is tokenizer_class\n"
+        f"missing = set({PUBLIC_NAMES!r}) - set(albert_tf.__all__)\n"
+        "assert not missing, missing\n"
+        "print('ok')\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]

@@ -1,76 +1,64 @@
 """The floors of the code: every import goes down (or stays on its floor), and no import cycle.
 
-The graph is read from the source with `ast`: module-level and function-level
-imports alike, and `from package import name` counts as an import of
-`package.name` when `name` is a submodule. A module's floor is its package's
-(the longest prefix in `FLOORS`).
+The floor of every module is read from docs/architecture.md ("### Floor N: ..."
+headings, then one "- `module`: what it holds" line per module): that page is
+the plan, and this file its only check. The graph is read from the source with
+`ast`: imports at module level and in functions alike, `from package import
+name` as an import of `package.name` when `name` is a submodule, and a string
+that is the full name of a project module (a lazy public name, the command
+table cli imports by name) as an import of it.
 """
 
 import ast
-import os
-import subprocess
-import sys
+import re
 
-from source_scan import ROOT
+from source_scan import ROOT, imports, modules
 
-# Lowest first. A module may import modules of its own floor or lower ones.
-FLOORS = {
-    # Text, tokenizer, tf.data: no Keras.
-    "input_pipeline": 0,
-    # What both data and models read, and nothing heavy: the model config, and
-    # where models and tokenizers live on disk (albert-tf's own and HF's
-    # directory layouts, the tokenizer that goes with a model).
-    # The lazy public names (PEP 562): they name every floor and import none.
-    "albert_tf": 1,
-    "albert_tf.config": 1,
-    "albert_tf.model_dirs": 1,
-    "albert_tf.hf_checkpoint": 1,
-    # Keras' registry entries for the classes, by name: like the public names,
-    # it names the modules that define them and imports them only when an
-    # archive is loaded.
-    "albert_tf.keras_registry": 1,
-    # Which precision and XLA setting "auto" means on this machine: reads
-    # /proc/cpuinfo, imports TensorFlow only to ask a strategy its device.
-    "albert_tf.precision": 1,
-    # Keras building blocks, and the Keras pieces a model's config names
-    # (its preprocessor layer, its optimizer and learning-rate schedule).
-    "albert_tf.layers": 2,
-    "albert_tf.preprocessor": 2,
-    "albert_tf.schedules": 2,
-    "albert_tf.optimizers": 2,
-    # The models, their pretrained directories and their checkpoint weight names.
-    "albert_tf.models": 3,
-    # Whatever model a directory holds, and whole-directory conversions.
-    "albert_tf.saving": 4,
-    "albert_tf.convert": 4,
-    # Training loops, distribution, and the fine-tuning tasks built on them.
-    "albert_tf.accumulation": 5,
-    "albert_tf.distribute": 5,
-    "albert_tf.training": 5,
-    "albert_tf.tasks": 5,
-    # Forward passes with the weights frozen to constants (TensorFlow graphs).
-    "albert_tf.inference": 5,
-    "albert_tf.export": 6,
-    "albert_tf.commands": 7,
-    "albert_tf.apps": 7,
-    "albert_tf.cli": 7,
-}
 PACKAGES = ("albert_tf", "input_pipeline")
+MAP = ROOT / "docs" / "architecture.md"
+FLOOR_HEADING = re.compile(r"^### Floor (\d+): ")
+MODULE_LINE = re.compile(r"^- `([\w.]+)`: \S")
 
 
-def _module_name(path):
-    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+def read_floor_map(text):
+    """{module: floor} from the "## The floors" section of docs/architecture.md's text."""
+    floors, floor, inside = {}, None, False
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith("## "):
+            inside = line == "## The floors"
+            continue
+        if not inside:
+            continue
+        heading = FLOOR_HEADING.match(line)
+        if heading:
+            floor = int(heading.group(1))
+            continue
+        entry = MODULE_LINE.match(line)
+        if entry:
+            module = entry.group(1)
+            if floor is None or module in floors:
+                raise AssertionError(f"{MAP.name}:{number}: {module} is listed twice or before any floor heading")
+            floors[module] = floor
+    return floors
+
+
+def floor_map():
+    return read_floor_map(MAP.read_text(encoding="utf-8"))
+
+
+def _module_name(path, root):
+    parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()
     return ".".join(parts)
 
 
-def _project_modules():
-    """{module name: path} of every module of albert_tf and input_pipeline."""
+def project_modules(root=ROOT):
+    """{module name: path} of every module of albert_tf and input_pipeline under `root`."""
     return {
-        _module_name(path): path
+        _module_name(path, root): path
         for package in PACKAGES
-        for path in sorted((ROOT / package).rglob("*.py"))
+        for path in sorted((root / package).rglob("*.py"))
     }
 
 
@@ -84,13 +72,18 @@ def _resolve(node, module, is_package):
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def _import_graph():
-    """{module: {imported project module: line}} for every import in the source."""
-    modules = _project_modules()
+def import_graph(root=ROOT, strings=True):
+    """{module: {imported project module: line}} for every import in the source under `root`.
+
+    With `strings`, a string constant that is the dotted name of a project
+    module counts as an import of it: `albert_tf.__getattr__` and cli import
+    modules by such names (`_EXPORTS`, `_SUBMODULES`, `COMMANDS`).
+    """
+    modules = project_modules(root)
     graph = {}
     for module, path in modules.items():
         edges = graph.setdefault(module, {})
-        tree = ast.parse(path.read_text(), filename=str(path))
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 targets = [alias.name for alias in node.names]
@@ -101,6 +94,9 @@ def _import_graph():
                     f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
                     for alias in node.names
                 ]
+            elif strings and isinstance(node, ast.Constant) and isinstance(node.value, str):
+                # Dotted names only: the bare "albert_tf" is also Keras' package label of the classes.
+                targets = [node.value] if "." in node.value and node.value in modules else []
             else:
                 continue
             for target in targets:
@@ -112,29 +108,65 @@ def _import_graph():
     return graph
 
 
-def _floor(module):
-    """The floor of `module`: its own entry or its package's; "albert_tf" is the root module only."""
-    prefix = module
-    while prefix not in FLOORS or (prefix == "albert_tf" and module != prefix):
-        if "." not in prefix:
-            raise AssertionError(f"{module} has no floor: add it or its package to FLOORS in this test.")
-        prefix = prefix.rpartition(".")[0]
-    return FLOORS[prefix]
+def upward_imports(graph, floors):
+    """One line per import of `graph` that goes up a floor of `floors`."""
+    return [
+        f"{module} (floor {floors[module]}) imports {target} (floor {floors[target]}) at line {line}"
+        for module, edges in sorted(graph.items())
+        for target, line in sorted(edges.items())
+        if floors[target] > floors[module]
+    ]
 
 
-def test_every_module_has_a_floor():
-    for module in _project_modules():
-        _floor(module)
+def test_the_map_names_every_module_and_nothing_else():
+    floors, modules = floor_map(), project_modules()
+    missing = sorted(set(modules) - set(floors))
+    assert not missing, (
+        "modules without a floor: " + ", ".join(missing)
+        + f"\nadd each to the floor map in docs/architecture.md, under its floor: - `MODULE`: what it holds"
+    )
+    stale = sorted(set(floors) - set(modules))
+    assert not stale, "the floor map in docs/architecture.md names modules that do not exist: " + ", ".join(stale)
 
 
 def test_no_import_goes_up_a_floor():
-    upward = [
-        f"{module} (floor {_floor(module)}) imports {target} (floor {_floor(target)}) at line {line}"
-        for module, edges in _import_graph().items()
-        for target, line in edges.items()
-        if _floor(target) > _floor(module)
-    ]
-    assert not upward, "imports up a floor:\n" + "\n".join(upward)
+    floors = floor_map()
+    graph = {m: e for m, e in import_graph().items() if m in floors}
+    upward = upward_imports({m: {t: l for t, l in e.items() if t in floors} for m, e in graph.items()}, floors)
+    assert not upward, "imports up a floor (see docs/architecture.md):\n" + "\n".join(upward)
+
+
+def test_a_planted_upward_import_is_reported(tmp_path):
+    # The commands once imported their exit code from cli, one floor up.
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            copy = tmp_path / path.relative_to(ROOT)
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            copy.write_text(path.read_text(encoding="utf-8"), encoding="utf-8")
+    pretrain = tmp_path / "albert_tf" / "commands" / "pretrain.py"
+    pretrain.write_text("from albert_tf.cli import EXIT_INTERRUPTED\n" + pretrain.read_text(encoding="utf-8"))
+    upward = upward_imports(import_graph(tmp_path), floor_map())
+    assert upward == ["albert_tf.commands.pretrain (floor 9) imports albert_tf.cli (floor 10) at line 1"], upward
+
+
+def test_the_graph_sees_deferred_submodule_and_named_imports():
+    # The checks are only as good as the graph: it must hold an import made
+    # inside a function, read `from package import submodule` as the
+    # submodule, and follow the modules that are imported by name.
+    graph = import_graph()
+    assert "albert_tf.preprocessor" in graph["albert_tf.models.task_base"]
+    assert "input_pipeline.finetuning.text_inputs" in graph["albert_tf.preprocessor"]
+    assert "input_pipeline.finetuning" not in graph["albert_tf.preprocessor"]
+    assert {"albert_tf.export.tflite", "albert_tf.optimizers", "albert_tf.schedules"} <= set(graph["albert_tf"])
+    assert {"albert_tf.commands.pretrain", "albert_tf.commands.serve"} <= set(graph["albert_tf.commands"])
+    assert "albert_tf.models" in graph["albert_tf.keras_registry"]
+    # Keras' package label of the classes is no import of the package.
+    assert "albert_tf" not in graph["albert_tf.models.backbone"]
+
+
+def test_the_map_is_read_line_by_line():
+    text = "## The floors\n### Floor 0: low\n- `a`: x\n- `a.b`: y\n### Floor 3: high\n- `c`: z\n## Next\n- `d`: no\n"
+    assert read_floor_map(text) == {"a": 0, "a.b": 0, "c": 3}
 
 
 def _find_cycle(graph):
@@ -167,18 +199,10 @@ def _find_cycle(graph):
 def test_no_import_cycle():
     # A package's __init__ imports its submodules, so a submodule that imports
     # a name from its own package (not a sibling submodule) closes a cycle too.
-    cycle = _find_cycle(_import_graph())
+    # A module named by a string loads on first use, once every import has
+    # finished, so it closes no cycle: only import statements count here.
+    cycle = _find_cycle(import_graph(strings=False))
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
-
-
-def test_the_graph_sees_deferred_and_submodule_imports():
-    # The checks above are only as good as the graph: it must hold an import
-    # made inside a function (the task models load the preprocessor on use)
-    # and read `from package import submodule` as the submodule.
-    graph = _import_graph()
-    assert "albert_tf.preprocessor" in graph["albert_tf.models.task_base"]
-    assert "input_pipeline.finetuning.text_inputs" in graph["albert_tf.preprocessor"]
-    assert "input_pipeline.finetuning" not in graph["albert_tf.preprocessor"]
 
 
 def test_a_cycle_is_found_and_named():
@@ -187,53 +211,13 @@ def test_a_cycle_is_found_and_named():
     assert _find_cycle({"a": {"b": 1}, "b": {}}) is None
 
 
-def test_reading_a_tokenizer_loads_no_keras_and_no_models(tmp_path):
-    # `albert-tf create-data` reads the tokenizer this way; its workers must
-    # not pay for Keras, the models or the converter.
-    from data_fixtures import small_tokenizer
-
-    small_tokenizer().save(str(tmp_path / "tokenizer"))
-    script = (
-        "import sys\n"
-        "from albert_tf import model_dirs\n"
-        "from input_pipeline import AlbertTokenizer\n"
-        f"model_dirs.load_tokenizer({str(tmp_path / 'tokenizer')!r})\n"
-        f"model_dirs.find_tokenizer({str(tmp_path)!r})\n"
-        f"AlbertTokenizer.load({str(tmp_path / 'tokenizer')!r})\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = set(result.stdout.split())
-    heavy = sorted(m for m in loaded if m == "keras" or m.startswith(("albert_tf.models", "albert_tf.convert")))
-    assert not heavy, heavy
-
-
-PUBLIC_NAMES = (
-    "AlbertTokenizer", "AlbertPreprocessor", "AlbertConfig", "AlbertBackbone", "AlbertPretrainer",
-    "AlbertClassifier", "AlbertRegressor", "AlbertTagger", "AlbertQuestionAnswerer", "AlbertMultipleChoice",
-    "load_pretrained", "save_pretrained", "export_saved_model", "export_tflite",
-)
-
-
-def test_one_public_import_and_it_stays_light():
-    # `import albert_tf` (the CLI's `--help`, data workers) loads neither
-    # Keras nor TensorFlow; each public name loads its module on first use.
-    script = (
-        "import sys\n"
-        "import albert_tf\n"
-        "assert not {'keras', 'tensorflow'} & set(sys.modules), sorted({'keras', 'tensorflow'} & set(sys.modules))\n"
-        f"from albert_tf import {', '.join(PUBLIC_NAMES)}\n"
-        "from albert_tf.models import AlbertBackbone as backbone_class\n"
-        "from input_pipeline.tokenizer import AlbertTokenizer as tokenizer_class\n"
-        "assert AlbertBackbone is backbone_class and AlbertTokenizer is tokenizer_class\n"
-        f"missing = set({PUBLIC_NAMES!r}) - set(albert_tf.__all__)\n"
-        "assert not missing, missing\n"
-        "print('ok')\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+def test_albert_tf_imports_input_pipeline_at_module_level():
+    # An import hidden inside a function hides the direction of the arrow and
+    # moves import errors from load time to the middle of a run.
+    offenders = [
+        f"{path.relative_to(ROOT)} imports {name} inside a function"
+        for path in modules("albert_tf")
+        for name, top_level in imports(ast.parse(path.read_text(encoding="utf-8")))
+        if name.split(".")[0] == "input_pipeline" and not top_level
+    ]
+    assert not offenders, offenders

@@ -11,7 +11,7 @@ import shlex
 import sys
 
 from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, run_demo
-from albert_tf.cli import EXIT_INTERRUPTED
+from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, config_flag, config_kwargs,
 )

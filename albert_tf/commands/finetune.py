@@ -34,7 +34,7 @@ import contextlib
 import os
 import sys
 
-from albert_tf.cli import EXIT_INTERRUPTED
+from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )

@@ -14,8 +14,8 @@ import sys
 
 import numpy as np
 
-from albert_tf.cli import EXIT_INTERRUPTED
 from albert_tf.commands.create_data import report_pairs
+from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, add_split_sentences_flag, add_strategy_flags,
     config_kwargs, strategy_from_flags,

@@ -146,12 +146,11 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         # Under a mixed policy Keras casts a variable at every read, so the
         # shared blocks' weights would be cast once per layer that applies
         # them; outside training they are cast once per call (see
-        # `cast_weights_once`): batch-1 inference of ALBERT-base 1.19x faster
-        # in bfloat16 (bench/results/shared_cast.md, 2026-11-26). Training
-        # keeps Keras' casts: one cast made the step only ~2% faster, and it
-        # would sum the L gradients of a shared weight in bfloat16 instead of
-        # float32. Under float32 nothing is cast and the
-        # call is Keras' own; under remat each block reads the weights itself.
+        # `cast_weights_once`), which speeds up batch-1 inference
+        # (bench/results/shared_cast.md). Training keeps Keras' casts: one
+        # cast gained the step little, and it would sum the L gradients of a
+        # shared weight in bfloat16 instead of float32. Under float32 nothing
+        # is cast and the call is Keras' own; under remat each block reads the weights itself.
         # The fused attention kernel is likewise built once per inference call.
         if self.remat or training:
             return super().call(inputs, training=training, mask=mask, **kwargs)
@@ -186,8 +185,8 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         update of that rank too (scale 1; `LoraEmbedding`): V * r + r * E
         more trainable weights (60,128 for the demo's V 30,000, E 64 at r 2).
         ALBERT's parameters are mostly that table, and full fine-tuning moves
-        it most: on Rotten Tomatoes from the demo model, rank-8 attention LoRA
-        alone stayed 3.1 points below full fine-tuning (bench/results/lora.md).
+        it most: on Rotten Tomatoes from the demo model, attention LoRA alone
+        stayed below full fine-tuning (bench/results/lora.md).
 
         Call it before the first `fit`: the optimizer is built for the
         variables trainable then. Compiled `fit`/`evaluate`/`predict`
