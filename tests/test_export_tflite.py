@@ -197,3 +197,32 @@ def test_byte_fallback_tokenizer_ships_with_an_ids_only_model(tmp_path):
     for row in range(len(texts)):
         out = runner(**{k: v[row : row + 1] for k, v in packed.items()})
         assert max_abs_diff(out["logits"], expected[row : row + 1]) <= 1e-4
+
+
+@pytest.mark.slow
+def test_cli_refuses_metadata_for_pairs_and_warns_where_mediapipe_reads_otherwise(tmp_path):
+    """A run fine-tuned on pairs needs --no-metadata; a cased tokenizer, windows and start truncation warn."""
+    import dataclasses
+
+    from cli_helpers import run_cli
+    from input_pipeline import AlbertTokenizer
+    from journey_fixtures import assert_one_line_error
+
+    run = tmp_path / "run"
+    classifier().save_pretrained(str(run / "best"))
+    cased = AlbertTokenizer(tokenizer().model_proto, dataclasses.replace(tokenizer().preprocessing, lower_case=False))
+    cased.save(str(run / "best" / "tokenizer"))
+    (run / "finetune.json").write_text(json.dumps({"config": {"task": "mnli", "max_seq_length": MAX_LENGTH}}))
+    refused = run_cli("export", "--model", run, "--format", "tflite", "--out", tmp_path / "out", expect_rc=2)
+    assert_one_line_error(refused, "text pairs", "--no-metadata")
+    assert not (tmp_path / "out").exists()
+    run_cli("export", "--model", run, "--format", "tflite", "--no-metadata", "--out", tmp_path / "out")
+    assert json.loads((tmp_path / "out" / "export.json").read_text())["tflite_metadata"] is False
+
+    (run / "finetune.json").write_text(json.dumps({"config": {
+        "task": "sst2", "max_seq_length": MAX_LENGTH, "max_windows": 3, "truncate_from": "start",
+    }}))
+    done = run_cli("export", "--model", run, "--format", "tflite", "--out", tmp_path / "single")
+    (warning,) = [line for line in done.stdout.splitlines() if line.startswith("Warning: MediaPipe")]
+    assert "keeps case" in warning and "--max-windows 3" in warning and "not its start" in warning
+    assert json.loads((tmp_path / "single" / "export.json").read_text())["tflite_metadata"] is True
