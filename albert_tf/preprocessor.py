@@ -208,7 +208,7 @@ def tokenizer_from_config(config):
         return config
     return AlbertTokenizer(
         base64.b64decode(config["model_proto"]),
-        Preprocessing(**config["preprocessing"]),
+        Preprocessing.from_config(config["preprocessing"], config["language"]),
         config["language"],
     )
 

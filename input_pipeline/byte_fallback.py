@@ -23,6 +23,8 @@ the preprocessing has applied NFKC already; see `AlbertTokenizer.train`).
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2
 
+from input_pipeline.preprocessing import character_class
+
 # Supplementary Private Use Area-A: no text means anything by these, and a
 # model never has them as pieces unless trained on them (checked below).
 PRIVATE_USE_BASE = 0xF0000
@@ -99,19 +101,9 @@ def tf_fast_op_input(texts, known):
     flat = tf.strings.regex_replace(tf.reshape(texts, [-1]), "[ \u2581]+$", "")
     # Most texts have a piece for every character: find the others with one
     # regex (a DFA pass, ~1/6 of the fast op's time) and spell only those.
-    needs = tf.where(~tf.strings.regex_full_match(flat, _character_class(known) + "*"))  # (n, 1)
+    needs = tf.where(~tf.strings.regex_full_match(flat, character_class(known) + "*"))  # (n, 1)
     spelled = tf.tensor_scatter_nd_update(flat, needs, _spell(tf.gather_nd(flat, needs), known))
     return tf.reshape(spelled, tf.shape(texts))
-
-
-def _character_class(code_points):
-    """An RE2 character class matching exactly `code_points` (sorted), as ranges."""
-    ranges, start = [], code_points[0]
-    for previous, current in zip(code_points, list(code_points[1:]) + [None]):
-        if current != previous + 1:
-            ranges.append(f"\\x{{{start:x}}}" + (f"-\\x{{{previous:x}}}" if previous != start else ""))
-            start = current
-    return "[" + "".join(ranges) + "]"
 
 
 def _spell(texts, known):

@@ -10,6 +10,8 @@ both, and keep case.
 
 import collections
 import dataclasses
+import functools
+import sys
 import unicodedata
 import warnings
 
@@ -48,26 +50,35 @@ _NORMALIZATIONS = (None, "NFC", "NFKC")
 class Preprocessing:
     """Text preprocessing applied before SentencePiece, in Python and in-graph.
 
-    The defaults are the original (English, uncased) ALBERT preprocessing;
-    `for_language` gives the presets. Steps run in the order normalization,
-    whitespace, LaTeX quotes, accents, case.
+    The defaults are the original (English, uncased) ALBERT preprocessing,
+    its `preprocess_text`, plus the split its `encode_pieces` applies after
+    SentencePiece; `for_language` gives the presets. Text steps run in the
+    order normalization, whitespace, accents, case. Unlike XLNet's and HF's,
+    the original leaves LaTeX-style quotes (`` and '') as they are.
 
     Attributes:
         collapse_whitespace: strip and turn every run of whitespace into one space.
-        strip_accents: NFKD-decompose, then drop nonspacing marks (category Mn).
-            The original drops characters with a nonzero combining class; Mn is
-            used here because the in-graph regex `\\p{Mn}` can match it exactly.
+        strip_accents: NFKD-decompose, then drop the characters with a nonzero
+            canonical combining class, as the original's `unicodedata.combining`
+            test. Marks of class 0 (Devanagari's anusvara, most Thai vowels)
+            stay; in-graph the same code points form one regex class.
         lower_case: lowercase (the released English models are uncased).
         normalization: None, "NFC" or "NFKC": Unicode normalization applied
             first. NFKC folds compatibility forms (full-width Latin, half-width
-            kana, circled digits) without removing any mark. Last among the
-            attributes so that positional construction keeps its meaning.
+            kana, circled digits) without removing any mark.
+        split_digit_comma: after SentencePiece, re-split every piece that ends
+            in a digit and a comma (`▁10,` -> `▁10` `,`), as the original's
+            `encode_pieces`; applied by `AlbertTokenizer`. The released models
+            were pretrained with it, so they never saw such pieces. Attributes
+            after `lower_case` were added later, so positional construction
+            keeps its meaning.
     """
 
     collapse_whitespace: bool = True
     strip_accents: bool = True
     lower_case: bool = True
     normalization: str | None = None
+    split_digit_comma: bool = True
 
     def __post_init__(self):
         if self.normalization not in _NORMALIZATIONS:
@@ -84,12 +95,23 @@ class Preprocessing:
         and Latin words inside them keep theirs, as in cased multilingual BERT.
         They differ in their default `character_coverage` (see
         `DEFAULT_CHARACTER_COVERAGE`), not in their steps, and train with byte
-        fallback (`DEFAULT_BYTE_FALLBACK`).
+        fallback (`DEFAULT_BYTE_FALLBACK`). Only "en" re-splits digit-comma
+        pieces: the original's heuristic for English numbers, with no
+        reference to follow elsewhere.
         """
         check_language(language)
         if language == "en":
             return cls()
-        return cls(normalization="NFKC", strip_accents=False, lower_case=False)
+        return cls(normalization="NFKC", strip_accents=False, lower_case=False, split_digit_comma=False)
+
+    @classmethod
+    def from_config(cls, config, language="en"):
+        """A `Preprocessing` from `dataclasses.asdict` output; missing steps take `language`'s preset.
+
+        Configs written before a step existed lack it: a "ko" tokenizer saved
+        before `split_digit_comma` keeps the "ko" preset's value (False).
+        """
+        return dataclasses.replace(cls.for_language(language), **config)
 
     def apply(self, text):
         """Preprocesses one Python string."""
@@ -98,11 +120,9 @@ class Preprocessing:
             text = unicodedata.normalize(self.normalization, text)
         if self.collapse_whitespace:
             text = " ".join(text.split())
-        # The original also maps LaTeX-style quotes to '"'.
-        text = text.replace("``", '"').replace("''", '"')
         if self.strip_accents and not text.isascii():
             text = unicodedata.normalize("NFKD", text)
-            text = "".join(c for c in text if unicodedata.category(c) != "Mn")
+            text = "".join(c for c in text if not unicodedata.combining(c))
         if self.lower_case:
             text = text.lower()
         return text
@@ -118,13 +138,35 @@ class Preprocessing:
             texts = tf_text.normalize_utf8(texts, self.normalization)
         if self.collapse_whitespace:
             texts = tf.strings.strip(tf.strings.regex_replace(texts, _WHITESPACE_CLASS + "+", " "))
-        texts = tf.strings.regex_replace(texts, "``|''", '"')
         if self.strip_accents:
             texts = tf_text.normalize_utf8(texts, "NFKD")
-            texts = tf.strings.regex_replace(texts, r"\p{Mn}", "")
+            texts = tf.strings.regex_replace(texts, _combining_class(), "")
         if self.lower_case:
             texts = tf.strings.lower(texts, encoding="utf-8")
         return texts
+
+
+@functools.cache
+def _combining_class():
+    """An RE2 class of the code points with a nonzero canonical combining class (Python's Unicode)."""
+    return character_class([c for c in range(sys.maxunicode + 1) if unicodedata.combining(chr(c))])
+
+
+def character_class(code_points):
+    """An RE2 character class matching exactly `code_points` (sorted ints), as ranges."""
+    code_points = list(code_points)
+    ranges, start = [], code_points[0]
+    for previous, current in zip(code_points, code_points[1:] + [None]):
+        if current != previous + 1:
+            ranges.append(f"\\x{{{start:x}}}" + (f"-\\x{{{previous:x}}}" if previous != start else ""))
+            start = current
+    return "[" + "".join(ranges) + "]"
+
+
+def is_digit_comma_piece(piece):
+    """Whether the original's `encode_pieces` re-splits this SentencePiece piece: longer than
+    one character, ending in a digit (`str.isdigit`) and a comma, such as `▁10,` or `000,`."""
+    return len(piece) > 1 and piece[-1] == "," and piece[-2].isdigit()
 
 
 def check_language(language):
@@ -144,14 +186,14 @@ def _script_damage(char):
 
     Returns:
         "Hangul", "kana" or "other" (marks that are letters of their script:
-        Indic vowel signs, Thai vowels, Arabic and Hebrew points, Vietnamese
-        tones); None for characters it leaves alone or whose accents the English
+        Indic viramas and nuktas, Thai tone marks and lower vowels, Arabic and
+        Hebrew points, Vietnamese tones); None for characters it leaves alone or whose accents the English
         preset means to drop (é -> e).
     """
     if "\uac00" <= char <= "\ud7a3":
         return "Hangul"  # NFKD turns each syllable into 2-3 conjoining jamo.
     decomposed = unicodedata.normalize("NFKD", char)
-    marks = [c for c in decomposed if unicodedata.category(c) == "Mn"]
+    marks = [c for c in decomposed if unicodedata.combining(c)]
     if not marks:
         return None
     if not unicodedata.category(decomposed[0]).startswith(("L", "M")):

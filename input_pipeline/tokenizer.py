@@ -7,6 +7,18 @@ ids the training data was made with. A tokenizer directory holds `spiece.model`
 characters fall back to bytes) and `tokenizer.json` (the language, the
 preprocessing steps and, for apps, byte_fallback; a file without a language is
 "en").
+
+The English default gives the ids of the original ALBERT `FullTokenizer`
+(`preprocess_text`, then `encode_pieces`), which re-splits every piece that
+ends in a digit and a comma after SentencePiece has run. That re-split depends
+on the piece alone, so it is a table from piece id to replacement ids, built
+when the tokenizer loads and applied to SentencePiece's ids in Python and in
+the graph alike.
+
+English tokenizers trained here carry their preprocessing inside
+`spiece.model` as well (`input_pipeline.spiece_normalizer`), so that a bare
+SentencePiece runtime given raw text gives the same ids; albert-tf still
+preprocesses itself, which leaves the ids unchanged.
 """
 
 import dataclasses
@@ -20,6 +32,7 @@ import sentencepiece as spm
 
 from input_pipeline import byte_fallback as byte_fallback_lib
 from input_pipeline import files
+from input_pipeline import spiece_normalizer
 from input_pipeline.preprocessing import (
     DEFAULT_BYTE_FALLBACK,
     DEFAULT_CHARACTER_COVERAGE,
@@ -27,6 +40,7 @@ from input_pipeline.preprocessing import (
     AccentStrippingGuard,
     Preprocessing,
     check_language,
+    is_digit_comma_piece,
 )
 
 # TensorFlow is imported inside the in-graph methods only: data-writer worker
@@ -57,13 +71,18 @@ class AlbertTokenizer:
         self.model_proto = bytes(model_proto)
         self.language = language
         self.preprocessing = preprocessing or Preprocessing.for_language(language)
-        self._sp = spm.SentencePieceProcessor(model_proto=self.model_proto)
+        # What albert-tf segments with: a model that carries its preprocessing has its
+        # digit-comma pieces unused, for bare runtimes; here they are normal and re-split.
+        self._segmenting_proto = spiece_normalizer.segmenting_model(self.model_proto)
+        self._sp = spm.SentencePieceProcessor(model_proto=self._segmenting_proto)
         pieces = tuple(self._sp.id_to_piece(i) for i in range(NUM_SPECIAL_IDS))
         expected = (PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE)
         if pieces != expected:
             raise ValueError(
                 f"The SentencePiece model must start with the pieces {expected}. Received: {pieces}"
             )
+        # {piece id: (ids, pieces) it is re-split into}; empty when the preprocessing does not split.
+        self._splits = digit_comma_splits(self._sp) if self.preprocessing.split_digit_comma else {}
         self._tf_tokenizer = None
 
     # ---- construction and persistence -------------------------------------------------
@@ -105,7 +124,9 @@ class AlbertTokenizer:
                 text back; None takes `DEFAULT_BYTE_FALLBACK[language]`. With
                 NFKC preprocessing (the non-"en" presets) SentencePiece's own
                 normalization is then off, so that `tf_encode` can reproduce
-                the byte pieces (`input_pipeline.byte_fallback`).
+                the byte pieces (`input_pipeline.byte_fallback`). Without byte
+                fallback, the English presets' model carries the preprocessing
+                (`embed_preprocessing`).
             input_sentence_size: cap on the number of sentences sampled for training.
             seed: seed of SentencePiece's sampling, so training is reproducible.
             num_threads: trainer threads; None keeps SentencePiece's default.
@@ -156,7 +177,8 @@ class AlbertTokenizer:
                 guard.check()
             # SentencePiece reports unusable input as RuntimeError: that is bad input, so a ValueError.
             raise _training_error(e, num_texts, vocab_size, character_coverage, byte_fallback) from e
-        return cls(model.getvalue(), preprocessing, language)
+        tokenizer = cls(model.getvalue(), preprocessing, language)
+        return tokenizer.with_embedded_preprocessing() if tokenizer.can_embed_preprocessing else tokenizer
 
     @classmethod
     def load(cls, directory):
@@ -173,7 +195,8 @@ class AlbertTokenizer:
         if not files.isfile(config_path):
             return cls(proto)
         config = json.loads(files.read_text(config_path))
-        tokenizer = cls(proto, Preprocessing(**config["preprocessing"]), config.get("language", "en"))
+        language = config.get("language", "en")
+        tokenizer = cls(proto, Preprocessing.from_config(config["preprocessing"], language), language)
         if config.get("byte_fallback", tokenizer.byte_fallback) != tokenizer.byte_fallback:
             raise ValueError(
                 f"{config_path} says byte_fallback={config['byte_fallback']} but {model_path} has "
@@ -229,6 +252,40 @@ class AlbertTokenizer:
             [p.startswith(WORD_START) or bool(_UNSPACED_START.match(p)) for p in pieces], dtype=bool
         )
 
+    # ---- the model for bare SentencePiece runtimes ----------------------------------------
+
+    @property
+    def can_embed_preprocessing(self):
+        """Whether `with_embedded_preprocessing` works: the English presets without byte fallback."""
+        return not self.byte_fallback and self.preprocessing.normalization is None
+
+    @property
+    def carries_preprocessing(self):
+        """Whether `model_proto` applies the preprocessing itself (`embed_preprocessing`)."""
+        return spiece_normalizer.carries_preprocessing(self.model_proto)
+
+    def with_embedded_preprocessing(self):
+        """This tokenizer with its preprocessing built into `spiece.model`: the same ids here,
+        and those ids from raw text in any SentencePiece runtime (`embed_preprocessing`).
+
+        Raises:
+            ValueError: not `can_embed_preprocessing`.
+        """
+        if self.carries_preprocessing:
+            return self
+        proto = spiece_normalizer.embed_preprocessing(self.model_proto, self.preprocessing)
+        return type(self)(proto, self.preprocessing, self.language)
+
+    def standalone_model_proto(self):
+        """The `spiece.model` bytes to ship to apps (HF directories, TFLite metadata): with the
+        preprocessing built in where `can_embed_preprocessing`, else `model_proto` as it is."""
+        return self.with_embedded_preprocessing().model_proto if self.can_embed_preprocessing else self.model_proto
+
+    @property
+    def processor(self):
+        """The `sentencepiece.SentencePieceProcessor` albert-tf segments with (before the digit-comma re-split)."""
+        return self._sp
+
     def check_vocab_size(self, model_vocab_size):
         """Raises ValueError unless a model's `vocab_size` equals this tokenizer's."""
         if int(model_vocab_size) != self.vocab_size:
@@ -241,16 +298,31 @@ class AlbertTokenizer:
 
     def encode(self, text):
         """Preprocesses and tokenizes one string. Returns: list[int] of piece ids."""
-        return self._sp.encode(self.preprocessing.apply(text), out_type=int)
+        return self.split_ids(self._sp.encode(self.preprocessing.apply(text), out_type=int))
 
     def encode_batch(self, texts, num_threads=1):
         """Tokenizes a list of strings. Returns: list[list[int]]."""
         processed = [self.preprocessing.apply(t) for t in texts]
-        return self._sp.encode(processed, out_type=int, num_threads=num_threads)
+        encoded = self._sp.encode(processed, out_type=int, num_threads=num_threads)
+        return [self.split_ids(ids) for ids in encoded] if self._splits else encoded
 
     def tokenize(self, text):
         """Preprocesses and splits one string into pieces. Returns: list[str]."""
-        return self._sp.encode(self.preprocessing.apply(text), out_type=str)
+        pieces = self._sp.encode(self.preprocessing.apply(text), return_type="proto").pieces
+        return [q for p in pieces for q in (self._splits[p.id][1] if p.id in self._splits else (p.piece,))]
+
+    def split_ids(self, ids):
+        """SentencePiece's ids with each digit-comma piece re-split (`Preprocessing.split_digit_comma`).
+
+        Args:
+            ids: list[int], one text's ids as SentencePiece gives them.
+
+        Returns:
+            list[int]: `ids` itself when nothing splits.
+        """
+        if not self._splits:
+            return ids
+        return [j for i in ids for j in (self._splits[i][0] if i in self._splits else (i,))]
 
     def decode(self, ids):
         """Turns ids back into text; special pieces decode to nothing."""
@@ -271,7 +343,29 @@ class AlbertTokenizer:
         texts = self.preprocessing.tf_apply(texts)
         if known is not None:
             texts = byte_fallback_lib.tf_fast_op_input(texts, known)
-        return fast.tokenize(texts)
+        ids = fast.tokenize(texts)
+        return self._tf_split_ids(ids) if self._splits else ids
+
+    def _tf_split_ids(self, ids):
+        """`split_ids` in-graph: int32 (batch, None) ragged or (n,) ids -> the same kind, re-split."""
+        import tensorflow as tf
+
+        keys = np.array(sorted(self._splits), np.int32)
+        replacements = [self._splits[k][0] for k in keys]
+        lengths = np.array([len(r) for r in replacements], np.int32)
+        starts = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int32)
+        values = np.array([i for r in replacements for i in r], np.int32)
+        flat = ids.flat_values if isinstance(ids, tf.RaggedTensor) else ids
+        position = tf.minimum(tf.searchsorted(keys, flat), len(keys) - 1)
+        hit = tf.gather(keys, position) == flat
+        count = tf.where(hit, tf.gather(lengths, position), 1)
+        # Each id becomes a run of indices into [replacement values..., the ids themselves...].
+        start = tf.where(hit, tf.gather(starts, position), len(values) + tf.range(tf.size(flat)))
+        split = tf.gather(tf.concat([values, flat], 0), tf.ragged.range(start, start + count).flat_values)
+        if not isinstance(ids, tf.RaggedTensor):
+            return split
+        row_lengths = tf.math.unsorted_segment_sum(count, ids.value_rowids(), ids.nrows())
+        return tf.RaggedTensor.from_row_lengths(split, tf.cast(row_lengths, ids.row_splits.dtype))
 
     def tf_decode(self, ids):
         """Turns an int32 (Ragged)Tensor (batch, None) of ids into tf.string (batch,)."""
@@ -285,9 +379,9 @@ class AlbertTokenizer:
             import tensorflow as tf
             import tensorflow_text as tf_text
 
-            proto, known = self.model_proto, None
+            proto, known = self._segmenting_proto, None
             if self.byte_fallback:
-                proto, known = byte_fallback_lib.fast_op_model(self.model_proto)
+                proto, known = byte_fallback_lib.fast_op_model(self._segmenting_proto)
             # FastSentencepieceTokenizer, not SentencepieceTokenizer: the latter bundles
             # an older SentencePiece whose Viterbi breaks score ties differently (runs
             # like "...." or "000" split in another order), while the fast one gives
@@ -297,6 +391,36 @@ class AlbertTokenizer:
             with tf.init_scope():
                 self._tf_tokenizer = (tf_text.FastSentencepieceTokenizer(proto), known)
         return self._tf_tokenizer
+
+
+def digit_comma_splits(sp):
+    """What the original `encode_pieces` turns each digit-comma piece into.
+
+    A piece longer than one character that ends in a digit (`str.isdigit`) and
+    a comma is re-encoded without its comma and with every '▁' removed, then
+    followed by ','. The original runs under Python 3: its test for a leading
+    '▁' (to drop it from a piece inside a word) compares str with bytes and
+    never holds, so `000,` in `1,000,000,` becomes `▁` `000` `,` or the like,
+    as the goldens in tests/fixtures/original_tokenizer show. Only pieces
+    SentencePiece can emit are looked at; an unknown run of characters is one
+    <unk> whatever it holds (the original would re-split one ending in a digit
+    and a comma, possible only when ',' itself has no piece).
+
+    Args:
+        sp: a `sentencepiece.SentencePieceProcessor`.
+
+    Returns:
+        dict {piece id: (tuple of ids, tuple of pieces)}.
+    """
+    splits = {}
+    for i in range(sp.get_piece_size()):
+        piece = sp.id_to_piece(i)
+        if is_digit_comma_piece(piece) and not (
+            sp.is_control(i) or sp.is_unknown(i) or sp.is_unused(i) or sp.is_byte(i)
+        ):
+            pieces = tuple(sp.encode(piece[:-1].replace(WORD_START, ""), out_type=str)) + (",",)
+            splits[i] = (tuple(sp.piece_to_id(p) for p in pieces), pieces)
+    return splits
 
 
 def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallback):

@@ -73,11 +73,13 @@ def texts_and_pairs():
     return texts, pairs
 
 
-# What MediaPipe's TextClassifier reads exactly as albert-tf does: its own preprocessing lowercases
-# ASCII, so upper-case ASCII is included.
+# What MediaPipe's TextClassifier reads exactly as albert-tf does: upper-case ASCII (it lowercases
+# that itself), and accents, non-ASCII capitals, full-width letters and quotes, which the zipped
+# spiece.model's normalizer handles (AlbertTokenizer.standalone_model_proto).
 MEDIAPIPE_TEXTS = [
     "a great movie", "a dull, lifeless and boring film .", "THE BEST FILM OF THE YEAR!",
     "Not Bad At All", "it's the kind of movie you forget before the credits roll", "  spaced   out\ttext  ",
+    "Café crème, naïve ÉLAN and a piñata", "ＦＵＬＬ　ｗｉｄｔｈ ＭＯＶＩＥ", "``quoted'' and “curly” ÀÇÕ",
 ]
 
 

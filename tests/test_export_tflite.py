@@ -82,7 +82,7 @@ def test_metadata_reads_back_with_mediapipes_schema(tmp_path):
     assert [f.name for f in unit.options.sentencePieceModel] == [b"spiece.model"]
     with zipfile.ZipFile(io.BytesIO(content)) as archive:
         assert all(info.compress_type == zipfile.ZIP_STORED for info in archive.infolist())
-        assert archive.read("spiece.model") == tokenizer().model_proto
+        assert archive.read("spiece.model") == tokenizer().standalone_model_proto()
         assert archive.read("labels.txt").decode() == "negative\npositive\n"
 
 

@@ -232,7 +232,11 @@ def test_long_text_windows_carry_from_finetune_to_predict_and_export(tour, pretr
 
 
 def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
-    run_cli("convert", "--to", "hf", "--model", "runs/base", "--out", "hf_base", cwd=tour)
+    done = run_cli("convert", "--to", "hf", "--model", "runs/base", "--out", "hf_base", cwd=tour)
+    note = done.stdout.splitlines()[-1]
+    assert note.startswith("Note: transformers' AlbertTokenizer gives other ids") and "'10,'" in note, done.stdout
+    import dataclasses
+
     from transformers import AlbertForPreTraining, AutoTokenizer
 
     from input_pipeline.tokenizer import AlbertTokenizer
@@ -240,9 +244,14 @@ def test_convert_to_hf_carries_a_tokenizer_transformers_reads(tour, pretrained):
     ours = AlbertTokenizer.load(str(pretrained / "tokenizer"))
     theirs = AutoTokenizer.from_pretrained(str(tour / "hf_base"))
     sentences = [s for document in movie_reviews.imdb_documents("heldout", limit=20) for s in document]
-    sentences += ["  Café CRÈME,   naïve ``quoted'' text\tand tabs  "]
+    quoted = "  Café CRÈME,   naïve ``quoted'' text\tand tabs  "
+    sentences += [quoted]
+    # What the note says: transformers maps `` and '' to '"' and keeps digit-comma pieces whole.
+    unsplit = AlbertTokenizer(ours.model_proto, dataclasses.replace(ours.preprocessing, split_digit_comma=False))
     for sentence in sentences:
-        assert theirs(sentence, add_special_tokens=False)["input_ids"] == list(ours.encode(sentence)), sentence
+        hf_ids = theirs(sentence, add_special_tokens=False)["input_ids"]
+        assert hf_ids == unsplit.encode(sentence.replace("``", '"').replace("''", '"')), sentence
+    assert theirs(quoted, add_special_tokens=False)["input_ids"] != ours.encode(quoted)
     model = AlbertForPreTraining.from_pretrained(str(tour / "hf_base"))
     assert model.config.hidden_size == 32
     # And back: the HF directory's spiece.model comes along as DIR/tokenizer.

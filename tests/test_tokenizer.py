@@ -72,7 +72,12 @@ def test_train_tokenizer_cli(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("\n\n".join("\n".join(d) for d in imdb_documents()[:300]), encoding="utf-8")
     assert cli.main(["train-tokenizer", "--input", str(corpus), "--vocab-size", "300", "--out", str(tmp_path / "tok")]) == 0
-    assert AlbertTokenizer.load(tmp_path / "tok").vocab_size == 300
+    trained = AlbertTokenizer.load(tmp_path / "tok")
+    # The model carries the preprocessing: a bare SentencePiece runtime gives the same ids from raw text.
+    assert trained.vocab_size == 300 and trained.carries_preprocessing
+    bare = spm.SentencePieceProcessor(model_proto=trained.model_proto)
+    lines = EDGE_CASES[:2] + ["``Quoted'' TEXT, ＡＢＣ"]
+    assert bare.encode(lines) == trained.encode_batch(lines)
     assert cli.main(["train-tokenizer", "--input", str(tmp_path / "nope"), "--out", str(tmp_path / "x")]) == 2
 
 

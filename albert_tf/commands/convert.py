@@ -7,7 +7,8 @@
 --to hf takes a model or run directory (its final/ or best/), or a HF
 directory, and writes its tokenizer too (spiece.model + tokenizer_config.json),
 so transformers' `AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf
-does. --from hf
+does, except on text with `` or '' or a digit before a comma (a printed note
+says so). --from hf
 keeps the source's spiece.model as DIR/tokenizer. The model may also be given
 positionally (SRC), as in earlier versions.
 """
@@ -64,6 +65,8 @@ def run(args):
         kind = "AlbertForPreTraining" if hasattr(model, "mlm_head") else "AlbertModel"
         note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"
         print(f"Wrote HF {kind} to {args.out}{note}")
+        if tokenizer is not None:
+            print(transformers_tokenizer_note(tokenizer))
         return 0
     print(f"Wrote {type(report.model).__name__} to {args.out}")
     if report.newly_initialized:
@@ -73,3 +76,13 @@ def run(args):
             f"training before use: {', '.join(report.newly_initialized)}"
         )
     return 0
+
+
+def transformers_tokenizer_note(tokenizer):
+    """One line: where transformers' AlbertTokenizer gives other ids than `tokenizer` (an `AlbertTokenizer`)."""
+    where = ["`` or '' (it maps them to \")"]
+    if tokenizer.preprocessing.split_digit_comma:
+        # ASCII only: the note must print on any terminal encoding.
+        where.append("a digit before a comma (it keeps a piece such as '10,' whole, the original ALBERT splits it)")
+    return (f"Note: transformers' AlbertTokenizer gives other ids than albert-tf on text with {' or '.join(where)}; "
+            "see docs/deployment.md#tokenization-and-the-original-albert.")

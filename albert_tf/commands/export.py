@@ -162,6 +162,9 @@ def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from
             "reads one text): pass --no-metadata and pack pairs in the app (docs/deployment.md)."
         )
     gaps = []
+    if not tokenizer.can_embed_preprocessing:
+        gaps.append("this tokenizer's preprocessing (tokenizer.json) cannot be built into spiece.model, so text "
+                    "it changes (accents, non-ASCII capitals, full-width letters) can get other ids")
     if not tokenizer.preprocessing.lower_case:
         gaps.append("they lowercase ASCII letters, and this tokenizer keeps case: text with upper-case ASCII "
                     "letters gets other ids")

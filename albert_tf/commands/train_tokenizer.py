@@ -1,4 +1,13 @@
-"""`albert-tf train-tokenizer`: train a SentencePiece unigram vocabulary with ALBERT's layout."""
+"""`albert-tf train-tokenizer`: train a SentencePiece unigram vocabulary with ALBERT's layout.
+
+    albert-tf train-tokenizer --input corpus/ --vocab-size 30000 --out tok/
+    albert-tf train-tokenizer --rewrite old_tok/ --out tok/
+
+An English tokenizer's spiece.model carries its preprocessing (lowercasing,
+accent stripping), so that any SentencePiece runtime (MediaPipe, the TFLite
+Task Library, HF, a bare SentencePieceProcessor) gives albert-tf's ids from
+raw text. --rewrite gives a tokenizer trained before that its own.
+"""
 
 import argparse
 import dataclasses
@@ -12,7 +21,13 @@ from input_pipeline.preprocessing import LANGUAGES
 
 def add_parser(subparsers):
     parser = add_command(subparsers, "train-tokenizer")
-    parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--input", nargs="+", metavar="FILE_OR_DIR", help="Corpus files or directories.")
+    source.add_argument(
+        "--rewrite", metavar="DIR",
+        help="Train nothing: write DIR's tokenizer to --out with its preprocessing built into spiece.model "
+        "(English tokenizers without byte fallback; the ids stay the same).",
+    )
     parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
     parser.add_argument("--vocab-size", type=int, default=30000, help="Pieces, the 5 special ones included.")
@@ -39,6 +54,8 @@ def add_parser(subparsers):
 
 
 def run(args):
+    if args.rewrite is not None:
+        return _rewrite(args)
     preset = Preprocessing.for_language(args.language)
     preprocessing = dataclasses.replace(
         preset,
@@ -71,4 +88,24 @@ def run(args):
         f"Trained a {tokenizer.vocab_size}-piece {args.language} tokenizer on {corpus.num_documents} documents "
         f"({corpus.num_empty_skipped} empty skipped), byte fallback {'on' if tokenizer.byte_fallback else 'off'}; "
         f"saved to {args.out}"
+    )
+
+
+def _rewrite(args):
+    try:
+        tokenizer = AlbertTokenizer.load(args.rewrite)
+    except ValueError as e:
+        raise ValueError(f"--rewrite {args.rewrite}: {e}") from e
+    if not tokenizer.can_embed_preprocessing:
+        raise ValueError(
+            f"--rewrite {args.rewrite}: only English tokenizers without byte fallback can carry their "
+            f"preprocessing in spiece.model. Received: language={tokenizer.language!r}, "
+            f"byte_fallback={tokenizer.byte_fallback}"
+        )
+    with fresh_output_dir(args.out, args.overwrite) as staging:
+        rewritten = tokenizer.with_embedded_preprocessing()
+        rewritten.save(staging)
+    print(
+        f"Wrote {args.rewrite}'s tokenizer to {args.out} with its preprocessing in spiece.model "
+        f"({len(tokenizer.model_proto):,} -> {len(rewritten.model_proto):,} bytes); the ids are unchanged"
     )

@@ -86,7 +86,7 @@ def hf_tokenizer_files(tokenizer, max_length):
         **special,
     }
     return {
-        SPIECE_FILE: tokenizer.model_proto,
+        SPIECE_FILE: tokenizer.standalone_model_proto(),  # the preprocessing built in, for bare runtimes
         TOKENIZER_CONFIG_FILE: (json.dumps(config, indent=2, sort_keys=True) + "\n").encode(),
         SPECIAL_TOKENS_FILE: (json.dumps(special, indent=2, sort_keys=True) + "\n").encode(),
     }

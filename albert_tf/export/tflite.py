@@ -190,7 +190,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
 
     if text_classifier:
         flatbuffer = tflite_metadata.with_text_classifier_metadata(
-            flatbuffer, signatures_lib.ID_SIGNATURE, tokenizer.model_proto,
+            # With the preprocessing inside, where it can be: MediaPipe runs the bare model on raw text.
+            flatbuffer, signatures_lib.ID_SIGNATURE, tokenizer.standalone_model_proto(),
             interface.label_names if interface.kind == signatures_lib.CLASSIFIER else None,
             **_metadata_descriptions(interface),
         )

@@ -16,8 +16,6 @@ import dataclasses
 import json
 import re
 
-import sentencepiece as spm
-
 from input_pipeline import files
 from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
 from input_pipeline.packing import pack
@@ -139,7 +137,7 @@ class ContextPieces:
 
     def __init__(self, tokenizer):
         self.tokenizer = tokenizer
-        self._sp = spm.SentencePieceProcessor(model_proto=tokenizer.model_proto)
+        self._sp = tokenizer.processor
         self._cache = {}
 
     def __call__(self, context):
@@ -158,18 +156,22 @@ class ContextPieces:
             # raw_index[k]: the raw character that processed character k came from.
             if "".join(per_char) == processed:
                 raw_index = [i for i, piece in enumerate(per_char) for _ in piece]
-            else:  # context-dependent preprocessing (e.g. "``" -> '"'): whole-word spans
+            else:  # context-dependent preprocessing: whole-word spans
                 raw_index = None
             text = self._sp.encode(processed, return_type="proto")
             byte_to_char = _byte_to_char(processed)
             word_ids = []
             for piece in text.pieces:
-                word_ids.append(piece.id)
+                split = self.tokenizer.split_ids([piece.id])  # `▁10,` -> `▁10` `,` (the English default)
+                word_ids.extend(split)
                 if raw_index is None:
-                    spans.append((offset, offset + len(raw)))
+                    spans.extend([(offset, offset + len(raw))] * len(split))
                     continue
                 begin, end = byte_to_char[piece.begin], byte_to_char[piece.end]
-                if end > begin:
+                if len(split) > 1:  # the digits share the piece's span, the comma has its own
+                    digits_end, comma = offset + raw_index[max(end - 2, begin)] + 1, offset + raw_index[end - 1]
+                    spans.extend([(offset + raw_index[begin], digits_end)] * (len(split) - 1) + [(comma, comma + 1)])
+                elif end > begin:
                     spans.append((offset + raw_index[begin], offset + raw_index[end - 1] + 1))
                 else:  # a lone "▁": it covers no character
                     at = offset + (raw_index[begin] if begin < len(raw_index) else len(raw))
