@@ -205,12 +205,16 @@ def test_cli_refuses_metadata_for_pairs_and_warns_where_mediapipe_reads_otherwis
     import dataclasses
 
     from cli_helpers import run_cli
-    from input_pipeline import AlbertTokenizer
+    from input_pipeline import AlbertTokenizer, movie_reviews
     from journey_fixtures import assert_one_line_error
 
     run = tmp_path / "run"
     classifier().save_pretrained(str(run / "best"))
-    cased = AlbertTokenizer(tokenizer().model_proto, dataclasses.replace(tokenizer().preprocessing, lower_case=False))
+    # Byte fallback: a preprocessing that cannot be built into spiece.model; and case kept.
+    documents = movie_reviews.imdb_documents("pretrain", limit=100)
+    plain = AlbertTokenizer.train((s for d in documents for s in d), tokenizer().vocab_size, byte_fallback=True,
+                                  character_coverage=0.98, num_threads=1)
+    cased = AlbertTokenizer(plain.model_proto, dataclasses.replace(plain.preprocessing, lower_case=False))
     cased.save(str(run / "best" / "tokenizer"))
     (run / "finetune.json").write_text(json.dumps({"config": {"task": "mnli", "max_seq_length": MAX_LENGTH}}))
     refused = run_cli("export", "--model", run, "--format", "tflite", "--out", tmp_path / "out", expect_rc=2)
@@ -225,4 +229,5 @@ def test_cli_refuses_metadata_for_pairs_and_warns_where_mediapipe_reads_otherwis
     done = run_cli("export", "--model", run, "--format", "tflite", "--out", tmp_path / "single")
     (warning,) = [line for line in done.stdout.splitlines() if line.startswith("Warning: MediaPipe")]
     assert "keeps case" in warning and "--max-windows 3" in warning and "not its start" in warning
+    assert "cannot be built into spiece.model" in warning
     assert json.loads((tmp_path / "single" / "export.json").read_text())["tflite_metadata"] is True
