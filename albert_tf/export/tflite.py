@@ -8,6 +8,10 @@ fold all shape arithmetic) or dynamic with `batch_size=None`. Next to it:
 `spiece.model` + `tokenizer.json` (the tokenizer, byte fallback included)
 and `export.json` (special ids, max length, truncation rule, label names) for
 on-device tokenization, which must follow `input_pipeline.finetuning.text_inputs.pack_texts`.
+A classifier or regressor exported with a tokenizer carries TFLite Model
+Metadata (`albert_tf.export.tflite_metadata`) for MediaPipe's TextClassifier
+and the Task Library, and then has one output: `probabilities` (classifier)
+or `predictions` (regressor).
 
 Quantization (`quantize`):
     none     float32.
