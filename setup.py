@@ -38,6 +38,8 @@ setup(
         "test": [
             "pytest>=8", "pytest-xdist>=3.5", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
             "konlpy==0.6.0", "hironsancorpus==0.1.2",
+            # MediaPipe Tasks' TextClassifier runs the exported .tflite files on raw text (in its own process).
+            "mediapipe==1.2.3",
         ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
     },

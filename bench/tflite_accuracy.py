@@ -59,7 +59,7 @@ def tflite_predictions(path, packed, threads):
 
     runner = Interpreter(model_path=path, num_threads=threads).get_signature_runner("serving_default")
     return np.array([
-        runner(**{k: v[i : i + 1] for k, v in packed.items()})["logits"].argmax(-1)[0]
+        runner(**{k: v[i : i + 1] for k, v in packed.items()})["probabilities"].argmax(-1)[0]
         for i in range(len(packed["token_ids"]))
     ])
 

@@ -6,7 +6,11 @@ within one pytest process.
 
 import atexit
 import functools
+import json
+import os
 import shutil
+import subprocess
+import sys
 import tempfile
 
 from helpers import tiny_config
@@ -67,3 +71,23 @@ def texts_and_pairs():
     texts = ["A great movie!", long_text, "  Café   crème,\tnaïve  ", real_texts()[3]]
     pairs = ["yes", "no", long_text, long_text]
     return texts, pairs
+
+
+# What MediaPipe's TextClassifier reads exactly as albert-tf does: upper-case ASCII (it lowercases
+# that itself), and accents, non-ASCII capitals, full-width letters and quotes, which the zipped
+# spiece.model's normalizer handles (AlbertTokenizer.standalone_model_proto).
+MEDIAPIPE_TEXTS = [
+    "a great movie", "a dull, lifeless and boring film .", "THE BEST FILM OF THE YEAR!",
+    "Not Bad At All", "it's the kind of movie you forget before the credits roll", "  spaced   out\ttext  ",
+    "Café crème, naïve ÉLAN and a piñata", "ＦＵＬＬ　ｗｉｄｔｈ ＭＯＶＩＥ", "``quoted'' and “curly” ÀÇÕ",
+]
+
+
+def run_mediapipe(model_path, texts):
+    """MediaPipe's TextClassifier on `texts`, in its own process (tests/mediapipe_worker.py)."""
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mediapipe_worker.py")
+    done = subprocess.run([sys.executable, worker, model_path], input=json.dumps(texts), capture_output=True,
+                          text=True, timeout=300)
+    if done.returncode != 0:
+        raise AssertionError(f"MediaPipe's TextClassifier failed on {model_path}:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout)

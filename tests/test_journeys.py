@@ -45,6 +45,16 @@ def test_predict_gives_one_line_per_input_line(tour, finetuned):
     assert (finetuned / "best" / "tokenizer" / "spiece.model").is_file()
 
 
+def test_predict_splits_plain_text_at_newlines_only(tour, finetuned):
+    # U+0085 (in 14 Rotten Tomatoes sentences), U+2028, a form feed and a lone CR are inside lines.
+    lines = ["a gripping\u0085 and moving film", "flat\u2028and dull", "page\x0cbreak", "lone\rreturn"]
+    (tour / "odd_breaks.txt").write_bytes(("\r\n".join(lines[:2]) + "\n" + "\n".join(lines[2:])).encode())
+    for args, stdin in ((["--input", "odd_breaks.txt"], None), ([], "\n".join(lines))):
+        done = run_cli("predict", "--model", "runs/sst2", *args, cwd=tour, input=stdin)
+        rows = strict_json_lines(done.stdout)
+        assert [row["index"] for row in rows] == [0, 1, 2, 3] and all("label" in row for row in rows), rows
+
+
 def test_predict_keeps_file_rows_aligned_with_error_records(tour, finetuned):
     dev = (tour / "SST-2" / "dev.tsv").read_text().splitlines()
     # Row 1 is blank: an error record in its place, not a silent drop.
@@ -117,9 +127,28 @@ def test_export_tflite_calibrated_on_a_text_file(tour, finetuned, quantize, tole
     runner = Interpreter(model_path=str(folder / "model.tflite")).get_signature_runner("serving_default")
     packed = pack_texts(AlbertTokenizer.load(str(folder)), texts[-4:], None, 64, pad_to=64)
     expected = np.asarray(load_pretrained(str(tour / "runs" / "sst2" / "best"))(packed)["logits"])
+    expected = np.exp(expected) / np.exp(expected).sum(-1, keepdims=True)
     for row in range(4):
-        logits = runner(**{k: v[row : row + 1] for k, v in packed.items()})["logits"]
-        assert np.abs(logits - expected[row : row + 1]).max() <= tolerance
+        probabilities = runner(**{k: v[row : row + 1] for k, v in packed.items()})["probabilities"]
+        assert np.abs(probabilities - expected[row : row + 1]).max() <= tolerance / 2
+
+
+@pytest.mark.parametrize("quantize,tolerance", [("none", 1e-5), ("dynamic", 0.05)])
+def test_mediapipe_text_classifier_agrees_with_predict(tour, finetuned, quantize, tolerance):
+    """MediaPipe Tasks' TextClassifier, as an app runs it: the exported file and raw text, nothing else."""
+    from export_fixtures import MEDIAPIPE_TEXTS, run_mediapipe
+
+    out = f"saved_models/sst2_mediapipe_{quantize}"
+    run_cli("export", "--model", "runs/sst2", "--format", "tflite", "--quantize", quantize, "--out", out, cwd=tour)
+    texts = MEDIAPIPE_TEXTS + [row.split("\t")[0] for row in (tour / "SST-2" / "dev.tsv").read_text().splitlines()[1:9]]
+    predicted = strict_json_lines(run_cli("predict", "--model", "runs/sst2", cwd=tour,
+                                          input="".join(t.replace("\t", " ") + "\n" for t in texts)).stdout)
+    for text, expected, result in zip(texts, predicted, run_mediapipe(str(tour / out / "model.tflite"), texts)):
+        (head,) = result
+        scores = [head["scores"][str(i)] for i in range(len(expected["probabilities"]))]
+        assert max(abs(score - p) for (_, score), p in zip(scores, expected["probabilities"])) <= tolerance, text
+        if quantize == "none":
+            assert max(scores, key=lambda s: s[1])[0] == expected["label"], text
 
 
 def test_lora_and_truncation_carry_from_finetune_to_predict_and_export(tour, pretrained):

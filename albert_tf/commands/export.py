@@ -13,19 +13,27 @@ is exported with its factors merged into the kernels.
 A SavedModel runs in float32, or in bfloat16 with its weights frozen into the
 graph (--precision bf16); the default, auto, picks bf16 where this machine's
 CPU has bfloat16 units and the model is wide enough to gain from them.
+
+A TFLite classifier or regressor with a tokenizer carries TFLite Model
+Metadata (tokenizer, labels, input roles), so MediaPipe's TextClassifier runs
+it on raw text; --no-metadata leaves it out. A model fine-tuned on text pairs
+needs --no-metadata (MediaPipe reads one text).
 """
 
+import json
 import os
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag, fresh_output_dir
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, resolve_export_precision
-from albert_tf.export.tflite import CALIBRATED_MODES
-from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from albert_tf.export.signatures import describe_model
+from albert_tf.export.tflite import CALIBRATED_MODES, METADATA_OUTPUTS
+from albert_tf.model_dirs import BEST_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, bf16_units, cpu_flags
 from albert_tf.saving import load_pretrained
-from albert_tf.tasks.finetune import run_max_seq_length, run_max_windows, run_truncate_from
+from albert_tf.tasks.finetune import RUN_FILE, run_max_seq_length, run_max_windows, run_truncate_from
+from albert_tf.tasks.registry import TASKS
 from input_pipeline import movie_reviews
 from input_pipeline import files
 from input_pipeline.packing import TRUNCATE_FROM
@@ -79,6 +87,11 @@ def add_parser(subparsers):
     )
     parser.add_argument("--dynamic-batch", action="store_true", help="tflite: dynamic batch (default: batch 1).")
     parser.add_argument(
+        "--no-metadata", action="store_true",
+        help="tflite classifiers and regressors: no TFLite Model Metadata (MediaPipe's TextClassifier and the Task "
+        "Library need it), and every output (logits too) instead of the one the metadata describes.",
+    )
+    parser.add_argument(
         "--calibration-text", metavar="FILE",
         help="tflite int8/16x8: UTF-8 text, one example per line (a tab separates a pair). Default: "
         f"{DEFAULT_CALIBRATION_EXAMPLES} IMDB reviews of the pretraining split (movie-reviews package).",
@@ -95,6 +108,8 @@ def run(args):
         raise ValueError("--version applies to --format saved_model only.")
     if args.format == "tflite" and args.precision is not None:
         raise ValueError("--precision applies to --format saved_model only (tflite: --quantize).")
+    if args.format == "saved_model" and args.no_metadata:
+        raise ValueError("--no-metadata applies to --format tflite only.")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise ValueError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(args.model)
@@ -133,6 +148,8 @@ def run(args):
             files.rmtree(staged_version)
         print(f"Wrote {type(model).__name__} SavedModel ({precision}) to {os.path.join(args.out, str(version))}")
         return 0
+    if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
+        _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from)
     texts = None
     if args.quantize in CALIBRATED_MODES:
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
@@ -140,7 +157,7 @@ def run(args):
         path = export_tflite(
             model, staging, tokenizer=tokenizer, max_length=max_length, quantize=args.quantize,
             representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
-            max_windows=max_windows,
+            max_windows=max_windows, metadata=not args.no_metadata,
         )
     print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
     return 0
@@ -154,6 +171,44 @@ def _saved_model_precision(requested, hidden_size):
         print(f"Notice: this CPU has no {' or '.join(BF16_CPU_FLAGS)}: a bf16 SavedModel runs emulated, slower "
               "than float32, on such a CPU. Serve it on one that has them.")
     return precision
+
+
+def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from):
+    """Refuses metadata for a model that reads text pairs; warns where MediaPipe reads text otherwise.
+
+    MediaPipe's TextClassifier and the Task Library's BertNLClassifier tokenize
+    one text, lowercase its ASCII letters first, pack [CLS] text [SEP] and cut
+    what does not fit from the end.
+    """
+    if _run_reads_pairs(model_dir):
+        raise ValueError(
+            f"--model {model_dir} was fine-tuned on text pairs, which MediaPipe's TextClassifier cannot feed (it "
+            "reads one text): pass --no-metadata and pack pairs in the app (docs/deployment.md)."
+        )
+    gaps = []
+    if not tokenizer.can_embed_preprocessing:
+        gaps.append("this tokenizer's preprocessing (tokenizer.json) cannot be built into spiece.model, so text "
+                    "it changes (accents, non-ASCII capitals, full-width letters) can get other ids")
+    if not tokenizer.preprocessing.lower_case:
+        gaps.append("they lowercase ASCII letters, and this tokenizer keeps case: text with upper-case ASCII "
+                    "letters gets other ids")
+    if max_windows > 1:
+        gaps.append(f"they read one window of a long text, not up to --max-windows {max_windows}")
+    if truncate_from != "end":
+        gaps.append(f"they cut a long text from its end, not its {truncate_from}")
+    if gaps:
+        print("Warning: MediaPipe's TextClassifier and the Task Library read text unlike `albert-tf predict` "
+              "here: " + "; ".join(gaps) + ".")
+
+
+def _run_reads_pairs(model_dir):
+    """Whether the fine-tuning run that wrote `model_dir` (its best/) read text pairs."""
+    path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
+    if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
+        return False
+    config = json.loads(files.read_text(path)).get("config", {})
+    glue = getattr(TASKS.get(config.get("task")), "glue", None)
+    return bool(config.get("text_pair_column") or (glue is not None and glue.text_b))
 
 
 def default_max_length(model_dir, model):

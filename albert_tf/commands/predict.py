@@ -76,7 +76,7 @@ def run(args):
                 raise ValueError(f"--task {config.task} reads JSON: pass --input FILE.")
         elif config.task == "tagging":
             if args.input == "-":
-                path, rows = _lines_file(sys.stdin.read().splitlines(), "tagging", tmp)
+                path, rows = _lines_file(_input_lines("-"), "tagging", tmp)
         elif args.input == "-" or os.path.splitext(args.input)[1].lower() not in (".json", ".jsonl"):
             lines = _input_lines(args.input)
             if _is_table(task, config, lines):
@@ -109,10 +109,23 @@ def run(args):
 
 
 def _input_lines(path):
-    """The lines of --input (a file, or stdin for -), without their line ends."""
+    """The lines of --input (a file, or stdin for -), without their line ends.
+
+    Lines end at "\n" (or "\r\n") only: `str.splitlines` would also split at
+    U+0085, U+2028, form feeds and lone carriage returns, which real sentences
+    hold (14 Rotten Tomatoes sentences contain U+0085), and an input of N lines
+    would give more than N outputs. Read as bytes, so no newline translation
+    happens before the split either.
+    """
     if path == "-":
-        return sys.stdin.read().splitlines()
-    return files.read_text(path).splitlines()
+        stream = getattr(sys.stdin, "buffer", None)
+        text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
+    else:
+        text = files.read_bytes(path).decode("utf-8")
+    lines = text.split("\n")
+    if lines[-1] == "":
+        lines.pop()  # the end of the last line, not an empty line after it
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _is_table(task, config, lines):

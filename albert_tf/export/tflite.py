@@ -8,6 +8,10 @@ fold all shape arithmetic) or dynamic with `batch_size=None`. Next to it:
 `spiece.model` + `tokenizer.json` (the tokenizer, byte fallback included)
 and `export.json` (special ids, max length, truncation rule, label names) for
 on-device tokenization, which must follow `input_pipeline.finetuning.text_inputs.pack_texts`.
+A classifier or regressor exported with a tokenizer carries TFLite Model
+Metadata (`albert_tf.export.tflite_metadata`) for MediaPipe's TextClassifier
+and the Task Library, and then has one output: `probabilities` (classifier)
+or `predictions` (regressor).
 
 Quantization (`quantize`):
     none     float32.
@@ -37,9 +41,11 @@ import tempfile
 
 import numpy as np
 import tensorflow as tf
+from ai_edge_litert.interpreter import Interpreter
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
 
 from albert_tf.export import signatures as signatures_lib
+from albert_tf.export import tflite_metadata
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
 from input_pipeline import features, files
 from input_pipeline.finetuning import text_inputs
@@ -60,11 +66,14 @@ METADATA_FILE = "export.json"
 # Masked positions the pretrainer's TFLite model takes (the original's
 # max_predictions_per_seq); TFLite needs a fixed size.
 DEFAULT_NUM_MASK_POSITIONS = 20
+# The one output a model with metadata keeps, by kind.
+METADATA_OUTPUTS = {signatures_lib.CLASSIFIER: "probabilities", signatures_lib.REGRESSOR: "predictions"}
 
 
 def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH, quantize="none",
                   representative_texts=None, batch_size=1, label_names=None,
-                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS, truncate_from="end", max_windows=1):
+                  num_mask_positions=DEFAULT_NUM_MASK_POSITIONS, truncate_from="end", max_windows=1,
+                  metadata=True):
     """Converts `model` to `out_dir/model.tflite` (see the module docstring).
 
     Args:
@@ -85,6 +94,11 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         max_windows: recorded in the metadata: the app reads a long text as
             up to this many windows and averages the logits, as fine-tuning
             did (the model itself scores one window).
+        metadata: classifiers and regressors with a tokenizer: write TFLite
+            Model Metadata (see the module docstring) so MediaPipe's
+            TextClassifier and the Task Library's BertNLClassifier run the
+            file on raw text; the model then has one output. False: no
+            metadata, and every output (`logits` too).
 
     Returns:
         The path of the written `.tflite` file.
@@ -108,9 +122,18 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         shape[-1] = num_mask_positions
         specs[features.MASK_POSITIONS] = tf.TensorSpec(shape, tf.int32, name=features.MASK_POSITIONS)
 
+    text_classifier = metadata and tokenizer is not None and interface.kind in METADATA_OUTPUTS
+    if text_classifier:
+        check_metadata_length(max_length)
+
     @tf.function
     def serve(**inputs):
-        return signatures_lib.model_outputs(model, interface, inputs)
+        outputs = signatures_lib.model_outputs(model, interface, inputs)
+        if text_classifier:
+            # One output: BertNLClassifier refuses more, and MediaPipe would make a
+            # classification head of the logits too.
+            return {METADATA_OUTPUTS[interface.kind]: outputs[METADATA_OUTPUTS[interface.kind]]}
+        return outputs
 
     # Freeze the weights into constants: converted from a function that reads
     # Keras variables, the model keeps them as resource variables (VAR_HANDLE /
@@ -169,6 +192,13 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
                 f"delegate, or has no {quantize} kernel): {e}"
             ) from e
 
+    if text_classifier:
+        flatbuffer = tflite_metadata.with_text_classifier_metadata(
+            # With the preprocessing inside, where it can be: MediaPipe runs the bare model on raw text.
+            flatbuffer, signatures_lib.ID_SIGNATURE, tokenizer.standalone_model_proto(),
+            interface.label_names if interface.kind == signatures_lib.CLASSIFIER else None,
+            **_metadata_descriptions(interface),
+        )
     files.makedirs(out_dir)
     path = os.path.join(out_dir, MODEL_FILE)
     files.write_bytes(path, flatbuffer)
@@ -178,8 +208,10 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE], truncate_from, max_windows,
         quantize=quantize,
         batch_size=batch_size,
-        tflite_inputs={n: s.shape.as_list() for n, s in specs.items()},
-        tflite_outputs=sorted(concrete.structured_outputs),
+        tflite_metadata=text_classifier,
+        # What the file itself takes and gives, in the subgraph's order.
+        inputs=_tensors(flatbuffer, "inputs", text_classifier),
+        outputs=_tensors(flatbuffer, "outputs", text_classifier),
         on_device_tokenization="preprocess as tokenizer.json says, SentencePiece-encode with "
         "spiece.model (characters without a piece become UTF-8 byte pieces where tokenizer.json says "
         "byte_fallback, as the sentencepiece library does), pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
@@ -187,6 +219,50 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     )
     files.write_text(os.path.join(out_dir, METADATA_FILE), json.dumps(metadata, indent=2))
     return path
+
+
+def check_metadata_length(max_length):
+    """MediaPipe packs [CLS] text [SEP] and pads, so a model with metadata needs room for one piece."""
+    if max_length < 3:
+        raise ValueError(f"A TFLite model with metadata needs `max_length` >= 3. Received: max_length={max_length}")
+
+
+def _metadata_descriptions(interface):
+    labels = ", ".join(interface.label_names) if interface.label_names else None
+    if interface.kind == signatures_lib.CLASSIFIER:
+        return dict(
+            name="ALBERT text classifier",
+            description="Classifies one text" + (f" as {labels}." if labels else "."),
+            output_description="Softmax probability of each class (labels.txt order), shape (1, classes).",
+            score_range=(0.0, 1.0),
+        )
+    return dict(
+        name="ALBERT text regressor",
+        description="Scores one text.",
+        output_description="The predicted value, shape (1,): read it as the score of category 0.",
+    )
+
+
+def _tensors(flatbuffer, side, with_metadata):
+    """The file's inputs or outputs in subgraph order: signature name, metadata name, dtype, shape."""
+    interpreter = Interpreter(model_content=bytes(flatbuffer))
+    signature = interpreter.get_signature_list()[signatures_lib.ID_SIGNATURE][side]
+    by_index = {}
+    details = interpreter.get_input_details() if side == "inputs" else interpreter.get_output_details()
+    runner = interpreter.get_signature_runner(signatures_lib.ID_SIGNATURE)
+    named = runner.get_input_details() if side == "inputs" else runner.get_output_details()
+    for name in signature:
+        by_index[named[name]["index"]] = name
+    described = []
+    for detail in details:
+        name = by_index[detail["index"]]
+        entry = {"name": name, "dtype": np.dtype(detail["dtype"]).name,
+                 "shape": [int(d) for d in detail["shape_signature"]]}
+        if with_metadata:
+            entry["metadata_name"] = (tflite_metadata.INPUT_ROLES[name] if side == "inputs"
+                                      else tflite_metadata.OUTPUT_NAME)
+        described.append(entry)
+    return described
 
 
 def _int16_compatible(frozen):
