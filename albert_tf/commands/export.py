@@ -14,7 +14,7 @@ is exported with its factors merged into the kernels.
 import os
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH
 from albert_tf.export.tflite import CALIBRATED_MODES
@@ -106,18 +106,15 @@ def run(args):
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
-        # The version is written beside the base path and moved in whole, so a
-        # failed export leaves no half-written version for TF-Serving to load.
+        # export_saved_model publishes the version whole, so a failed export
+        # leaves no half-written version for TF-Serving to load.
         existing = version_dirs(args.out) if files.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
-        with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
-            export_saved_model(model, staging, tokenizer=tokenizer, max_length=max_length, version=version,
-                               truncate_from=truncate_from, max_windows=max_windows)
-            staged_version = os.path.join(staging, str(version))
-            for name in files.listdir(staged_version):
-                files.move(os.path.join(staged_version, name), os.path.join(staging, name), ENTRY_FILES)
-            files.rmtree(staged_version)
-        print(f"Wrote {type(model).__name__} SavedModel to {os.path.join(args.out, str(version))}")
+        check_out(os.path.join(args.out, str(version)), args.overwrite, flag="version")
+        # An existing version is empty here, or --overwrite was given.
+        path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=max_length, version=version,
+                                  truncate_from=truncate_from, max_windows=max_windows, overwrite=True)
+        print(f"Wrote {type(model).__name__} SavedModel to {path}")
         return 0
     texts = None
     if args.quantize in CALIBRATED_MODES:

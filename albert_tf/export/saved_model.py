@@ -111,7 +111,7 @@ def export_metadata(interface, max_length, tokenizer, signature_names, truncate_
 
 
 def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
-                       version=None, label_names=None, truncate_from="end", max_windows=1):
+                       version=None, label_names=None, truncate_from="end", max_windows=1, overwrite=False):
     """Writes `model` as the next version of a TF-Serving model directory.
 
     Args:
@@ -128,6 +128,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         max_windows: classifiers and regressors: `serve_text` reads a long
             text as up to this many windows and averages their outputs (as
             fine-tuning's --max-windows); 1 reads one window.
+        overwrite: replace an existing `version` (whole: the old one stays
+            if the export fails).
 
     Returns:
         The path of the written version directory.
@@ -137,7 +139,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     existing = version_dirs(base_dir)
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
-    if version < 1 or version in existing:
+    if version < 1 or (version in existing and not overwrite):
         raise ValueError(
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
@@ -150,17 +152,12 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # ExportArchive does): TF1-style loaders (TF-Serving, saved_model_cli run)
     # restore by these, and tracking through the Keras model misses some.
     module.model_variables = [v.value for v in model.variables]
-    files.makedirs(base_dir)
     final = os.path.join(base_dir, str(version))
-    staging = os.path.join(base_dir, f".tmp-{version}-{os.getpid()}")
-    files.rmtree(staging, ignore_errors=True)
-    try:
+    # Published whole: TF-Serving never loads a half-written version.
+    with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version)
         files.makedirs(os.path.join(staging, "assets.extra"))
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
-        files.move(staging, final, (SAVED_MODEL_FILE,))
-    finally:
-        files.rmtree(staging, ignore_errors=True)
     return final

@@ -33,7 +33,6 @@ from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.tasks.registry import get_task
 from albert_tf.tasks.sentence_task import SentenceTask
-from albert_tf.training.checkpoints import publish_directory
 from input_pipeline import files
 from input_pipeline.finetuning import make_dataset
 
@@ -223,13 +222,20 @@ def _build(config, task, backbone, label_names, num_examples, log):
 
 
 def _save_best(model, tokenizer, out_dir):
-    """Writes best/ (model and tokenizer) whole: Ctrl-C leaves the previous best/ or the new one, never a mix."""
+    """Writes best/ (model and tokenizer) whole: Ctrl-C leaves the previous best/ or the new one, never a mix.
 
-    def write(directory):
-        model.save_pretrained(directory)
-        tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
-
-    publish_directory(write, os.path.join(out_dir, BEST_DIR), ENTRY_FILES)
+    Weights only: Keras saves a compiled model's optimizer variables with its
+    weights, and AdamW's two moments per weight would make every fine-tuned
+    model three times its size for nothing a reader of best/ uses.
+    """
+    optimizer = getattr(model, "optimizer", None)
+    with files.publish(os.path.join(out_dir, BEST_DIR), ENTRY_FILES) as staging:
+        model.optimizer = None  # not a weight; the same optimizer goes on training after the save
+        try:
+            model.save_pretrained(staging)
+        finally:
+            model.optimizer = optimizer
+        tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
 
 
 def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):
