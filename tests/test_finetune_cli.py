@@ -107,3 +107,26 @@ def test_default_pooling_and_width_rule_reach_the_run(model_dir, tmp_path, capsy
     assert "pooling mean" in printed
     _, model, _, _ = load_run(str(out))
     assert model.pooling == "mean"
+
+
+def test_best_holds_the_weights_only(model_dir, tmp_path):
+    import h5py
+
+    train = write_csv(tmp_path / "train.csv", [("a gorgeous film", "pos"), ("flat and dull", "neg")] * 4)
+    out = tmp_path / "run"
+    # Two epochs: the second best/ is written by a model whose AdamW moments are not zero.
+    assert finetune(model_dir, out, train, train, "--task", "classification", "--max-seq-length", "32") == 0
+    path = out / "best" / "model.weights.h5"
+    names, stored = [], []
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: (names.append(name),
+                                         stored.append(item.nbytes) if isinstance(item, h5py.Dataset) else None))
+    assert not [n for n in names if "optimizer" in n], names
+    _, model, _, _ = load_run(str(out))
+    weight_bytes = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights)
+    assert sum(stored) == weight_bytes
+    # About the weights' size: HDF5's headers on top, not two more copies of them (AdamW's moments).
+    assert path.stat().st_size < 1.5 * weight_bytes + 100_000, (path.stat().st_size, weight_bytes)
+    # The model still predicts from best/ as before.
+    assert main(["predict", "--model", str(out / "best"), "--input", train, "--output", str(tmp_path / "p.jsonl")]) == 0
+    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 8
