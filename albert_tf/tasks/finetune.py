@@ -14,6 +14,7 @@ Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
 Only the chief of a multi-worker cluster writes the output directory.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -226,16 +227,26 @@ def _save_best(model, tokenizer, out_dir):
 
     Weights only: Keras saves a compiled model's optimizer variables with its
     weights, and AdamW's two moments per weight would make every fine-tuned
-    model three times its size for nothing a reader of best/ uses.
+    model three times its size for nothing a reader of best/ uses. Its
+    compile config goes too, or loading would rebuild those moments (and warn
+    that the file has none): best/ loads as an uncompiled model, as a
+    backbone does.
     """
-    optimizer = getattr(model, "optimizer", None)
     with files.publish(os.path.join(out_dir, BEST_DIR), ENTRY_FILES) as staging:
-        model.optimizer = None  # not a weight; the same optimizer goes on training after the save
-        try:
+        with _uncompiled(model):
             model.save_pretrained(staging)
-        finally:
-            model.optimizer = optimizer
         tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
+
+
+@contextlib.contextmanager
+def _uncompiled(model):
+    """`model` as Keras saves an uncompiled one, for the block; then as it was, to train on."""
+    optimizer, compiled = getattr(model, "optimizer", None), model.compiled
+    model.optimizer, model.compiled = None, False
+    try:
+        yield model
+    finally:
+        model.optimizer, model.compiled = optimizer, compiled
 
 
 def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):
