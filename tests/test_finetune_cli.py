@@ -10,6 +10,7 @@ from albert_tf import AlbertBackbone
 from albert_tf.cli import main
 from albert_tf.tasks import load_run
 from albert_tf.tasks.config import default_learning_rate
+from cli_helpers import run_cli
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
 from input_pipeline import movie_reviews
@@ -136,6 +137,10 @@ def test_best_holds_the_weights_only(model_dir, tmp_path):
     assert sum(stored) == weight_bytes
     # About the weights' size: HDF5's headers on top, not two more copies of them (AdamW's moments).
     assert path.stat().st_size < 1.5 * weight_bytes + 100_000, (path.stat().st_size, weight_bytes)
-    # The model still predicts from best/ as before.
-    assert main(["predict", "--model", str(out / "best"), "--input", train, "--output", str(tmp_path / "p.jsonl")]) == 0
-    assert len((tmp_path / "p.jsonl").read_text().splitlines()) == 8
+    # The model still predicts from best/, in a fresh process; one blank row is "1 row" with an error record.
+    (tmp_path / "odd.txt").write_text("a gorgeous film\n\nflat and dull\n")
+    done = run_cli("predict", "--model", str(out / "best"), "--input", str(tmp_path / "odd.txt"),
+                   "--output", str(tmp_path / "p.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and "error" in rows[1] and "label" in rows[0], rows
+    assert "; 1 row gave an error record" in done.stderr, done.stderr
