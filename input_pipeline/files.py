@@ -14,6 +14,8 @@ the directory's entry files (those a reader needs before any other:
 metadata.json, spiece.model, config.json, ...) come last into the new place
 and leave the old place first: a reader that finds the entry files finds
 every other file beside them, and a directory without them is incomplete.
+
+`publish` is how every output is written whole, at a path or a URL.
 """
 
 import builtins
@@ -21,7 +23,6 @@ import contextlib
 import errno
 import os
 import shutil
-import tempfile
 import uuid
 
 _SCHEME = "://"
@@ -85,10 +86,8 @@ def write_bytes(path, data):
         with open(path, "wb") as f:
             f.write(data)
         return
-    temporary = f"{path}.tmp-{uuid.uuid4().hex[:8]}"
-    with open_file(temporary, "wb") as f:
+    with publish(path, directory=False) as staging, open_file(staging, "wb") as f:
         f.write(data)
-    _gfile().rename(temporary, path, overwrite=True)
 
 
 def write_text(path, text):
@@ -207,24 +206,86 @@ def move(source, target, entry_files=()):
     rmtree(source, ignore_errors=True)
 
 
-def make_temp_dir(prefix, parent):
-    """Creates a new, uniquely named directory in `parent` and returns its path."""
-    if not is_url(parent):
-        return tempfile.mkdtemp(prefix=prefix, dir=parent)
-    path = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
-    _gfile().makedirs(path)
-    return path
+# Hidden names of unfinished publishing; whatever carries them after a kill is debris.
+STAGING_PREFIX = ".staging-"
+PREVIOUS_PREFIX = ".previous-"
 
 
-def make_temp_file(prefix, parent):
-    """Creates a new, uniquely named empty file in `parent` and returns its path."""
-    if not is_url(parent):
-        handle, path = tempfile.mkstemp(prefix=prefix, dir=parent)
-        os.close(handle)
-        return path
-    path = os.path.join(parent, prefix + uuid.uuid4().hex[:8])
-    write_bytes(path, b"")
-    return path
+@contextlib.contextmanager
+def publish(target, entry_files=(), directory=True, keep_when=None):
+    """Yields a staging path beside `target`; when the block succeeds, it replaces `target` whole.
+
+    The one way every command and the trainer write an output that readers
+    must see whole: a model directory, a SavedModel version, a run's best/ or
+    final/, a predictions file, a run file. The block writes the staging
+    path (a directory created here, or a file path it creates); on success
+    that becomes `target`, which readers then see complete, and on an
+    exception it is deleted and an old `target` stays as it was. Everything
+    is created with the process's umask, as any file a user writes (0755 /
+    0644 under umask 022), never tempfile's private 0700 / 0600.
+
+    A file replaces a file with one rename. A directory takes two: an old
+    `target` is moved aside first, and put back when the second rename
+    fails (Ctrl-C, a failed copy); a SIGKILL between them leaves no `target`
+    (never a partial one) and hidden debris named with `STAGING_PREFIX` /
+    `PREVIOUS_PREFIX`. At a URL each directory rename is `move`, which
+    writes `entry_files` (base names) last.
+
+    Args:
+        target: the path to publish, local or a URL.
+        entry_files: names a reader needs before any other file of the directory.
+        directory: whether the block writes a directory (True) or a file (False).
+        keep_when: None, or called with an exception leaving the block: True
+            when the staging output is complete all the same (an interrupted
+            run's finished part); it is then published before the exception
+            goes on.
+    """
+    target = normpath(target)
+    parent, name = os.path.split(target)
+    makedirs(parent or ".")
+    suffix = f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    staging = os.path.join(parent, STAGING_PREFIX + suffix)
+    if directory:
+        makedirs(staging)
+    try:
+        yield staging
+    except BaseException as e:
+        if keep_when is not None and keep_when(e):
+            _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
+        else:
+            _delete(staging)
+        raise
+    _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
+
+
+def _put_in_place(staging, target, previous, entry_files):
+    placed = False
+    try:
+        if not isdir(staging) and not isdir(target):
+            if not is_url(staging):
+                with open(staging, "rb") as f:  # on disk before the name points to it
+                    os.fsync(f.fileno())
+            replace(staging, target)
+            placed = True
+            return
+        if exists(target):
+            move(target, previous, entry_files)
+        move(staging, target, entry_files)
+        placed = True
+    finally:
+        if not placed and exists(previous):
+            _delete(target)  # a partial copy at a URL
+            move(previous, target, entry_files)
+        _delete(staging)
+        _delete(previous)
+
+
+def _delete(path):
+    """Deletes file or directory `path` when it exists."""
+    if isdir(path):
+        rmtree(path, ignore_errors=True)
+    elif exists(path):
+        remove(path)
 
 
 def parent_dir(path):

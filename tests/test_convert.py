@@ -231,6 +231,23 @@ def test_output_dir_must_be_new_or_empty(tmp_path):
     assert os.listdir(tmp_path / "out") == ["keep.txt"]
 
 
+def test_convert_stages_once_and_overwrite_replaces_the_old_directory(tmp_path, monkeypatch):
+    from input_pipeline import files
+
+    model = random_pretrainer()
+    model.save_pretrained(tmp_path / "ours")
+    (tmp_path / "hf").mkdir()
+    (tmp_path / "hf" / "old.txt").write_text("old")
+    argv = ["convert", "--to", "hf", "--model", str(tmp_path / "ours"), "--out", str(tmp_path / "hf")]
+    assert main(argv) == 2 and (tmp_path / "hf" / "old.txt").is_file()  # not empty: refused
+    published, publish = [], files.publish
+    monkeypatch.setattr(files, "publish", lambda target, *a, **k: (published.append(target), publish(target, *a, **k))[1])
+    assert main([*argv, "--overwrite"]) == 0
+    assert published == [str(tmp_path / "hf")]  # one staging directory, renamed into place
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == ["hf", "ours"]
+
+
 def test_cli_converts_in_all_three_directions(tmp_path, capsys):
     hf_model, src = hf_dir(tmp_path)
     assert main(["convert", "--from", "hf", str(src), "--out", str(tmp_path / "from_hf")]) == 0

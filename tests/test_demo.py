@@ -16,7 +16,7 @@ from albert_tf.apps.demo import (
 from albert_tf.commands.demo import config_from_args
 from albert_tf.saving import load_pretrained
 from input_pipeline import TokenizedCorpus
-from cli_helpers import albert_tf_command, ctrl_c_reaches_it, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
 from data_fixtures import imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
@@ -68,6 +68,28 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "made with --vocab-size 400" in error and "rerun with --vocab-size 400" in error
     assert not os.path.exists(os.path.join(out, "checkpoints", "ckpt-5.index"))
+
+
+@pytest.mark.slow
+def test_rerunning_a_finished_demo_keeps_the_timings_of_the_work_that_made_it(tmp_path):
+    command = ["demo", "--out", "run", "--steps", "2", *TINY]
+    run_cli(*command, cwd=tmp_path)
+    path = tmp_path / "run" / "metrics.json"
+    metrics = json.loads(path.read_text())
+    assert metrics["timings"]["total_seconds"] == pytest.approx(
+        sum(metrics["timings"][k] for k in ("tokenizer_seconds", "pretraining_seconds", "evaluation_seconds")))
+    # As a full demo's would read: minutes of pretraining, that a rerun must not replace with its seconds.
+    metrics["timings"].update(tokenizer_seconds=41.0, pretraining_seconds=593.0)
+    path.write_text(json.dumps(metrics))
+
+    run_cli(*command, cwd=tmp_path)  # finished: reuses the tokenizer, trains nothing, evaluates again
+    timings = json.loads(path.read_text())["timings"]
+    assert (timings["tokenizer_seconds"], timings["pretraining_seconds"]) == (41.0, 593.0), timings
+    assert timings["total_seconds"] == pytest.approx(41.0 + 593.0 + timings["evaluation_seconds"])
+
+    run_cli("demo", "--out", "run", "--steps", "3", *TINY, cwd=tmp_path)  # one more step: its time is added
+    timings = json.loads(path.read_text())["timings"]
+    assert timings["tokenizer_seconds"] == 41.0 and 593.0 < timings["pretraining_seconds"] < 593.0 + 300, timings
 
 
 def _interrupt_demo(command, cwd, ready):

@@ -241,3 +241,37 @@ def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_pa
     monkeypatch.setattr(files, "move", real_move)
     assert files.read_text(os.path.join(target, "weights.txt")) == "old"
     assert [name.rstrip("/") for name in files.listdir(base)] == ["best"]  # no staging or set-aside debris
+
+
+@pytest.mark.parametrize("umask, dir_mode, file_mode", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600)])
+def test_published_outputs_have_the_modes_the_umask_gives(tmp_path, umask, dir_mode, file_mode):
+    from input_pipeline import files
+
+    old = os.umask(umask)
+    try:
+        with files.publish(str(tmp_path / "out"), ("weights.txt",)) as staging:
+            files.makedirs(os.path.join(staging, "tokenizer"))
+            files.write_text(os.path.join(staging, "tokenizer", "weights.txt"), "new")
+        with files.publish(str(tmp_path / "predictions.jsonl"), directory=False) as staging:
+            files.write_text(staging, "{}\n")
+    finally:
+        os.umask(old)
+    modes = {p: os.stat(tmp_path / p).st_mode & 0o777 for p in ("out", "out/tokenizer", "out/tokenizer/weights.txt",
+                                                                 "predictions.jsonl")}
+    assert modes == {"out": dir_mode, "out/tokenizer": dir_mode, "out/tokenizer/weights.txt": file_mode,
+                     "predictions.jsonl": file_mode}
+    assert sorted(os.listdir(tmp_path)) == ["out", "predictions.jsonl"]  # nothing staged left
+
+
+def test_a_failed_publish_keeps_the_old_output_and_leaves_nothing_staged(tmp_path):
+    from input_pipeline import files
+
+    for directory, target in ((True, str(tmp_path / "out")), (False, str(tmp_path / "out.txt"))):
+        with files.publish(target, directory=directory) as staging:
+            files.write_text(os.path.join(staging, "f") if directory else staging, "old")
+        with pytest.raises(RuntimeError):
+            with files.publish(target, directory=directory) as staging:
+                files.write_text(os.path.join(staging, "f") if directory else staging, "half")
+                raise RuntimeError
+        assert files.read_text(os.path.join(target, "f") if directory else target) == "old"
+    assert sorted(os.listdir(tmp_path)) == ["out", "out.txt"]

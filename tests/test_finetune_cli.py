@@ -1,6 +1,7 @@
 import csv
 import io
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -9,6 +10,7 @@ from albert_tf import AlbertBackbone
 from albert_tf.cli import main
 from albert_tf.tasks import load_run
 from albert_tf.tasks.config import default_learning_rate
+from cli_helpers import run_cli
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
 from input_pipeline import movie_reviews
@@ -107,3 +109,38 @@ def test_default_pooling_and_width_rule_reach_the_run(model_dir, tmp_path, capsy
     assert "pooling mean" in printed
     _, model, _, _ = load_run(str(out))
     assert model.pooling == "mean"
+
+
+def test_best_holds_the_weights_only(model_dir, tmp_path):
+    import h5py
+
+    train = write_csv(tmp_path / "train.csv", [("a gorgeous film", "pos"), ("flat and dull", "neg")] * 4)
+    out = tmp_path / "run"
+    # Two epochs: the second best/ is written by a model whose AdamW moments are not zero.
+    assert finetune(model_dir, out, train, train, "--task", "classification", "--max-seq-length", "32") == 0
+    path = out / "best" / "model.weights.h5"
+    names, stored = [], []
+
+    def visit(name, item):
+        names.append(name)
+        if isinstance(item, h5py.Dataset):
+            stored.append(item.nbytes)
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    assert names and not [n for n in names if "optimizer" in n], names
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # e.g. Keras' "Skipping variable loading for optimizer"
+        _, model, _, _ = load_run(str(out))
+    assert not model.compiled
+    weight_bytes = sum(np.dtype(v.dtype).itemsize * int(np.prod(v.shape)) for v in model.weights)
+    assert sum(stored) == weight_bytes
+    # About the weights' size: HDF5's headers on top, not two more copies of them (AdamW's moments).
+    assert path.stat().st_size < 1.5 * weight_bytes + 100_000, (path.stat().st_size, weight_bytes)
+    # The model still predicts from best/, in a fresh process; one blank row is "1 row" with an error record.
+    (tmp_path / "odd.txt").write_text("a gorgeous film\n\nflat and dull\n")
+    done = run_cli("predict", "--model", str(out / "best"), "--input", str(tmp_path / "odd.txt"),
+                   "--output", str(tmp_path / "p.jsonl"))
+    rows = [json.loads(line) for line in (tmp_path / "p.jsonl").read_text().splitlines()]
+    assert len(rows) == 3 and "error" in rows[1] and "label" in rows[0], rows
+    assert "; 1 row gave an error record" in done.stderr, done.stderr

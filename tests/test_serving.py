@@ -147,6 +147,33 @@ def test_every_error_is_json_with_the_right_status(server):
     assert "surrogate" in _request(server.url + ":predict", surrogate)[1]["error"]
 
 
+def test_an_empty_text_gets_one_line_naming_the_input_and_row(server):
+    for request, expected in [
+        ({"signature_name": "serve_text", "instances": ["a fine film", "  "]},
+         "`text` must not be empty: every string needs at least one token after whitespace collapse "
+         "(row 1 of the request)."),
+        ({"signature_name": "serve_text_pair", "instances": [{"text": "a", "text_pair": ""}]},
+         "`text_pair` must not be empty: every string needs at least one token after whitespace collapse "
+         "(row 0 of the request)."),
+    ]:
+        assert _request(server.url + ":predict", request) == (400, {"error": expected})
+
+
+def test_every_answer_ends_with_a_newline(server):
+    good = {"signature_name": "serve_text", "instances": ["a fine film"]}
+    for request in (urllib.request.Request(server.url),
+                    urllib.request.Request(server.url + ":predict", json.dumps(good).encode())):
+        with urllib.request.urlopen(request, timeout=60) as response:
+            assert response.read().endswith(b"}\n")
+    bad = urllib.request.Request(server.url + ":predict", b"{not json")
+    with pytest.raises(urllib.error.HTTPError) as error:
+        urllib.request.urlopen(bad, timeout=60)
+    body = error.value.read()
+    assert body.endswith(b"}\n") and body.count(b"\n") == 1
+    head, _, body = _raw(server, b"garbage\r\n\r\n").partition(b"\r\n\r\n")
+    assert body.endswith(b"}\n") and body.count(b"\n") == 1
+
+
 def _raw(server, request_bytes):
     """The raw answer of the server to `request_bytes` sent on a fresh connection (until it closes)."""
     import socket

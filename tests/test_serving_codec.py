@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.export.serving.codec import (
-    MAX_JSON_DEPTH, RequestError, decode_json, encode_outputs, json_depth, parse_predict,
+    MAX_JSON_DEPTH, RequestError, clean_tf_error, decode_json, encode_outputs, json_depth, parse_predict,
 )
 
 IDS = {"token_ids": tf.TensorSpec((None, None), tf.int32), "padding_mask": tf.TensorSpec((None, None), tf.int32)}
@@ -74,3 +74,17 @@ def test_good_requests_convert_and_outputs_encode():
     assert encode_outputs(outputs, False) == {"outputs": {"labels": ["pos", "neg"], "logits": [[0.5, 1.0], [2.0, 0.0]]}}
     assert encode_outputs({"logits": outputs["logits"]}, True) == {"predictions": [[0.5, 1.0], [2.0, 0.0]]}
     json.dumps(encode_outputs(outputs, True))
+
+
+def test_tensorflow_assertions_become_their_own_message_on_one_line():
+    node = "\n\t [[{{node assert_positive/assert_less/Assert/AssertGuard/Assert}}]]"
+    empty = ("assertion failed: [`text` must not be empty: every string needs at least one token after whitespace "
+             "collapse..  ] [Condition x > 0 did not hold element-wise:] [x (sub:0) = ] [3 0 4]")
+    assert clean_tf_error(empty + node) == ("`text` must not be empty: every string needs at least one token "
+                                            "after whitespace collapse (row 1 of the request).")
+    # Values TF shortened name no row; a message ending in ":" keeps the value after it.
+    shortened = empty.replace("[3 0 4]", "[3 0 4...]")
+    assert clean_tf_error(shortened + node).endswith("whitespace collapse.")
+    rank = "assertion failed: [`text` must have rank 1; received shape:] [2 3]"
+    assert clean_tf_error(rank + node) == "`text` must have rank 1; received shape: [2 3]"
+    assert clean_tf_error("Something else went wrong" + node) == "Something else went wrong"

@@ -8,7 +8,9 @@ evaluates masked-LM and sentence-order accuracy on held-out reviews,
 compares MLM accuracy with a unigram baseline (always predict the token most
 often masked in training), and writes everything into one run directory.
 Rerunning resumes: the tokenizer is reused and training continues from the
-last checkpoint.
+last checkpoint. metrics.json's timings are of the work that made the run:
+a stage a rerun reuses keeps the earlier run's seconds, and the pretraining
+a rerun adds is added to them.
 
 Run directory, besides what `Trainer` writes (config.json,
 training_config.json, checkpoints/, tensorboard/, train_log.jsonl, final/):
@@ -211,6 +213,7 @@ def run_demo(out_dir, config=DemoConfig(), print_fn=print):
 def _run_demo(out_dir, config, print_fn, progress):
     _require_matplotlib()  # before minutes of training, not after
     start = time.perf_counter()
+    earlier = _earlier_timings(out_dir)
     timings = {}
     files.makedirs(out_dir)
     model_config, trainer_config, data_config = config.model, config.trainer, config.data
@@ -227,6 +230,7 @@ def _run_demo(out_dir, config, print_fn, progress):
                 f"{tokenizer.vocab_size} to resume it, or pass a new --out."
             )
         print_fn(f"Reusing the tokenizer in {tokenizer_dir}")
+        reused_tokenizer = True
     else:
         progress.stage = "training the tokenizer"
         print_fn(f"Training a {model_config.vocab_size}-piece tokenizer on {config.tokenizer_documents} "
@@ -234,7 +238,10 @@ def _run_demo(out_dir, config, print_fn, progress):
         sentences = (s for document in documents[: config.tokenizer_documents] for s in document)
         tokenizer = AlbertTokenizer.train(sentences, model_config.vocab_size, seed=trainer_config.seed)
         tokenizer.save(tokenizer_dir)
+        reused_tokenizer = False
     timings["tokenizer_seconds"] = time.perf_counter() - start
+    if reused_tokenizer:
+        timings["tokenizer_seconds"] = earlier.get("tokenizer_seconds", timings["tokenizer_seconds"])
 
     # === Pretraining (resumes from the last checkpoint) ===
     mark = time.perf_counter()
@@ -260,8 +267,13 @@ def _run_demo(out_dir, config, print_fn, progress):
     trainer = progress.trainer
     print_fn(f"Precision: {trainer.precision.describe()}")
     progress.stage = "pretraining"
+    steps_before = (checkpoints.checkpoint_steps(os.path.join(out_dir, CHECKPOINT_DIR)) or [0])[-1]
     trainer.train()
-    timings["pretraining_seconds"] = time.perf_counter() - mark
+    seconds = time.perf_counter() - mark
+    if trainer.step > steps_before or "pretraining_seconds" not in earlier:
+        timings["pretraining_seconds"] = earlier.get("pretraining_seconds", 0.0) + seconds
+    else:  # a finished run: nothing trained now
+        timings["pretraining_seconds"] = earlier["pretraining_seconds"]
 
     # === Held-out evaluation and the unigram baseline ===
     mark = time.perf_counter()
@@ -279,7 +291,7 @@ def _run_demo(out_dir, config, print_fn, progress):
     )
     records = read_log(out_dir)
     timings["evaluation_seconds"] = time.perf_counter() - mark
-    timings["total_seconds"] = time.perf_counter() - start
+    timings["total_seconds"] = sum(timings.values())
     metrics = {
         "heldout": results,
         "unigram_baseline_token": tokenizer.id_to_piece(baseline_id),
@@ -293,6 +305,17 @@ def _run_demo(out_dir, config, print_fn, progress):
     print_fn(summary_table(metrics))
     print_fn(f"Run saved in {out_dir}")
     return metrics
+
+
+def _earlier_timings(out_dir):
+    """The timings in `out_dir`'s metrics.json, written by the last run that finished there ({} for none)."""
+    path = os.path.join(out_dir, METRICS_FILE)
+    if not files.isfile(path):
+        return {}
+    try:
+        return json.loads(files.read_text(path)).get("timings", {})
+    except (ValueError, AttributeError):  # unreadable: this run's timings replace it
+        return {}
 
 
 def heldout_examples(heldout, data_config, num_examples):

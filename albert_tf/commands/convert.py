@@ -15,7 +15,7 @@ positionally (SRC), as in earlier versions.
 
 from albert_tf import convert
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import add_overwrite_flag, check_out
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 
 
@@ -50,17 +50,18 @@ def run(args):
         raise ValueError("--config is only used with --from tf1.")
     if args.tokenizer is not None and args.to_format != "hf":
         raise ValueError("--tokenizer is only used with --to hf.")
-    with fresh_output_dir(args.out, args.overwrite) as staging:
-        if args.to_format == "hf":
-            model_dir = resolve_model_dir(src)
-            tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
-            model = convert.convert_to_hf(model_dir, staging, tokenizer=tokenizer)
-        elif args.from_format == "hf":
-            report = convert.convert_from_hf(src, staging)
-        else:
-            if args.config is None:
-                raise ValueError("--from tf1 needs --config (the checkpoint's albert_config.json).")
-            report = convert.convert_from_tf1(src, args.config, staging)
+    check_out(args.out, args.overwrite)
+    # The converters publish args.out whole themselves (`files.publish`).
+    if args.to_format == "hf":
+        model_dir = resolve_model_dir(src)
+        tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
+        model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite)
+    elif args.from_format == "hf":
+        report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite)
+    else:
+        if args.config is None:
+            raise ValueError("--from tf1 needs --config (the checkpoint's albert_config.json).")
+        report = convert.convert_from_tf1(src, args.config, args.out, overwrite=args.overwrite)
     if args.to_format == "hf":
         kind = "AlbertForPreTraining" if hasattr(model, "mlm_head") else "AlbertModel"
         note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"

@@ -24,7 +24,7 @@ import json
 import os
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
 from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
 from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, resolve_export_precision
 from albert_tf.export.signatures import describe_model
@@ -135,18 +135,16 @@ def run(args):
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
         precision = _saved_model_precision(args.precision or "auto", backbone.config.hidden_size)
-        # The version is written beside the base path and moved in whole, so a
-        # failed export leaves no half-written version for TF-Serving to load.
+        # export_saved_model publishes the version whole, so a failed export
+        # leaves no half-written version for TF-Serving to load.
         existing = version_dirs(args.out) if files.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
-        with fresh_output_dir(os.path.join(args.out, str(version)), args.overwrite, flag="version") as staging:
-            export_saved_model(model, staging, tokenizer=tokenizer, max_length=max_length, version=version,
-                               truncate_from=truncate_from, max_windows=max_windows, precision=precision)
-            staged_version = os.path.join(staging, str(version))
-            for name in files.listdir(staged_version):
-                files.move(os.path.join(staged_version, name), os.path.join(staging, name), ENTRY_FILES)
-            files.rmtree(staged_version)
-        print(f"Wrote {type(model).__name__} SavedModel ({precision}) to {os.path.join(args.out, str(version))}")
+        check_out(os.path.join(args.out, str(version)), args.overwrite, flag="version")
+        # An existing version is empty here, or --overwrite was given.
+        path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=max_length, version=version,
+                                  truncate_from=truncate_from, max_windows=max_windows, precision=precision,
+                                  overwrite=True)
+        print(f"Wrote {type(model).__name__} SavedModel ({precision}) to {path}")
         return 0
     if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
         _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from)

@@ -105,7 +105,7 @@ def run(args):
     # Printed with the summary, once nothing can fail: a user error stays one line.
     weights = "frozen" if model.forward.frozen else "variables (too large to freeze)"
     print(f"Precision: {choice.describe()}; weights: {weights}", file=sys.stderr)
-    print("; ".join(encoded.notes) + (f"; {errors} rows gave an error record" if errors else ""), file=sys.stderr)
+    print("; ".join(encoded.notes) + (f"; {errors} row{'s' if errors > 1 else ''} gave an error record" if errors else ""), file=sys.stderr)
 
 
 def _input_lines(path):

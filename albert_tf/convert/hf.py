@@ -51,16 +51,17 @@ def from_hf(src_dir):
     return load_hf(src_dir).model
 
 
-def convert_from_hf(src_dir, out_dir):
+def convert_from_hf(src_dir, out_dir, overwrite=False):
     """Converts a HF directory to an albert-tf pretrained directory (`save_pretrained`).
 
     Its `spiece.model`, when present, becomes `out_dir/tokenizer`.
-    Everything is read and checked before `out_dir` is created.
+    Everything is read and checked before `out_dir` is created; a non-empty
+    `out_dir` is refused unless `overwrite`.
 
     Returns:
         A `checkpoint_weights.ConversionReport`.
     """
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, overwrite)
     report = load_hf(src_dir)
     tokenizer = hf_tokenizer(src_dir)
 
@@ -69,7 +70,7 @@ def convert_from_hf(src_dir, out_dir):
         if tokenizer is not None:
             tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
 
-    write_dir(out_dir, write)
+    write_dir(out_dir, write, overwrite)
     return report
 
 
@@ -143,7 +144,7 @@ def hf_config(model):
     return values
 
 
-def to_hf(model, out_dir, tokenizer=None):
+def to_hf(model, out_dir, tokenizer=None, overwrite=False):
     """Writes `model` as a HF `save_pretrained` directory (config.json + model.safetensors).
 
     An `AlbertPretrainer` becomes AlbertForPreTraining, an `AlbertBackbone`
@@ -153,9 +154,10 @@ def to_hf(model, out_dir, tokenizer=None):
 
     Raises:
         ValueError: for partial sharing (no HF equivalent), another model
-            type, or a non-empty `out_dir`; nothing is written then.
+            type, or a non-empty `out_dir` without `overwrite`; nothing is
+            written then.
     """
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, overwrite)
     tensors = hf_tensors(model)
     config = hf_config(model)
     tokenizer_files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
@@ -167,15 +169,15 @@ def to_hf(model, out_dir, tokenizer=None):
         for name, content in tokenizer_files.items():
             files.write_bytes(os.path.join(directory, name), content)
 
-    write_dir(out_dir, write)
+    write_dir(out_dir, write, overwrite)
 
 
-def convert_to_hf(src_dir, out_dir, tokenizer=None):
+def convert_to_hf(src_dir, out_dir, tokenizer=None, overwrite=False):
     """Converts an albert-tf pretrained directory to a HF directory; returns the model.
 
     `tokenizer` (an `AlbertTokenizer`) is written along when given.
     """
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, overwrite)
     model = load_pretrained(src_dir)
-    to_hf(model, out_dir, tokenizer)
+    to_hf(model, out_dir, tokenizer, overwrite)
     return model

@@ -87,18 +87,19 @@ def load_tf1(ckpt_prefix, config, print_fn=print):
     return load_checkpoint(model, shapes, read, scheme, ckpt_prefix)
 
 
-def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print):
+def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print, overwrite=False):
     """Converts a TF1 checkpoint to an albert-tf pretrained directory.
 
-    Everything is read and checked before `out_dir` is created. `print_fn`
-    gets the note on skipped optimizer state.
+    Everything is read and checked before `out_dir` is created; a non-empty
+    `out_dir` is refused unless `overwrite`. `print_fn` gets the note on
+    skipped optimizer state.
 
     Returns:
         A `checkpoint_weights.ConversionReport`.
     """
-    check_output_dir(out_dir)
+    check_output_dir(out_dir, overwrite)
     report = load_tf1(ckpt_prefix, config, print_fn)
-    write_dir(out_dir, lambda d: save_pretrained(report.model, d))
+    write_dir(out_dir, lambda d: save_pretrained(report.model, d), overwrite)
     return report
 
 

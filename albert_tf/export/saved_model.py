@@ -154,7 +154,8 @@ def export_metadata(interface, max_length, tokenizer, signature_names, truncate_
 
 
 def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
-                       version=None, label_names=None, truncate_from="end", max_windows=1, precision="float32"):
+                       version=None, label_names=None, truncate_from="end", max_windows=1, precision="float32",
+                       overwrite=False):
     """Writes `model` as the next version of a TF-Serving model directory.
 
     Args:
@@ -174,6 +175,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         precision: "float32", or "bf16" (bfloat16 compute, weights as
             constants; see the module docstring). "auto" is the command's,
             resolved by `resolve_export_precision` first.
+        overwrite: replace an existing `version` (whole: the old one stays
+            if the export fails).
 
     Returns:
         The path of the written version directory.
@@ -186,7 +189,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     existing = version_dirs(base_dir)
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
-    if version < 1 or version in existing:
+    if version < 1 or (version in existing and not overwrite):
         raise ValueError(
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
@@ -206,17 +209,12 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # restore by these, and tracking through the Keras model misses some.
     # Weights frozen to constants need none.
     module.model_variables = [v.value for v in model.variables] if weights == "variables" else []
-    files.makedirs(base_dir)
     final = os.path.join(base_dir, str(version))
-    staging = os.path.join(base_dir, f".tmp-{version}-{os.getpid()}")
-    files.rmtree(staging, ignore_errors=True)
-    try:
+    # Published whole: TF-Serving never loads a half-written version.
+    with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version, precision=precision, weights=weights)
         files.makedirs(os.path.join(staging, "assets.extra"))
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
-        files.move(staging, final, (SAVED_MODEL_FILE,))
-    finally:
-        files.rmtree(staging, ignore_errors=True)
     return final

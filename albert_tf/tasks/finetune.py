@@ -14,6 +14,7 @@ Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
 Only the chief of a multi-worker cluster writes the output directory.
 """
 
+import contextlib
 import json
 import math
 import os
@@ -33,7 +34,6 @@ from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.tasks.registry import get_task
 from albert_tf.tasks.sentence_task import SentenceTask
-from albert_tf.training.checkpoints import publish_directory
 from input_pipeline import files
 from input_pipeline.finetuning import make_dataset
 
@@ -223,13 +223,30 @@ def _build(config, task, backbone, label_names, num_examples, log):
 
 
 def _save_best(model, tokenizer, out_dir):
-    """Writes best/ (model and tokenizer) whole: Ctrl-C leaves the previous best/ or the new one, never a mix."""
+    """Writes best/ (model and tokenizer) whole: Ctrl-C leaves the previous best/ or the new one, never a mix.
 
-    def write(directory):
-        model.save_pretrained(directory)
-        tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+    Weights only: Keras saves a compiled model's optimizer variables with its
+    weights, and AdamW's two moments per weight would make every fine-tuned
+    model three times its size for nothing a reader of best/ uses. Its
+    compile config goes too, or loading would rebuild those moments (and warn
+    that the file has none): best/ loads as an uncompiled model, as a
+    backbone does.
+    """
+    with files.publish(os.path.join(out_dir, BEST_DIR), ENTRY_FILES) as staging:
+        with _uncompiled(model):
+            model.save_pretrained(staging)
+        tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
 
-    publish_directory(write, os.path.join(out_dir, BEST_DIR), ENTRY_FILES)
+
+@contextlib.contextmanager
+def _uncompiled(model):
+    """`model` as Keras saves an uncompiled one, for the block; then as it was, to train on."""
+    optimizer, compiled = getattr(model, "optimizer", None), model.compiled
+    model.optimizer, model.compiled = None, False
+    try:
+        yield model
+    finally:
+        model.optimizer, model.compiled = optimizer, compiled
 
 
 def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):

@@ -10,9 +10,10 @@ nothing is written where a reader looks:
 * Checkpoints are found from the `.index` files themselves. The `checkpoint`
   state file is rewritten (atomically) for TensorFlow's tools, never trusted:
   a garbage or stale state file cannot send a run back to step 0.
-* A directory such as `final/` is written next to its place and renamed in;
-  a kill between moving the old one aside and renaming the new one in leaves
-  no `final/`, which the trainer rebuilds from the last checkpoint.
+* A directory such as `final/`, and each run file, is published whole
+  (`files.publish`); a kill between moving an old `final/` aside and
+  renaming the new one in leaves no `final/`, which the trainer rebuilds
+  from the last checkpoint.
 """
 
 import os
@@ -23,8 +24,8 @@ from input_pipeline import files
 PREFIX = "ckpt"
 STATE_FILE = "checkpoint"
 # Hidden names of unfinished writes; whatever carries them after a crash is debris.
-_STAGING = ".staging-"
-_PREVIOUS = ".previous-"
+_STAGING = files.STAGING_PREFIX
+_PREVIOUS = files.PREVIOUS_PREFIX
 _INDEX = re.compile(rf"^{PREFIX}-(\d+)\.index$")
 _SHARD = re.compile(rf"^{PREFIX}-(\d+)\.data-\d+-of-\d+$")
 
@@ -140,44 +141,20 @@ def write_state_file(directory, steps):
 
 
 def write_atomically(path, text):
-    """Writes a text file through a temporary file and a rename: readers see the old or the new file."""
-    temporary = os.path.join(os.path.dirname(path), f"{_STAGING}{os.path.basename(path)}-{os.getpid()}")
-    if files.is_url(path):
-        # An object appears whole when its upload completes; the rename is per object.
-        files.write_text(temporary, text)
-    else:
-        with open(temporary, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-    files.replace(temporary, path)
+    """Writes a text file whole (`files.publish`): readers see the old or the new file."""
+    with files.publish(path, directory=False) as staging:
+        files.write_text(staging, text)
 
 
 def publish_directory(write, target, entry_files=()):
-    """Runs `write(staging_dir)` and renames the result to `target`, replacing any old one.
+    """Runs `write(staging_dir)` and publishes the result as `target` (`files.publish`).
 
-    A kill during `write` leaves the old `target` untouched. An exception
-    between the two renames (Ctrl-C, a failed copy) puts the old `target`
-    back; a SIGKILL there leaves no `target` (never a partial one) plus
-    debris that `remove_debris` deletes. At a URL each rename is
-    `files.move`, which writes `entry_files` last: a `target` without them is
-    an incomplete one.
+    A kill during `write` leaves the old `target` untouched; an exception
+    between the two renames puts it back; a SIGKILL there leaves no `target`
+    plus debris that `remove_debris` deletes.
     """
-    parent, name = os.path.split(files.normpath(target))
-    staging = os.path.join(parent, f"{_STAGING}{name}-{os.getpid()}")
-    previous = os.path.join(parent, f"{_PREVIOUS}{name}-{os.getpid()}")
-    for path in (staging, previous):
-        files.rmtree(path, ignore_errors=True)
-    try:
+    with files.publish(target, entry_files) as staging:
         write(staging)
-        if files.exists(target):
-            files.move(target, previous, entry_files)
-        files.move(staging, target, entry_files)
-    finally:
-        if files.exists(previous) and not files.exists(target):
-            files.move(previous, target, entry_files)
-        files.rmtree(staging, ignore_errors=True)
-        files.rmtree(previous, ignore_errors=True)
 
 
 def _remove_checkpoint(directory, step):

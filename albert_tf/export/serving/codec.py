@@ -178,11 +178,35 @@ def to_array(value, spec, name):
 
 
 def clean_tf_error(message):
-    """The useful part of a TF runtime error: the failed assertion, without graph node noise."""
+    """A TF runtime error as one line: the failed check's own message, without TF's dump of it.
+
+    tf.debugging's assertions fail with "[MESSAGE] [Condition x > 0 did not
+    hold element-wise:] [x (sub:0) = ] [3 0]" plus graph node names: only
+    MESSAGE says what was wrong. A message ending in ":" (tf.debugging.Assert's
+    "... received shape:") keeps the value that follows it; a failed
+    "x > 0" whose values are all shown names the rows that failed it.
+    """
     match = re.search(r"assertion failed: (.*?)(?:\n|$)", message)
-    if match:
-        return match.group(1).strip()
-    return message.split("\n\t [[")[0].strip()
+    text = match.group(1).strip() if match else message.split("\n\t [[")[0].strip()
+    parts = re.findall(r"\[([^\[\]]*)\]", text)
+    if not text.startswith("[") or not parts:
+        return text
+    first = parts[0].strip().rstrip(".")
+    if first.endswith(":") and len(parts) > 1:
+        return f"{first} [{parts[1].strip()}]"
+    rows = _failed_rows(parts) if len(parts) > 3 and parts[1].startswith("Condition x > 0") else None
+    if rows:
+        first += f" (row{'s' if len(rows) > 1 else ''} {', '.join(map(str, rows))} of the request)"
+    return first + "."
+
+
+def _failed_rows(parts):
+    """The indices of the values <= 0 in "[x (name) = ] [3 0]", or None when TF shortened them ("...")."""
+    try:
+        values = [int(v) for v in parts[3].split()]
+    except ValueError:
+        return None
+    return [i for i, v in enumerate(values) if v <= 0]
 
 
 def _rows_to_columns(instances, specs):

@@ -4,10 +4,11 @@
     GET  /v1/models/NAME[/versions/V]/metadata signature defs
     POST /v1/models/NAME[/versions/V]:predict  see `codec`
 
-Every answer, errors included, is JSON with an HTTP/1.x status line; errors
-are {"error": "..."}: bad requests (and request lines it cannot parse) 400,
-unknown models, versions or paths 404, a known path with the wrong method 405. A failing request never
-stops the server. It serves the version loaded at start (no hot reload, no
+Every answer, errors included, is JSON ending in a newline, with an
+HTTP/1.x status line; errors are {"error": "one line"}: bad requests (and
+request lines it cannot parse) 400, unknown models, versions or paths 404, a
+known path with the wrong method 405. A failing request never stops the
+server. It serves the version loaded at start (no hot reload, no
 batching, no gRPC: use TF-Serving for production).
 
 Uses only the standard library's `http.server` next to TensorFlow.
@@ -61,7 +62,7 @@ class _Handler(BaseHTTPRequestHandler):
             super().log_message(fmt, *args)
 
     def _answer(self, status, body, headers=()):
-        data = json.dumps(body).encode("utf-8")
+        data = (json.dumps(body) + "\n").encode("utf-8")  # a body ends its last line, as curl users expect
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(data)))
