@@ -133,7 +133,10 @@ def test_export_auto_says_float32_and_why(cpuinfo, reason, monkeypatch, tmp_path
 
 
 def test_precision_is_refused_for_tflite(tmp_path):
-    done = run_cli("export", "--model", str(tmp_path), "--format", "tflite", "--out", str(tmp_path / "t"),
+    # A real model directory: a missing one is reported first, before the flags are read.
+    model_dir = str(tmp_path / "model")
+    AlbertBackbone(classifier().backbone.config).save_pretrained(model_dir)
+    done = run_cli("export", "--model", model_dir, "--format", "tflite", "--out", str(tmp_path / "t"),
                    "--precision", "bf16", expect_rc=2)
     assert "--precision applies to --format saved_model only" in done.stderr
 
