@@ -35,23 +35,29 @@ def test_dynamic_batches_fixed_shapes_for_fit():
 
 def test_dynamic_same_seed_same_data_and_resume():
     corpus = review_corpus()
-    full = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3), 20)
-    assert_same(full, take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3), 20))
-    # Resuming skips whole rounds inside the streams and the rest in tf.data.
+    full = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True), 20)
+    assert_same(full, take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True), 20))
+    # Resuming slices the epoch's order: nothing before the start is made.
     for start in (3, 7):
-        resumed = make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3, start_step=start)
+        resumed = make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, start_step=start)
         assert_same(full[start:], take(resumed, 20 - start))
-    other = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=2, flat=True, chunk_size=4, num_streams=3), 20)
+    other = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=2, flat=True), 20)
     assert not np.array_equal(full[0][features.TOKEN_IDS], other[0][features.TOKEN_IDS])
 
 
 def test_dynamic_redraws_every_epoch():
     corpus = TokenizedCorpus.from_documents(imdb_documents()[:12], small_tokenizer())
-    epoch_size = len(instances_of_documents(corpus, range(12), CONFIG, (5, 0)))
-    dataset = make_pretraining_dataset(corpus, 1, config=CONFIG, seed=5, flat=True, num_streams=1, chunk_size=1)
-    tokens = [b[features.TOKEN_IDS][0] for b in take(dataset, 2 * epoch_size)]
-    first, second = {t.tobytes() for t in tokens[:epoch_size]}, {t.tobytes() for t in tokens[epoch_size:]}
-    assert len(first) == epoch_size and not first & second
+    epoch_size = len(instances_of_documents(corpus, range(12), CONFIG, (5,)))
+    dataset = make_pretraining_dataset(corpus, 1, config=CONFIG, seed=5, flat=True)
+    examples = [{k: v[0] for k, v in b.items()} for b in take(dataset, 2 * epoch_size)]
+    first, second = examples[:epoch_size], examples[epoch_size:]
+    # Masks are drawn afresh: (almost) no example comes back with the same masks and order.
+    masks = [{(e[features.MASK_POSITIONS].tobytes(), e[features.TOKEN_IDS].tobytes()) for e in part} for part in (first, second)]
+    assert len(masks[0]) == epoch_size and len(masks[0] & masks[1]) <= epoch_size // 10
+    # Each epoch is a new order of the same pairs; the padded lengths say which pair is where.
+    lengths = [sorted(int(e[features.PADDING_MASK].sum()) for e in part) for part in (first, second)]
+    assert lengths[0] == lengths[1]
+    assert [int(e[features.PADDING_MASK].sum()) for e in first] != [int(e[features.PADDING_MASK].sum()) for e in second]
 
 
 def test_input_context_shards_pipelines():

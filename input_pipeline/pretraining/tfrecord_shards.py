@@ -100,6 +100,8 @@ def write_pretraining_tfrecords(
         "num_examples": num_examples,
         "num_shards": len(results),
         "num_documents": num_documents,
+        # Lets a resumed reader find its place without reading the shards before it.
+        "shard_examples": [count for count, _ in results],
         "vocab_size": tokenizer.vocab_size,
         "dupe_factor": dupe_factor,
         "seed": seed,
