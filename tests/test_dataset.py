@@ -1,6 +1,7 @@
 """The tf.data pipelines (dynamic and static TFRecords) and the create-data CLI."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -10,7 +11,10 @@ from albert_tf import cli
 from input_pipeline import features
 from data_fixtures import imdb_documents, review_corpus, small_tokenizer
 from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
+from input_pipeline.pretraining import dataset as dataset_module
 from input_pipeline.pretraining.examples import instances_of_documents
+from input_pipeline.pretraining.dataset import parse_examples
+from input_pipeline.pretraining.tfrecord_shards import read_metadata, shard_paths
 
 CONFIG = PretrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10)
 
@@ -102,3 +106,50 @@ def test_create_data_cli_is_independent_of_worker_count(tmp_path):
         assert (out / "tokenizer" / "spiece.model").is_file()  # the data carries its tokenizer
         outputs.append({name: (out / name).read_bytes() for name in sorted(os.listdir(out)) if name != "tokenizer"})
     assert outputs[0] == outputs[1] and len(outputs[0]) == 4  # 3 shards + metadata.json
+
+
+@pytest.fixture(scope="module")
+def records_dir(tmp_path_factory):
+    """create-data output: 3 shards of about 40 documents x 2 passes."""
+    out = tmp_path_factory.mktemp("records")
+    write_pretraining_tfrecords(imdb_documents()[:120], small_tokenizer(), out, CONFIG, dupe_factor=2, seed=3,
+                                num_workers=0, documents_per_shard=40)
+    return str(out)
+
+
+def test_static_resume_at_any_step_equals_the_uninterrupted_stream(records_dir):
+    total = read_metadata(records_dir)["num_examples"]
+    full = take(make_pretraining_dataset(records_dir, 4, seed=4, flat=True, shuffle_buffer_size=16), total // 4 + 12)
+    for start in (1, 13, total // 4 - 1, total // 4 + 5):  # inside epoch 0, at its end, inside epoch 1
+        resumed = make_pretraining_dataset(records_dir, 4, seed=4, flat=True, shuffle_buffer_size=16, start_step=start)
+        assert_same(full[start : start + 5], take(resumed, 5))
+    # Every record once per epoch; the next epoch reads them in a new order.
+    rows = [row.tobytes() for b in full for row in b[features.TOKEN_IDS]]
+    stored = tf.data.TFRecordDataset(shard_paths(records_dir)).batch(64).map(lambda s: parse_examples(s, CONFIG))
+    assert sorted(rows[:total]) == sorted(row.tobytes() for b in stored for row in b[features.TOKEN_IDS].numpy())
+    assert set(rows[total : total + 40]) <= set(rows[:total]) and rows[total : total + 40] != rows[:40]
+
+
+@pytest.mark.parametrize("num_pipelines", [2, 4])  # by file (3 shards), by record
+def test_static_resume_per_input_pipeline(records_dir, num_pipelines):
+    for pipeline in range(num_pipelines):
+        context = tf.distribute.InputContext(num_pipelines, pipeline, num_pipelines)
+        full = take(make_pretraining_dataset(records_dir, 4 * num_pipelines, context, seed=1, flat=True), 12)
+        resumed = make_pretraining_dataset(records_dir, 4 * num_pipelines, context, seed=1, flat=True, start_step=9)
+        assert_same(full[9:12], take(resumed, 3))
+
+
+def test_static_resume_reads_nothing_before_its_position(records_dir, tmp_path):
+    """The shards before the resume position are corrupted: reading them would fail."""
+    counts = read_metadata(records_dir)["shard_examples"]
+    order = dataset_module._permutation(3, dataset_module._key(7, dataset_module._ORDER, 0)).numpy()
+    start_step = (counts[order[0]] + counts[order[1]]) // 4 + 1  # inside the epoch's third shard
+    expected = take(make_pretraining_dataset(records_dir, 4, seed=7, flat=True, shuffle_buffer_size=4,
+                                             start_step=start_step), 1)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(records_dir, damaged)
+    for shard in order[:2]:
+        (damaged / f"pretraining-{shard:05d}.tfrecord").write_bytes(b"\0" * 64)
+    resumed = make_pretraining_dataset(str(damaged), 4, seed=7, flat=True, shuffle_buffer_size=4,
+                                       start_step=start_step)
+    assert_same(expected, take(resumed, 1))
