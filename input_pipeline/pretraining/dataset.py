@@ -100,13 +100,16 @@ def make_pretraining_dataset(
     return batches.prefetch(tf.data.AUTOTUNE)
 
 
-def pretraining_dataset_fn(source, data_config=None, seed=0):
+def pretraining_dataset_fn(source, data_config=None, seed=0, data_service=None):
     """A `dataset_fn` for `albert_tf.training.Trainer` over `make_pretraining_dataset`.
 
     Args:
         source: a `create-data` directory or a `TokenizedCorpus`.
         data_config: `PretrainingDataConfig` (required for a corpus).
         seed: the data seed.
+        data_service: None, or the address of a tf.data service dispatcher
+            ("grpc://HOST:PORT"): its workers then make the batches (see
+            `distribute_on_data_service`).
 
     Returns:
         `dataset_fn(global_batch_size, input_context, start_step)`. One input
@@ -116,12 +119,31 @@ def pretraining_dataset_fn(source, data_config=None, seed=0):
 
     def dataset_fn(global_batch_size, input_context, start_step):
         replicas_per_pipeline = input_context.num_replicas_in_sync // input_context.num_input_pipelines
-        return make_pretraining_dataset(
+        dataset = make_pretraining_dataset(
             source, global_batch_size, input_context, seed=seed,
             start_step=start_step * replicas_per_pipeline, config=data_config,
         )
+        return dataset if data_service is None else distribute_on_data_service(dataset, data_service)
 
     return dataset_fn
+
+
+def distribute_on_data_service(dataset, address):
+    """`dataset` made by the workers of the tf.data service whose dispatcher is at `address`.
+
+    The dataset's graph goes to the dispatcher (so a raw-text corpus travels
+    inside it: a graph is at most 2 GB; larger corpora go through create-data).
+    Sharding is dynamic: each worker takes the next epoch still unclaimed, so
+    no example is made twice and workers can come and go. Batches arrive in
+    the order the workers finish them, so a run through the service is not
+    bit-for-bit reproducible, and a resumed one starts at its position's
+    epoch and offset but then interleaves as the workers go.
+    """
+    if not isinstance(address, str) or not address.startswith("grpc://"):
+        raise ValueError(f"`data_service` must be a dispatcher address grpc://HOST:PORT. Received: {address!r}")
+    return dataset.apply(tf.data.experimental.service.distribute(
+        processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=address,
+    ))
 
 
 def _key(seed, domain, *data):
