@@ -56,7 +56,8 @@ def test_dynamic_redraws_every_epoch():
     examples = [{k: v[0] for k, v in b.items()} for b in take(dataset, 2 * epoch_size)]
     first, second = examples[:epoch_size], examples[epoch_size:]
     # Masks are drawn afresh: (almost) no example comes back with the same masks and order.
-    masks = [{(e[features.MASK_POSITIONS].tobytes(), e[features.TOKEN_IDS].tobytes()) for e in part} for part in (first, second)]
+    masks = [{(e[features.MASK_POSITIONS].tobytes(), e[features.TOKEN_IDS].tobytes()) for e in part}
+             for part in (first, second)]
     assert len(masks[0]) == epoch_size and len(masks[0] & masks[1]) <= epoch_size // 10
     # Each epoch is a new order of the same pairs; the padded lengths say which pair is where.
     lengths = [sorted(int(e[features.PADDING_MASK].sum()) for e in part) for part in (first, second)]

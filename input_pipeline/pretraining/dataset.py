@@ -182,12 +182,13 @@ def _static_records(data_dir, config, seed, num_pipelines, pipeline_id, window, 
     if per_epoch < 1:
         raise ValueError(f"{data_dir!r} has {total} examples, fewer than the {num_pipelines} input pipelines.")
     first_epoch, offset = divmod(skip, per_epoch)
-    first_position = offset * stride + phase  # in the epoch's stream of every record of `paths`
+    # Where this pipeline starts in an epoch's stream of every record of `paths`.
+    first_position, phase = tf.constant(offset * stride + phase, tf.int64), tf.constant(phase, tf.int64)
     paths, counts = tf.constant(paths), tf.constant(counts, tf.int64)
 
     def epoch_records(epoch):
         # This pipeline's first record of the epoch, and the window that holds it.
-        start = tf.where(tf.equal(epoch, first_epoch), tf.constant(first_position, tf.int64), tf.constant(phase, tf.int64))
+        start = tf.where(tf.equal(epoch, first_epoch), first_position, phase)
         window_start = start // window * window
         order = _permutation(tf.size(paths), _key(seed, _ORDER, epoch))
         epoch_paths, epoch_counts = tf.gather(paths, order), tf.gather(counts, order)
