@@ -219,3 +219,15 @@ def test_results_index_lists_every_results_file_and_only_existing_ones():
                + glob.glob(os.path.join(results_dir, "*.md")) if not p.endswith("README.md")}
     assert sorted(linked - on_disk) == []
     assert sorted(on_disk - linked) == []
+
+
+def test_resume_time_prints_a_row_per_step(monkeypatch, capsys):
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    monkeypatch.setattr(sys, "argv", ["resume_time.py", "--steps", "0", "5000", "--shards", "2",
+                                      "--shard-examples", "20", "--batch-size", "4", "--repeats", "1"])
+    runpy.run_path(os.path.join(BENCH_DIR, "resume_time.py"), run_name="__main__")
+    table = capsys.readouterr().out
+    assert "flags:" in table
+    assert re.search(r"^\| 0 \| 0 \| 0 \| [0-9.]+ \|$", table, re.M)
+    # 5,000 steps of 4 examples are 500 epochs of the 40 examples.
+    assert re.search(r"^\| 5,000 \| 20,000 \| 500 \| [0-9.]+ \|$", table, re.M)

@@ -1,6 +1,7 @@
 """The tf.data pipelines (dynamic and static TFRecords) and the create-data CLI."""
 
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -11,7 +12,10 @@ from input_pipeline import features, movie_reviews
 from cli_helpers import run_cli
 from data_fixtures import imdb_documents, review_corpus, small_tokenizer
 from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
+from input_pipeline.pretraining import dataset as dataset_module
 from input_pipeline.pretraining.examples import instances_of_documents
+from input_pipeline.pretraining.dataset import parse_examples
+from input_pipeline.pretraining.tfrecord_shards import read_metadata, shard_paths
 
 CONFIG = PretrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10)
 
@@ -36,23 +40,30 @@ def test_dynamic_batches_fixed_shapes_for_fit():
 
 def test_dynamic_same_seed_same_data_and_resume():
     corpus = review_corpus()
-    full = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3), 20)
-    assert_same(full, take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3), 20))
-    # Resuming skips whole rounds inside the streams and the rest in tf.data.
+    full = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True), 20)
+    assert_same(full, take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True), 20))
+    # Resuming slices the epoch's order: nothing before the start is made.
     for start in (3, 7):
-        resumed = make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, chunk_size=4, num_streams=3, start_step=start)
+        resumed = make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True, start_step=start)
         assert_same(full[start:], take(resumed, 20 - start))
-    other = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=2, flat=True, chunk_size=4, num_streams=3), 20)
+    other = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=2, flat=True), 20)
     assert not np.array_equal(full[0][features.TOKEN_IDS], other[0][features.TOKEN_IDS])
 
 
 def test_dynamic_redraws_every_epoch():
     corpus = TokenizedCorpus.from_documents(imdb_documents()[:12], small_tokenizer())
-    epoch_size = len(instances_of_documents(corpus, range(12), CONFIG, (5, 0)))
-    dataset = make_pretraining_dataset(corpus, 1, config=CONFIG, seed=5, flat=True, num_streams=1, chunk_size=1)
-    tokens = [b[features.TOKEN_IDS][0] for b in take(dataset, 2 * epoch_size)]
-    first, second = {t.tobytes() for t in tokens[:epoch_size]}, {t.tobytes() for t in tokens[epoch_size:]}
-    assert len(first) == epoch_size and not first & second
+    epoch_size = len(instances_of_documents(corpus, range(12), CONFIG, (5,)))
+    dataset = make_pretraining_dataset(corpus, 1, config=CONFIG, seed=5, flat=True)
+    examples = [{k: v[0] for k, v in b.items()} for b in take(dataset, 2 * epoch_size)]
+    first, second = examples[:epoch_size], examples[epoch_size:]
+    # Masks are drawn afresh: (almost) no example comes back with the same masks and order.
+    masks = [{(e[features.MASK_POSITIONS].tobytes(), e[features.TOKEN_IDS].tobytes()) for e in part}
+             for part in (first, second)]
+    assert len(masks[0]) == epoch_size and len(masks[0] & masks[1]) <= epoch_size // 10
+    # Each epoch is a new order of the same pairs; the padded lengths say which pair is where.
+    lengths = [sorted(int(e[features.PADDING_MASK].sum()) for e in part) for part in (first, second)]
+    assert lengths[0] == lengths[1]
+    assert [int(e[features.PADDING_MASK].sum()) for e in first] != [int(e[features.PADDING_MASK].sum()) for e in second]
 
 
 def test_input_context_shards_pipelines():
@@ -151,3 +162,50 @@ def test_raw_text_pretrain_reports_the_sop_balance(tmp_path):
     assert not _warnings(split) and "sentence_order_label 0/1: " in split.stdout
     zeros, ones = map(int, split.stdout.split("sentence_order_label 0/1: ")[1].split()[0].split("/"))
     assert 0.45 < ones / (zeros + ones) < 0.65
+
+
+@pytest.fixture(scope="module")
+def records_dir(tmp_path_factory):
+    """create-data output: 3 shards of about 40 documents x 2 passes."""
+    out = tmp_path_factory.mktemp("records")
+    write_pretraining_tfrecords(imdb_documents()[:120], small_tokenizer(), out, CONFIG, dupe_factor=2, seed=3,
+                                num_workers=0, documents_per_shard=40)
+    return str(out)
+
+
+def test_static_resume_at_any_step_equals_the_uninterrupted_stream(records_dir):
+    total = read_metadata(records_dir)["num_examples"]
+    full = take(make_pretraining_dataset(records_dir, 4, seed=4, flat=True, shuffle_buffer_size=16), total // 4 + 12)
+    for start in (1, 13, total // 4 - 1, total // 4 + 5):  # inside epoch 0, at its end, inside epoch 1
+        resumed = make_pretraining_dataset(records_dir, 4, seed=4, flat=True, shuffle_buffer_size=16, start_step=start)
+        assert_same(full[start : start + 5], take(resumed, 5))
+    # Every record once per epoch; the next epoch reads them in a new order.
+    rows = [row.tobytes() for b in full for row in b[features.TOKEN_IDS]]
+    stored = tf.data.TFRecordDataset(shard_paths(records_dir)).batch(64).map(lambda s: parse_examples(s, CONFIG))
+    assert sorted(rows[:total]) == sorted(row.tobytes() for b in stored for row in b[features.TOKEN_IDS].numpy())
+    assert set(rows[total : total + 40]) <= set(rows[:total]) and rows[total : total + 40] != rows[:40]
+
+
+@pytest.mark.parametrize("num_pipelines", [2, 4])  # by file (3 shards), by record
+def test_static_resume_per_input_pipeline(records_dir, num_pipelines):
+    for pipeline in range(num_pipelines):
+        context = tf.distribute.InputContext(num_pipelines, pipeline, num_pipelines)
+        full = take(make_pretraining_dataset(records_dir, 4 * num_pipelines, context, seed=1, flat=True), 12)
+        resumed = make_pretraining_dataset(records_dir, 4 * num_pipelines, context, seed=1, flat=True, start_step=9)
+        assert_same(full[9:12], take(resumed, 3))
+
+
+def test_static_resume_reads_nothing_before_its_position(records_dir, tmp_path):
+    """The shards before the resume position are corrupted: reading them would fail."""
+    counts = read_metadata(records_dir)["shard_examples"]
+    order = dataset_module._permutation(3, dataset_module._key(7, dataset_module._ORDER, 0)).numpy()
+    start_step = (counts[order[0]] + counts[order[1]]) // 4 + 1  # inside the epoch's third shard
+    expected = take(make_pretraining_dataset(records_dir, 4, seed=7, flat=True, shuffle_buffer_size=4,
+                                             start_step=start_step), 1)
+    damaged = tmp_path / "damaged"
+    shutil.copytree(records_dir, damaged)
+    for shard in order[:2]:
+        (damaged / f"pretraining-{shard:05d}.tfrecord").write_bytes(b"\0" * 64)
+    resumed = make_pretraining_dataset(str(damaged), 4, seed=7, flat=True, shuffle_buffer_size=4,
+                                       start_step=start_step)
+    assert_same(expected, take(resumed, 1))

@@ -60,6 +60,9 @@ def add_parser(subparsers):
     data.add_argument("--max-seq-length", type=int, help="Raw text only (default 512).")
     data.add_argument("--max-predictions-per-seq", type=int, help="Raw text only (default 20).")
     data.add_argument("--task", choices=("sop", "nsp"), help="Raw text only (default sop).")
+    data.add_argument("--data-service", metavar="grpc://HOST:PORT",
+                      help="Make the batches on the workers of this tf.data service dispatcher "
+                           "(docs/pretraining.md).")
 
     training = parser.add_argument_group("training")
     training.add_argument("--out", required=True, metavar="RUN_DIR",
@@ -75,6 +78,8 @@ def add_parser(subparsers):
 
 def run(args):
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
+    if args.data_service is not None and not args.data_service.startswith("grpc://"):
+        raise ValueError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
     # Before reading the data: a TPU that is not there is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
     from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
@@ -93,7 +98,7 @@ def run(args):
         word_embeddings_init = ppmi_svd_init(source)
         data_info["embedding_init"] = "ppmi-svd"
     trainer = Trainer(
-        model_config, trainer_config, args.out, pretraining_dataset_fn(source, data_config, seed=args.seed),
+        model_config, trainer_config, args.out, pretraining_dataset_fn(source, data_config, seed=args.seed, data_service=args.data_service),
         strategy=strategy, tokenizer=tokenizer,
         run_info={"data": data_info, "strategy": strategy_name, "replicas": strategy.num_replicas_in_sync},
         word_embeddings_init=word_embeddings_init,

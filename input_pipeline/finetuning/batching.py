@@ -65,13 +65,6 @@ def batch_order(lengths, batch_size, shuffle=False, bucket=False, seed=0):
 REMAINDERS = ("keep", "drop", "pad")
 
 
-def _spec(value):
-    if isinstance(value, dict):
-        return {k: _spec(v) for k, v in value.items()}
-    value = np.asarray(value)
-    return tf.TensorSpec((None,) * value.ndim, tf.as_dtype(value.dtype))
-
-
 def _static_spec(values, pad_to):
     """The one TensorSpec of every value: its last axis `pad_to`, the others as the values have them."""
     if isinstance(values[0], dict):
@@ -88,12 +81,52 @@ def _static_spec(values, pad_to):
     return tf.TensorSpec(shape, tf.as_dtype(arrays[0].dtype))
 
 
-def _fill_rows(batch, batch_size, value):
-    """`batch` (a padded array or dict of them) with rows of `value` appended up to `batch_size` rows."""
-    if isinstance(batch, dict):
-        return {k: _fill_rows(v, batch_size, value) for k, v in batch.items()}
-    filler = np.full((batch_size - len(batch),) + batch.shape[1:], value, dtype=batch.dtype)
-    return np.concatenate([batch, filler])
+def _stack_ragged(values):
+    """One tensor of every example's value: dense (num_examples,) for scalars, else ragged on every axis.
+
+    Gathering rows of it and calling `to_tensor` pads every axis to the
+    batch's longest, as `_pad` does, inside the tf.data graph.
+    """
+    arrays = [np.asarray(v) for v in values]
+    if not arrays[0].ndim:
+        return tf.constant(np.stack(arrays))
+    flat = np.concatenate([a.ravel() for a in arrays])
+    # Row lengths of each ragged axis, outermost first: axis k of an example
+    # repeats its length once per row of the axes before it.
+    nested = [
+        np.concatenate([np.full(int(np.prod(a.shape[:axis])), a.shape[axis], np.int64) for a in arrays])
+        for axis in range(arrays[0].ndim)
+    ]
+    return tf.RaggedTensor.from_nested_row_lengths(flat, nested, validate=False)
+
+
+def _stacked(values):
+    """`_stack_ragged` of each field: a list of dicts gives a dict of tensors (nested as the dicts are)."""
+    if isinstance(values[0], dict):
+        return {k: _stacked([v[k] for v in values]) for k in values[0]}
+    return _stack_ragged(values)
+
+
+def _check_fits(values, pad_to):
+    """Refuses any array whose last axis is longer than `pad_to` (padding would have to cut it)."""
+    if isinstance(values[0], dict):
+        for k in values[0]:
+            _check_fits([v[k] for v in values], pad_to)
+        return
+    longest = max((np.shape(v)[-1] for v in values if np.ndim(v)), default=0)
+    if longest > pad_to:
+        raise ValueError(f"An example has {longest} positions, more than pad_to={pad_to}.")
+
+
+def _padded_rows(stacked, indices, value, shape):
+    """Rows `indices` of a `_stack_ragged` tensor, padded with `value` (to the known sizes of `shape`)."""
+    rows = tf.gather(stacked, indices)
+    if isinstance(rows, tf.RaggedTensor):
+        return rows.to_tensor(default_value=tf.cast(value, rows.dtype), shape=shape)
+    if shape.rank is not None:  # the "pad" remainder: fill rows up to the batch size
+        rows = tf.pad(rows, [[0, shape[0] - tf.shape(rows)[0]]], constant_values=tf.cast(value, rows.dtype))
+        rows = tf.ensure_shape(rows, shape)
+    return rows
 
 
 def make_dataset(inputs, labels=None, batch_size=32, shuffle=False, seed=0, bucket=False,
@@ -147,22 +180,31 @@ def make_dataset(inputs, labels=None, batch_size=32, shuffle=False, seed=0, buck
         batches = batch_order(lengths, batch_size, shuffled, bucket, order_seed)
         return [b for b in batches if len(b) == batch_size] if remainder == "drop" else batches
 
-    def generate():
-        for indices in order(shuffle, seed):
-            x = pad_batch([inputs[i] for i in indices], 0, pad_to)
-            y = None if labels is None else pad_batch([labels[i] for i in indices], label_pad, pad_to)
-            if remainder == "pad" and len(indices) < batch_size:
-                x = _fill_rows(x, batch_size, 0)
-                y = None if y is None else _fill_rows(y, batch_size, label_pad)
-            yield x if y is None else (x, y)
-
+    # Every example sits in the graph as tensors, and each batch is its row
+    # indices gathered and padded by TensorFlow ops: no Python runs while the
+    # dataset is read, so any tf.data host or service worker can run it.
+    batches = order(shuffle, seed)
+    first = inputs[0] if labels is None else (inputs[0], labels[0])
     if remainder == "keep":
-        first = _spec(inputs[0]) if labels is None else (_spec(inputs[0]), _spec(labels[0]))
-        signature = tf.nest.map_structure(lambda s: tf.TensorSpec((None,) + tuple(s.shape), s.dtype), first)
+        # Scalars stack; arrays pad every axis to the batch's longest (the last to `pad_to`, if given).
+        shapes = tf.nest.map_structure(
+            lambda v: tf.TensorShape([None] * np.ndim(v) + [pad_to] if np.ndim(v) else None), first)
     else:
-        first = _static_spec(inputs, pad_to) if labels is None else (
+        specs = _static_spec(inputs, pad_to) if labels is None else (
             _static_spec(inputs, pad_to), _static_spec(labels, pad_to))
-        signature = tf.nest.map_structure(lambda s: tf.TensorSpec((batch_size,) + tuple(s.shape), s.dtype), first)
-    dataset = tf.data.Dataset.from_generator(generate, output_signature=signature)
+        shapes = tf.nest.map_structure(lambda s: tf.TensorShape([batch_size, *s.shape]), specs)
+    if pad_to is not None:
+        for values in (inputs, labels or [0]):
+            _check_fits(values, pad_to)
+    stacked = _stacked(inputs) if labels is None else (_stacked(inputs), _stacked(labels))
+    pad_values = tf.nest.map_structure(lambda _: 0, stacked) if labels is None else (
+        tf.nest.map_structure(lambda _: 0, stacked[0]), tf.nest.map_structure(lambda _: label_pad, stacked[1]))
+
+    def gather(indices):
+        return tf.nest.map_structure(lambda t, v, s: _padded_rows(t, indices, v, s), stacked, pad_values, shapes)
+
+    flat_order = np.concatenate(batches).astype(np.int64)
+    index_batches = tf.RaggedTensor.from_row_lengths(flat_order, [len(b) for b in batches], validate=False)
+    dataset = tf.data.Dataset.from_tensor_slices(index_batches).map(gather)
     # A known length gives Keras progress bars and clean epoch ends.
-    return dataset.apply(tf.data.experimental.assert_cardinality(len(order(False, seed)))).prefetch(2)
+    return dataset.apply(tf.data.experimental.assert_cardinality(len(batches))).prefetch(2)

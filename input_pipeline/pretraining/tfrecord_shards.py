@@ -104,6 +104,8 @@ def write_pretraining_tfrecords(
         "num_documents": pair_stats.num_documents,
         "num_single_sentence_documents": pair_stats.num_single_sentence_documents,
         "sentence_order_label_counts": list(pair_stats.label_counts),
+        # Lets a resumed reader find its place without reading the shards before it.
+        "shard_examples": [count for count, _ in results],
         "vocab_size": tokenizer.vocab_size,
         "dupe_factor": dupe_factor,
         "seed": seed,

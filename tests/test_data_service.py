@@ -1,0 +1,59 @@
+"""`pretrain --data-service`: the input made by tf.data service workers in other processes."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from albert_tf.training import read_log
+from cli_helpers import free_ports, run_cli
+from data_fixtures import imdb_documents, small_tokenizer
+from journey_fixtures import TINY_MODEL, assert_one_line_error, write_sentences_corpus
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data_service_worker.py")
+
+
+@pytest.fixture
+def data_service():
+    """A dispatcher and two workers, each its own process on 127.0.0.1; yields the dispatcher's address."""
+    dispatcher_port, *worker_ports = free_ports(3)
+    commands = [[sys.executable, WORKER, "dispatcher", str(dispatcher_port)]] + [
+        [sys.executable, WORKER, "worker", str(port), f"127.0.0.1:{dispatcher_port}"] for port in worker_ports
+    ]
+    processes = []
+    try:
+        for command in commands:
+            processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+            assert processes[-1].stdout.readline().strip() == "ready"
+        yield f"grpc://127.0.0.1:{dispatcher_port}", processes
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+@pytest.mark.slow
+def test_pretrain_through_the_data_service_reaches_the_local_loss(tmp_path, data_service):
+    address, processes = data_service
+    write_sentences_corpus(tmp_path / "corpus", imdb_documents()[:300])
+    small_tokenizer().save(str(tmp_path / "tok"))
+    common = ["pretrain", *TINY_MODEL, "--data", "corpus/reviews.txt", "--tokenizer", "tok", "--max-seq-length", "32",
+              "--max-predictions-per-seq", "5", "--batch-size", "16", "--steps", "60", "--log-every", "20",
+              "--checkpoint-every", "60"]
+    run_cli(*common, "--out", "local", cwd=tmp_path)
+    run_cli(*common, "--out", "service", "--data-service", address, cwd=tmp_path)
+    assert all(process.poll() is None for process in processes)  # the workers served to the end
+    local, service = (read_log(str(tmp_path / run)) for run in ("local", "service"))
+    assert local[-1]["step"] == service[-1]["step"] == 60
+    # Other examples in another order (the workers interleave epochs): not the local run's loss to the bit,
+    # which says the batches came from the service, but the same within noise.
+    assert service[-1]["loss"] != local[-1]["loss"]
+    assert abs(service[-1]["loss"] - local[-1]["loss"]) < 0.05 * local[-1]["loss"], (local[-1], service[-1])
+    assert service[-1]["loss"] < service[0]["loss"]
+
+
+def test_data_service_address_is_checked(tmp_path):
+    refused = run_cli("pretrain", "--data", "data/", "--out", "runs/x", "--data-service", "127.0.0.1:5050",
+                      cwd=tmp_path, expect_rc=2)
+    assert_one_line_error(refused, "--data-service", "grpc://")
