@@ -85,6 +85,18 @@ def is_chief(strategy):
     return resolver.task_type != "worker" or resolver.task_id == 0
 
 
+def num_workers(strategy):
+    """The processes that run `strategy`'s replicas: the chief and workers of a multi-worker cluster, else 1.
+
+    A TPU's hosts are driven by this one client process, so TPUStrategy counts 1.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_type is None or isinstance(strategy, tf.distribute.TPUStrategy):
+        return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
+
+
 # Seconds to wait for a grpc:// TPU address to accept a connection: TensorFlow
 # itself waits without end on an address where nothing listens.
 TPU_CONNECT_TIMEOUT = 10
