@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from albert_tf.training import Trainer, read_log
 from albert_tf.training.progress import METRICS
-from albert_tf.training.trainer import TRAINING_CONFIG_FILE, loop_length
+from albert_tf.training.trainer import TRAINING_CONFIG_FILE, loop_length, resolve_run_precision
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
 )
@@ -68,6 +68,19 @@ def test_auto_compiles_the_whole_step_on_one_device(tmp_path):
     assert trainer(tmp_path / "default").compile_step == "whole"
     assert trainer(tmp_path / "mirrored", tf.distribute.MirroredStrategy(["/cpu:0"])).compile_step == "whole"
     assert trainer(tmp_path / "forced", compile_step="forward").compile_step == "forward"
+
+
+def test_auto_leaves_whole_step_off_where_keras_merge_call_cannot_run_on_a_gpu():
+    # No GPU here: the rule is checked with the device named. Keras' optimizer
+    # increments its iteration counter with a merge call, which TensorFlow
+    # refuses inside a compiled replica function on GPUs under MirroredStrategy.
+    config, mirrored = tiny_trainer_config(), tf.distribute.MirroredStrategy(["/cpu:0"])
+    assert resolve_run_precision(config, TINY_MODEL, mirrored, device="gpu").compile_step == "forward"
+    assert resolve_run_precision(config, TINY_MODEL, mirrored, device="cpu").compile_step == "whole"
+    # The default strategy makes no merge call: one GPU without --strategy keeps the whole step.
+    assert resolve_run_precision(config, TINY_MODEL, tf.distribute.get_strategy(), device="gpu").compile_step == "whole"
+    with pytest.raises(ValueError, match="merge call"):
+        resolve_run_precision(tiny_trainer_config(compile_step="whole"), TINY_MODEL, mirrored, device="gpu")
 
 
 # ------------------------------------------------------- no host work inside

@@ -583,37 +583,55 @@ def _check_loss_scaling_kept(saved, training, run_dir):
         )
 
 
-def resolve_run_precision(config, model_config, strategy, flags=None):
+def resolve_run_precision(config, model_config, strategy, flags=None, device=None):
     """The precision and compile step a run of `config` uses under `strategy` ("auto" resolved).
 
     See `albert_tf.precision.resolve_precision` for the precision rule. XLA
-    compiles TPUStrategy's replica step, and that of a single replica.
-    Under MirroredStrategy over several (logical CPU) devices the compiled
-    replica step fails: XLA runs each replica's program on one device, and it
-    cannot reach the variables other devices hold ("Trying to access resource
-    ... located in device CPU:1 from device CPU:0"). Several replicas outside
-    a TPU therefore get "forward", which holds no variable and no all-reduce.
+    compiles TPUStrategy's replica step, and that of a single replica, with
+    two exceptions where the compiled replica step cannot run:
+      - several replicas outside a TPU: XLA runs each replica's program on
+        one device, and it cannot reach the variables other devices hold
+        ("Trying to access resource ... located in device CPU:1 from device
+        CPU:0");
+      - MirroredStrategy or MultiWorkerMirroredStrategy on a GPU: Keras'
+        `optimizer.apply` increments its iteration counter (an
+        ONLY_FIRST_REPLICA variable) with a `merge_call`, which TensorFlow
+        refuses inside a compiled replica function on GPUs ("merge_call
+        called while defining a new graph", keras-team/keras#17187). On CPUs
+        TensorFlow keeps merge calls outside XLA, and the default strategy
+        makes none.
+    Those runs get "forward", which holds no variable write and no all-reduce.
 
     Args:
         config: a `TrainerConfig`.
         model_config: the `AlbertConfig` trained.
         strategy: the `tf.distribute.Strategy` of the run.
         flags: the CPU's flags (this machine's when None).
+        device: "cpu", "gpu" or "tpu", what runs the replicas
+            (`albert_tf.precision.device_kind(strategy)` when None).
 
     Returns:
         An `albert_tf.precision.PrecisionChoice`.
 
     Raises:
-        ValueError: "whole" under a strategy whose all-reduce XLA cannot compile.
+        ValueError: "whole" under a strategy where the compiled step cannot run.
     """
-    whole_compiles = isinstance(strategy, tf.distribute.TPUStrategy) or strategy.num_replicas_in_sync == 1
+    device = device or device_kind(strategy)
+    on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    merge_calls = device == "gpu" and isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    )
+    whole_compiles = on_tpu or (strategy.num_replicas_in_sync == 1 and not merge_calls)
     if config.compile_step == "whole" and not whole_compiles:
+        why = ("Keras' optimizer makes a merge call that TensorFlow refuses inside XLA on GPUs under "
+               f"{type(strategy).__name__} (run one GPU without --strategy)" if merge_calls else
+               "XLA compiles the all-reduce only under TPUStrategy and with one replica")
         raise ValueError(
-            f"compile_step='whole' compiles the all-reduce with XLA, which only TPUStrategy and one replica allow. "
-            f"Received: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas; use 'forward'."
+            f"compile_step='whole' cannot run here: {why}. Received: {type(strategy).__name__} with "
+            f"{strategy.num_replicas_in_sync} replicas on {device.upper()}; use 'forward'."
         )
     return resolve_precision(config.mixed_precision, config.compile_step, model_config.hidden_size,
-                             device_kind(strategy), whole_compiles, flags)
+                             device, whole_compiles, flags)
 
 
 def loop_length(step, config):
