@@ -112,7 +112,7 @@ def test_the_tpu_extra_pins_one_tensorflow_version_that_the_default_install_allo
     required, extras = _requirements(ROOT / "setup.py")
     base = {r.name: r.specifier for r in map(Requirement, required)}
     tpu = {r.name: r.specifier for r in map(Requirement, extras["tpu"])}
-    assert set(tpu) == {"tensorflow-tpu", "tensorflow-text"}
+    assert set(tpu) == {"tensorflow-tpu", "tensorflow-text", "libtpu"}
     # tensorflow-text X.Y requires tensorflow X.Y: the TPU build and the text ops must be of one minor version.
     assert str(tpu["tensorflow-tpu"]) == str(tpu["tensorflow-text"])
     version = str(tpu["tensorflow-tpu"]).removeprefix("==").removesuffix(".*")
