@@ -479,7 +479,7 @@ class Trainer:
             return requested
         # One scalar all-reduce per loop; every worker reaches this point after the same loops.
         asked = self.strategy.run(lambda: tf.constant(1.0 if requested else 0.0))
-        return bool(self.strategy.reduce(tf.distribute.ReduceOp.MAX, asked, axis=None) > 0)
+        return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, asked, axis=None) > 0)
 
     def _save_final(self, final_dir):
         """`save_pretrained` into a staging directory renamed to `final_dir`: never a partial final/."""
