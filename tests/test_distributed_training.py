@@ -99,6 +99,22 @@ def test_multi_worker_on_two_processes_matches_one_device(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_stop_asked_by_one_worker_stops_every_worker_at_the_same_checkpointed_step(tmp_path):
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    processes = [
+        worker(["--strategy", "multi_worker", "--run-dir", str(tmp_path / "multi"), "--steps", "8",
+                "--steps-per-loop", "1", "--stop-at-step", "3"],
+               tf_config={"cluster": cluster, "task": {"type": "worker", "index": index}})
+        for index in range(2)
+    ]
+    outputs = [finish(process, timeout=180) for process in processes]
+    # Worker 1 alone asked; the chief (worker 0) stops with it, after the same step, and writes the checkpoint.
+    for output in outputs:
+        assert "stopped at step 3, saved" in output, output[-3000:]
+    assert (tmp_path / "multi" / "checkpoints" / "ckpt-3.index").exists()
+
+
+@pytest.mark.slow
 def test_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
     run_dir = tmp_path / "killed"
     args = ["--run-dir", str(run_dir), "--steps", "6", "--checkpoint-every", "2", "--out", str(tmp_path / "w.npz")]

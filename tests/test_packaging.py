@@ -95,3 +95,28 @@ def test_the_check_catches_a_missing_or_misplaced_requirement():
     # A module-level import may not lean on an extra.
     problems = undeclared(imports, required - {"numpy"}, {**extras, "extra": {"numpy"}})
     assert any("numpy" in line and "module-level" in line for line in problems)
+
+
+def _requirements(setup_path):
+    """(install_requires, {extra: requirements}) as written in setup.py, unnormalized."""
+    tree = ast.parse(setup_path.read_text(encoding="utf-8"))
+    call = next(node for node in ast.walk(tree)
+                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup")
+    arguments = {keyword.arg: keyword.value for keyword in call.keywords}
+    return ast.literal_eval(arguments["install_requires"]), ast.literal_eval(arguments["extras_require"])
+
+
+def test_the_tpu_extra_pins_one_tensorflow_version_that_the_default_install_allows():
+    from packaging.requirements import Requirement
+
+    required, extras = _requirements(ROOT / "setup.py")
+    base = {r.name: r.specifier for r in map(Requirement, required)}
+    tpu = {r.name: r.specifier for r in map(Requirement, extras["tpu"])}
+    assert set(tpu) == {"tensorflow-tpu", "tensorflow-text", "libtpu"}
+    # tensorflow-text X.Y requires tensorflow X.Y: the TPU build and the text ops must be of one minor version.
+    assert str(tpu["tensorflow-tpu"]) == str(tpu["tensorflow-text"])
+    version = str(tpu["tensorflow-tpu"]).removeprefix("==").removesuffix(".*")
+    for name in ("tensorflow", "tensorflow-text"):
+        assert base[name].contains(version + ".0"), (name, base[name], version)
+    # The default install takes both supported minor versions.
+    assert base["tensorflow"].contains("2.20.0") and base["tensorflow"].contains("2.21.0")

@@ -33,13 +33,22 @@ def test_auto_is_bfloat16_without_xla_on_a_bf16_cpu_for_a_wide_model():
 
 
 def test_auto_is_float32_with_todays_compile_step_elsewhere():
-    # Narrow model, CPU without bf16 units, GPU, TPU: float32, and XLA as before.
-    for kwargs in ({"hidden_size": NARROW}, {"flags": PLAIN_CPU}, {"device": "gpu"}, {"device": "tpu"}):
+    # Narrow model, CPU without bf16 units, GPU: float32, and XLA as before.
+    for kwargs in ({"hidden_size": NARROW}, {"flags": PLAIN_CPU}, {"device": "gpu"}):
         assert choose(**kwargs) == ("float32", "whole"), kwargs
         assert choose(whole_compiles=False, **kwargs) == ("float32", "forward"), kwargs
     assert "H 256 < 512" in resolve_precision("auto", "auto", NARROW, "cpu", flags=BF16_CPU).reason
     assert "no avx512_bf16 or amx_bf16" in resolve_precision("auto", "auto", WIDE, "cpu", flags=PLAIN_CPU).reason
     assert "not measured on a GPU" in resolve_precision("auto", "auto", WIDE, "gpu", flags=BF16_CPU).reason
+
+
+def test_auto_is_bfloat16_on_a_tpu_whatever_the_width_and_says_so():
+    for hidden_size in (NARROW, WIDE):
+        assert choose(hidden_size=hidden_size, device="tpu") == ("mixed_bfloat16", "whole")
+    assert choose(compile_step="forward", device="tpu") == ("mixed_bfloat16", "forward")
+    assert choose("float32", device="tpu") == ("float32", "whole")
+    choice = resolve_precision("auto", "auto", 768, "tpu", flags=PLAIN_CPU)
+    assert choice.describe() == "mixed_bfloat16 (auto: TPUs compute in bfloat16); XLA: whole"
 
 
 def test_auto_with_an_explicit_xla_step_stays_float32():

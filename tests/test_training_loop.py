@@ -16,7 +16,8 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.training import Trainer, read_log
-from albert_tf.training.trainer import TRAINING_CONFIG_FILE, loop_length
+from albert_tf.training.progress import METRICS
+from albert_tf.training.trainer import TRAINING_CONFIG_FILE, loop_length, resolve_run_precision
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
 )
@@ -69,6 +70,19 @@ def test_auto_compiles_the_whole_step_on_one_device(tmp_path):
     assert trainer(tmp_path / "forced", compile_step="forward").compile_step == "forward"
 
 
+def test_auto_leaves_whole_step_off_where_keras_merge_call_cannot_run_on_a_gpu():
+    # No GPU here: the rule is checked with the device named. Keras' optimizer
+    # increments its iteration counter with a merge call, which TensorFlow
+    # refuses inside a compiled replica function on GPUs under MirroredStrategy.
+    config, mirrored = tiny_trainer_config(), tf.distribute.MirroredStrategy(["/cpu:0"])
+    assert resolve_run_precision(config, TINY_MODEL, mirrored, device="gpu").compile_step == "forward"
+    assert resolve_run_precision(config, TINY_MODEL, mirrored, device="cpu").compile_step == "whole"
+    # The default strategy makes no merge call: one GPU without --strategy keeps the whole step.
+    assert resolve_run_precision(config, TINY_MODEL, tf.distribute.get_strategy(), device="gpu").compile_step == "whole"
+    with pytest.raises(ValueError, match="merge call"):
+        resolve_run_precision(tiny_trainer_config(compile_step="whole"), TINY_MODEL, mirrored, device="gpu")
+
+
 # ------------------------------------------------------- no host work inside
 # Ops that run on the host or have shapes known only at run time: neither
 # compiles into one TPU program.
@@ -112,6 +126,48 @@ def test_the_traced_training_loop_holds_no_host_op(tmp_path, compile_step):
     assert sorted(op for ops in readers.values() for op in ops) == ["IteratorGetNext"] * 2
     assert not set(readers) & compiled
     assert bool(compiled) == (compile_step != "none")
+
+
+# Ops that write a variable: the optimizer's update (and the step counter).
+WRITE_OPS = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
+
+
+@pytest.mark.parametrize("accumulation_steps", [1, 2])
+def test_the_whole_compiled_step_holds_the_update_and_only_metrics_leave_it(tmp_path, accumulation_steps):
+    run = trainer(tmp_path, compile_step="whole", accumulation_steps=accumulation_steps)
+    graph_def = run.step_graph(run.input_iterator(0)).as_graph_def()
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    compiled = [name for name, f in functions.items() if f.attr["_XlaMustCompile"].b]
+    assert len(compiled) == 1
+    step = functions[compiled[0]]
+    # Only the six scalar metrics come out: the gradients never leave the XLA
+    # program, so their all-reduce (the identity on one replica, a
+    # CrossReplicaSum on a TPU), the clipping and LAMB all run inside it.
+    assert len(step.signature.output_arg) == len(METRICS)
+    # Every weight, both LAMB moments of each and the iteration count are written in it...
+    written = {node.input[0] for node in step.node_def if node.op in WRITE_OPS}
+    assert len(written) >= 3 * len(run.model.trainable_variables) + 1
+    # ...and nothing outside it (and the loops it calls: the micro-batch
+    # accumulation) writes a variable but the trainer's step counter.
+    inside = called_functions(functions, compiled[0])
+    outside = [node.op for node in graph_def.node if node.op in WRITE_OPS] + [
+        node.op for name, f in functions.items() if name not in inside for node in f.node_def if node.op in WRITE_OPS
+    ]
+    assert outside == ["AssignAddVariableOp"]
+
+
+def called_functions(functions, name):
+    """`name` and every library function its nodes call (loop bodies, branches), transitively."""
+    found, pending = set(), [name]
+    while pending:
+        current = pending.pop()
+        if current in found or current not in functions:
+            continue
+        found.add(current)
+        for node in functions[current].node_def:
+            for value in node.attr.values():
+                pending += [value.func.name] + [f.name for f in value.list.func]
+    return found
 
 
 def test_the_host_op_check_finds_host_ops():

@@ -7,6 +7,7 @@ the input so that a test can kill the run between checkpoints.
 """
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -25,6 +26,8 @@ def main():
     parser.add_argument("--steps-per-loop", type=int, help="Default: TrainerConfig's.")
     parser.add_argument("--compile-step", default="auto")
     parser.add_argument("--fit", action="store_true", help="Train with model.fit instead of Trainer.")
+    parser.add_argument("--stop-at-step", type=int,
+                        help="Worker 1 of a cluster alone asks to stop (as on SIGTERM) once at this step.")
     args = parser.parse_args()
 
     from albert_tf.distribute import configure_logical_cpus, get_strategy
@@ -55,6 +58,15 @@ def main():
                                  compile_step=args.compile_step, **loop)
     trainer = Trainer(TINY_MODEL, config, args.run_dir, dataset_fn, strategy=get_strategy(args.strategy))
     print(f"compile_step: {trainer.compile_step}")
+    if args.stop_at_step:
+        from albert_tf.training.trainer import TrainingStopped
+
+        index = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index")
+        try:
+            trainer.train(stop_requested=lambda: index == 1 and trainer.step >= args.stop_at_step)
+        except TrainingStopped as stopped:
+            print(f"stopped at step {stopped.step}, saved {stopped.checkpoint}")
+        return
     trainer.train()
     if args.out:
         np.savez(args.out, *weights_of(trainer.model))

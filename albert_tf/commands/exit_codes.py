@@ -4,3 +4,8 @@
 EXIT_USER_ERROR = 2
 # The shell's code for a process ended by SIGINT (128 + 2).
 EXIT_INTERRUPTED = 130
+# A run stopped by SIGTERM after saving its step: 128 + 15, what a process
+# killed by SIGTERM reports to its shell or container runtime, and the
+# "restart" code of TensorFlow's own preemption handler on Google Cloud; a
+# scheduler that retries preempted jobs reruns the command, which resumes.
+EXIT_PREEMPTED = 143

@@ -219,7 +219,7 @@ def config_kwargs(config_cls, args, names=None, exclude=()):
 
 
 def add_strategy_flags(parser, strategies, note=""):
-    """Adds --strategy, --tpu and --logical-cpus (read back by `strategy_from_flags`).
+    """Adds --strategy, --tpu, --tpu-zone, --gcp-project and --logical-cpus (read back by `strategy_from_flags`).
 
     Args:
         parser: an argparse parser or argument group.
@@ -232,6 +232,8 @@ def add_strategy_flags(parser, strategies, note=""):
                         help="tf.distribute strategy (default: tpu with --tpu, else default)." + note)
     parser.add_argument("--tpu", help="TPU name, grpc:// address or \"local\"; selects --strategy tpu (any other "
                         "--strategy with it is an error).")
+    parser.add_argument("--tpu-zone", help="Cloud zone of the TPU named by --tpu (default: this machine's).")
+    parser.add_argument("--gcp-project", help="Cloud project of the TPU named by --tpu (default: this machine's).")
     parser.add_argument("--logical-cpus", type=int,
                         help="Split the CPU into this many devices (mirrored runs on a CPU-only machine).")
 
@@ -252,10 +254,13 @@ def strategy_from_flags(args):
         raise ValueError(f"--tpu {args.tpu} runs on a TPU; it does not go with --strategy {args.strategy}. "
                          "Drop one of them.")
     name = args.strategy or ("tpu" if args.tpu is not None else "default")
+    for flag, value in (("--tpu-zone", args.tpu_zone), ("--gcp-project", args.gcp_project)):
+        if value is not None and name != "tpu":
+            raise ValueError(f"{flag} {value} names where a TPU is; it goes with --tpu, not --strategy {name}.")
     if args.logical_cpus:
         configure_logical_cpus(args.logical_cpus)
     try:
-        return name, get_strategy(name, tpu=args.tpu)
+        return name, get_strategy(name, tpu=args.tpu, tpu_zone=args.tpu_zone, gcp_project=args.gcp_project)
     except ValueError as e:
         if name != "tpu":
             raise

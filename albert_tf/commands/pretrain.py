@@ -7,15 +7,18 @@ keeps the data's tokenizer (RUN_DIR/tokenizer and RUN_DIR/final/tokenizer), and
 warmup is 2.5% of the steps unless --warmup-steps is given.
 """
 
+import contextlib
 import dataclasses
 import json
 import os
+import signal
 import sys
+import threading
 
 import numpy as np
 
 from albert_tf.commands.create_data import report_pairs
-from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
+from albert_tf.commands.exit_codes import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, add_split_sentences_flag, add_strategy_flags,
     config_kwargs, strategy_from_flags,
@@ -84,7 +87,7 @@ def run(args):
     strategy_name, strategy = strategy_from_flags(args)
     from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
     from albert_tf.training import checkpoints
-    from albert_tf.training.trainer import CHECKPOINT_DIR
+    from albert_tf.training.trainer import CHECKPOINT_DIR, TrainingStopped
 
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
     model_config = _model_config(args, vocab_size, data_config.max_seq_length)
@@ -107,7 +110,12 @@ def run(args):
     print(f"Precision: {trainer.precision.describe()}; remat: {'on' if trainer_config.remat else 'off'}; "
           f"steps per loop: {trainer_config.steps_per_loop}")
     try:
-        trainer.train()
+        with _sigterm_requests_stop() as stop:
+            trainer.train(stop_requested=stop.is_set)
+    except TrainingStopped as e:
+        print(f"albert-tf pretrain: SIGTERM: saved step {e.step} of {e.num_steps} to {e.checkpoint}; "
+              "rerun the same command to resume.", file=sys.stderr, flush=True)
+        return EXIT_PREEMPTED
     except TrainingDiverged as e:
         print(f"albert-tf pretrain: {e}", file=sys.stderr)
         return 1
@@ -120,6 +128,23 @@ def run(args):
               "Rerun the same command to resume.", file=sys.stderr)
         return EXIT_INTERRUPTED
     return 0
+
+
+@contextlib.contextmanager
+def _sigterm_requests_stop():
+    """Yields a `threading.Event` that SIGTERM sets instead of killing the process, for the run's duration.
+
+    TPU VMs, spot GPU machines and Kubernetes stop a job with SIGTERM and
+    kill it a grace period later. Python runs a signal handler only between
+    calls into TensorFlow, so the event is seen when the running loop ends,
+    and the trainer saves that step (`Trainer.train`'s `stop_requested`).
+    """
+    requested = threading.Event()
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: requested.set())
+    try:
+        yield requested
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _load_data(args):

@@ -56,7 +56,7 @@ import tensorflow as tf
 
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import is_chief, skip_optimizer_all_reduce
+from albert_tf.distribute import is_chief, num_workers, skip_optimizer_all_reduce
 from albert_tf.model_dirs import ENTRY_FILES, FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrained import save_pretrained
@@ -87,6 +87,20 @@ RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "compile_step
 
 class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN or infinite; the run stopped."""
+
+
+class TrainingStopped(Exception):
+    """A stop was requested (a preemption's SIGTERM); the run checkpointed at a loop boundary and stopped.
+
+    Attributes:
+        step: the step reached and checkpointed.
+        num_steps: the run's `num_steps`.
+        checkpoint: the path of that checkpoint (what a rerun resumes from).
+    """
+
+    def __init__(self, step, num_steps, checkpoint):
+        super().__init__(f"stopped at step {step} of {num_steps}; saved {checkpoint}")
+        self.step, self.num_steps, self.checkpoint = step, num_steps, checkpoint
 
 
 # `variable.path` of the V x E table (not its LoRA factors).
@@ -237,8 +251,16 @@ class Trainer:
             self._print(f"Resumed from {restored} at step {self.step}.")
         return self.step
 
-    def train(self):
+    def train(self, stop_requested=None):
         """Trains to `config.num_steps`, resuming from the last checkpoint.
+
+        Args:
+            stop_requested: optional `fn() -> bool`, asked after every loop
+                (every `steps_per_loop` steps at most): True checkpoints the
+                step reached and raises `TrainingStopped`. A preemption
+                notice (SIGTERM) sets it; a running loop is never cut, so a
+                stop waits for at most one loop. On several workers the run
+                stops when any worker's says so, all at the same step.
 
         Returns:
             dict: the last progress record (step, losses, accuracies, ...).
@@ -246,6 +268,7 @@ class Trainer:
         Raises:
             TrainingDiverged: the loss or the weights became non-finite. The
                 last good checkpoint is kept.
+            TrainingStopped: `stop_requested` said so before the last step.
         """
         c = self.config
         start = self.restore()
@@ -273,8 +296,11 @@ class Trainer:
                     raise TrainingDiverged(self._divergence_message(step, f"the loss is {record['loss']}"))
                 # Keras evaluates the schedule at the iteration count before the update.
                 progress.update(step, means, float(self._schedule(step - 1)), num_steps=done)
+                saved = None
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
-                    self._save_checkpoint(step)
+                    saved = self._save_checkpoint(step)
+                if step < c.num_steps and stop_requested is not None and self._stop_agreed(stop_requested()):
+                    raise TrainingStopped(step, c.num_steps, saved or self._save_checkpoint(step))
         finally:
             progress.close()
         if self._is_chief:
@@ -439,12 +465,21 @@ class Trainer:
         if self._is_chief:
             path = checkpoints.save_checkpoint(self._checkpoint, self.checkpoint_dir, step, self.config.keep_checkpoints)
             self._print(f"Saved checkpoint {path}")
-            return
+            return path
         # Every worker must take part in a save (variables may be read with
         # collectives); non-chief workers write to a scratch directory.
         scratch = os.path.join(self.run_dir, f".worker_{self.strategy.cluster_resolver.task_id}")
         self._checkpoint.write(checkpoints.checkpoint_path(scratch, step))
         files.rmtree(scratch, ignore_errors=True)
+        return checkpoints.checkpoint_path(self.checkpoint_dir, step)
+
+    def _stop_agreed(self, requested):
+        """Whether any worker asked to stop: a SIGTERM may reach one worker, and every worker must save."""
+        if num_workers(self.strategy) == 1:
+            return requested
+        # One scalar all-reduce per loop; every worker reaches this point after the same loops.
+        asked = self.strategy.run(lambda: tf.constant(1.0 if requested else 0.0))
+        return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, asked, axis=None) > 0)
 
     def _save_final(self, final_dir):
         """`save_pretrained` into a staging directory renamed to `final_dir`: never a partial final/."""
@@ -548,37 +583,55 @@ def _check_loss_scaling_kept(saved, training, run_dir):
         )
 
 
-def resolve_run_precision(config, model_config, strategy, flags=None):
+def resolve_run_precision(config, model_config, strategy, flags=None, device=None):
     """The precision and compile step a run of `config` uses under `strategy` ("auto" resolved).
 
     See `albert_tf.precision.resolve_precision` for the precision rule. XLA
-    compiles TPUStrategy's replica step, and that of a single replica.
-    Under MirroredStrategy over several (logical CPU) devices the compiled
-    replica step fails: XLA runs each replica's program on one device, and it
-    cannot reach the variables other devices hold ("Trying to access resource
-    ... located in device CPU:1 from device CPU:0"). Several replicas outside
-    a TPU therefore get "forward", which holds no variable and no all-reduce.
+    compiles TPUStrategy's replica step, and that of a single replica, with
+    two exceptions where the compiled replica step cannot run:
+      - several replicas outside a TPU: XLA runs each replica's program on
+        one device, and it cannot reach the variables other devices hold
+        ("Trying to access resource ... located in device CPU:1 from device
+        CPU:0");
+      - MirroredStrategy or MultiWorkerMirroredStrategy on a GPU: Keras'
+        `optimizer.apply` increments its iteration counter (an
+        ONLY_FIRST_REPLICA variable) with a `merge_call`, which TensorFlow
+        refuses inside a compiled replica function on GPUs ("merge_call
+        called while defining a new graph", keras-team/keras#17187). On CPUs
+        TensorFlow keeps merge calls outside XLA, and the default strategy
+        makes none.
+    Those runs get "forward", which holds no variable write and no all-reduce.
 
     Args:
         config: a `TrainerConfig`.
         model_config: the `AlbertConfig` trained.
         strategy: the `tf.distribute.Strategy` of the run.
         flags: the CPU's flags (this machine's when None).
+        device: "cpu", "gpu" or "tpu", what runs the replicas
+            (`albert_tf.precision.device_kind(strategy)` when None).
 
     Returns:
         An `albert_tf.precision.PrecisionChoice`.
 
     Raises:
-        ValueError: "whole" under a strategy whose all-reduce XLA cannot compile.
+        ValueError: "whole" under a strategy where the compiled step cannot run.
     """
-    whole_compiles = isinstance(strategy, tf.distribute.TPUStrategy) or strategy.num_replicas_in_sync == 1
+    device = device or device_kind(strategy)
+    on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    merge_calls = device == "gpu" and isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    )
+    whole_compiles = on_tpu or (strategy.num_replicas_in_sync == 1 and not merge_calls)
     if config.compile_step == "whole" and not whole_compiles:
+        why = ("Keras' optimizer makes a merge call that TensorFlow refuses inside XLA on GPUs under "
+               f"{type(strategy).__name__} (run one GPU without --strategy)" if merge_calls else
+               "XLA compiles the all-reduce only under TPUStrategy and with one replica")
         raise ValueError(
-            f"compile_step='whole' compiles the all-reduce with XLA, which only TPUStrategy and one replica allow. "
-            f"Received: {type(strategy).__name__} with {strategy.num_replicas_in_sync} replicas; use 'forward'."
+            f"compile_step='whole' cannot run here: {why}. Received: {type(strategy).__name__} with "
+            f"{strategy.num_replicas_in_sync} replicas on {device.upper()}; use 'forward'."
         )
     return resolve_precision(config.mixed_precision, config.compile_step, model_config.hidden_size,
-                             device_kind(strategy), whole_compiles, flags)
+                             device, whole_compiles, flags)
 
 
 def loop_length(step, config):

@@ -13,6 +13,7 @@ example costs a few NumPy calls.
 import bisect
 import collections
 import dataclasses
+import io
 import os
 
 import numpy as np
@@ -115,11 +116,17 @@ class TokenizedCorpus:
 
     @classmethod
     def load(cls, directory, mmap=True):
-        """Reads a saved corpus; with `mmap` the token ids stay on disk until used."""
+        """Reads a saved corpus, from a local directory or a URL (gs://...).
+
+        With `mmap` a local corpus's arrays stay on disk until used; a URL's
+        are read whole into memory (an object store cannot be memory-mapped).
+        """
         paths = {name: os.path.join(directory, name + ".npy") for name in cls._ARRAYS}
-        missing = [p for p in paths.values() if not os.path.isfile(p)]
+        missing = [p for p in paths.values() if not files.isfile(p)]
         if missing:
             raise ValueError(f"{directory!r} is not a saved TokenizedCorpus; missing {missing}")
+        if files.is_url(directory):
+            return cls(**{name: np.load(io.BytesIO(files.read_bytes(path))) for name, path in paths.items()})
         mode = "r" if mmap else None
         return cls(**{name: np.load(path, mmap_mode=mode) for name, path in paths.items()})
 

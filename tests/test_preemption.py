@@ -1,0 +1,79 @@
+"""A preemption's SIGTERM saves the step reached at the end of the running loop; a rerun resumes to the same weights."""
+
+import signal
+import subprocess
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf.training import Trainer
+from albert_tf.training.trainer import TrainingStopped
+from cli_helpers import albert_tf_command, run_cli, user_environment
+from input_pipeline import movie_reviews
+from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config
+
+EXIT_PREEMPTED = 143
+
+
+def test_a_stop_request_saves_the_step_of_the_loop_boundary_and_a_rerun_resumes(tmp_path):
+    def trainer(run_dir):
+        return Trainer(TINY_MODEL, tiny_trainer_config(num_steps=8, steps_per_loop=3), str(run_dir),
+                       array_dataset_fn(synthetic_examples()), print_fn=lambda *_: None)
+
+    asked = []
+    stopped = trainer(tmp_path / "stopped")
+    with pytest.raises(TrainingStopped) as raised:
+        # Asked after each loop; says stop after the second (steps 1-3, 4-6).
+        stopped.train(stop_requested=lambda: asked.append(stopped.step) or len(asked) == 2)
+    assert asked == [3, 6] and raised.value.step == 6
+    assert raised.value.checkpoint.endswith("ckpt-6") and (tmp_path / "stopped" / "checkpoints" / "ckpt-6.index").exists()
+    resumed = trainer(tmp_path / "stopped")
+    assert resumed.train(stop_requested=lambda: False)["step"] == 8
+    uninterrupted = trainer(tmp_path / "uninterrupted")
+    uninterrupted.train()
+    assert max_difference([v.numpy() for v in resumed.model.trainable_variables],
+                          [v.numpy() for v in uninterrupted.model.trainable_variables]) < 1e-6
+
+
+def checkpoint_values(path):
+    """{name: array} of every float tensor in a checkpoint (weights and optimizer slots)."""
+    reader = tf.train.load_checkpoint(str(path))
+    values = {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    return {name: value for name, value in values.items() if np.issubdtype(np.asarray(value).dtype, np.floating)}
+
+
+@pytest.mark.slow
+def test_sigterm_in_pretrain_checkpoints_exits_143_and_the_rerun_ends_as_an_uninterrupted_run(tmp_path):
+    text = tmp_path / "reviews.txt"
+    text.write_text("\n\n".join("\n".join(d) for d in movie_reviews.imdb_documents("pretrain", limit=150)) + "\n")
+    run_cli("train-tokenizer", "--input", text, "--vocab-size", "300", "--out", tmp_path / "tok")
+
+    def command(run):
+        return ["pretrain", "--data", str(text), "--tokenizer", str(tmp_path / "tok"), "--out", str(tmp_path / run),
+                "--embedding-size", "8", "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2",
+                "--intermediate-size", "32", "--max-seq-length", "32", "--max-predictions-per-seq", "5",
+                "--batch-size", "4", "--warmup-steps", "0", "--steps", "12", "--log-every", "1",
+                "--checkpoint-every", "100", "--steps-per-loop", "1"]
+
+    process = subprocess.Popen(albert_tf_command() + command("preempted"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env=user_environment())
+    for line in process.stdout:
+        if line.startswith("step") and int(line.split()[1].split("/")[0]) >= 3:
+            break
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == EXIT_PREEMPTED, stderr
+    lines = [line for line in stderr.splitlines() if "SIGTERM" in line]
+    assert len(lines) == 1 and "rerun the same command to resume" in lines[0] and "Traceback" not in stderr, stderr
+    step = int(lines[0].split("saved step ")[1].split()[0])
+    assert 3 <= step < 12
+    assert (tmp_path / "preempted" / "checkpoints" / f"ckpt-{step}.index").exists()
+
+    resumed = run_cli(*command("preempted"))
+    assert f"at step {step}" in resumed.stdout
+    run_cli(*command("uninterrupted"))
+    after, expected = (checkpoint_values(tmp_path / run / "checkpoints" / "ckpt-12") for run in ("preempted",
+                                                                                                 "uninterrupted"))
+    assert sorted(after) == sorted(expected)
+    assert max(float(np.max(np.abs(after[name] - expected[name]))) for name in after) < 1e-5
