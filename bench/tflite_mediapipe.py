@@ -12,6 +12,10 @@ Median milliseconds per call over Rotten Tomatoes sentences (cycled), with the
 file sizes and the CPU's flags. Needs `mediapipe` (the test extra installs it).
 
     python bench/tflite_mediapipe.py --model runs/sentiment [--max-length 128] [--steps 200] [--threads 1]
+    python bench/tflite_mediapipe.py --preset base --tokenizer runs/demo/tokenizer --max-length 128
+
+--preset times a two-label classifier of that size with random weights (speed
+does not depend on the weights) and the tokenizer given.
 """
 
 import argparse
@@ -75,6 +79,8 @@ def measure(runtime, path, args):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="A fine-tuned classifier: a `finetune` output directory or its best/.")
+    parser.add_argument("--preset", help="Instead of --model: a random-weight classifier of this preset (base, ...).")
+    parser.add_argument("--tokenizer", help="With --preset: the tokenizer directory to ship with it.")
     parser.add_argument("--max-length", type=int, help="Default: the fine-tuning run's --max-seq-length.")
     parser.add_argument("--texts", type=int, default=100, help="Rotten Tomatoes sentences, cycled.")
     parser.add_argument("--warmup", type=int, default=20)
@@ -87,27 +93,35 @@ def main():
         runtime, path = args.worker
         print(RUNTIMES[runtime](path, texts(args.texts), args.warmup, args.steps, args.threads))
         return
-    if args.model is None:
-        parser.error("--model is required")
+    if (args.model is None) == (args.preset is None) or (args.preset is None) != (args.tokenizer is None):
+        parser.error("give --model, or --preset with --tokenizer and --max-length")
 
+    from albert_tf import AlbertBackbone, AlbertConfig, AlbertTokenizer
     from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_tflite
     from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+    from albert_tf.models import AlbertClassifier
     from albert_tf.saving import load_pretrained
 
-    model_dir = resolve_model_dir(args.model)
-    model = load_pretrained(model_dir)
-    max_length = args.max_length or default_max_length(model_dir, model)
+    if args.preset:
+        tokenizer = AlbertTokenizer.load(args.tokenizer)
+        config = AlbertConfig.from_preset(args.preset, vocab_size=tokenizer.vocab_size)
+        model = AlbertClassifier(AlbertBackbone(config), num_classes=2, label_names=["negative", "positive"])
+        max_length = args.max_length or 128
+    else:
+        model_dir = resolve_model_dir(args.model)
+        model, tokenizer = load_pretrained(model_dir), find_tokenizer(model_dir)
+        max_length = args.max_length or default_max_length(model_dir, model)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for quantize in QUANTIZE:
-            path = export_tflite(model, os.path.join(workdir, quantize), tokenizer=find_tokenizer(model_dir),
+            path = export_tflite(model, os.path.join(workdir, quantize), tokenizer=tokenizer,
                                  max_length=max_length, quantize=quantize)
             size = os.path.getsize(path) / 2**20
             for runtime in RUNTIMES:
                 rows.append((quantize, runtime, size, measure(runtime, path, args)))
     lines = [
-        f"{args.model}: batch 1, max length {max_length}, median of {args.steps} calls over {args.texts} Rotten "
+        f"{args.model or args.preset + ' (random weights)'}: batch 1, max length {max_length}, median of {args.steps} calls over {args.texts} Rotten "
         f"Tomatoes sentences; LiteRT {args.threads} thread(s). {cpu_name()}, {os.cpu_count()} cores; "
         f"flags: {' '.join(cpu_flags()) or 'none'}.",
         "",

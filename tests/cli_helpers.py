@@ -5,11 +5,17 @@ tokenizer in memory, Keras state) reaches the command, so the bugs a user meets
 when chaining commands show up here first.
 """
 
+import contextlib
+import json
 import os
+import queue
+import re
 import signal
 import socket
 import subprocess
 import sys
+import threading
+import urllib.request
 from pathlib import Path
 
 # Variables of the test process that must not leak into a user's command.
@@ -71,3 +77,34 @@ def free_ports(count):
     for s in sockets:
         s.close()
     return ports
+
+
+@contextlib.contextmanager
+def serving(base, stderr_path):
+    """`albert-tf serve BASE --port 0` in its own process; yields a `predict(body)` for its REST :predict URL.
+
+    `body` is the request's JSON object; `predict` returns the answer's "predictions". On leaving,
+    the server gets Ctrl-C and must stop cleanly (exit 0). Its stderr goes to `stderr_path`.
+    """
+    with open(stderr_path, "w") as stderr:
+        process = subprocess.Popen(albert_tf_command() + ["serve", str(base), "--port", "0"], stdout=subprocess.PIPE,
+                                   stderr=stderr, text=True, env=user_environment(), preexec_fn=ctrl_c_reaches_it)
+        lines = queue.Queue()
+        threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
+        try:
+            try:
+                banner = lines.get(timeout=300)
+            except queue.Empty:
+                banner = ""
+            url = re.search(r"http://\S+", banner)
+            assert url, f"no start-up line; exit {process.poll()}; stderr:\n{open(stderr_path).read()[-3000:]}"
+
+            def predict(body):
+                request = urllib.request.Request(url.group(0) + ":predict", data=json.dumps(body).encode())
+                with urllib.request.urlopen(request, timeout=60) as answer:
+                    return json.loads(answer.read())["predictions"]
+
+            yield predict
+        finally:
+            process.send_signal(signal.SIGINT)  # Ctrl-C: the server stops cleanly
+            assert process.wait(timeout=60) == 0

@@ -4,13 +4,8 @@
 import functools
 import json
 import os
-import queue
-import re
-import signal
 import subprocess
 import sys
-import threading
-import urllib.request
 
 import keras
 import numpy as np
@@ -24,7 +19,7 @@ from albert_tf.export import export_saved_model, load_saved_model, pack_texts
 from albert_tf.export.saved_model import METADATA_FILE, resolve_export_precision
 from albert_tf.models import AlbertClassifier
 from albert_tf.models.pretrained import with_dtype_policy
-from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
+from cli_helpers import run_cli, serving
 from export_fixtures import LABELS, MAX_LENGTH, classifier, exported_classifier, real_texts, scratch_dir, tokenizer
 from helpers import max_abs_diff
 from test_export_saved_model import SAVED_MODEL_CLI_WITH_TF_TEXT
@@ -151,26 +146,9 @@ def test_cli_bf16_export_is_served_by_a_fresh_process(tmp_path):
     assert "Precision: bf16 (requested)" in done.stdout and "SavedModel (bf16)" in done.stdout
     assert metadata(str(base / "1"))["weights"] == "constants"
 
-    stderr = open(tmp_path / "stderr.txt", "w")
-    process = subprocess.Popen(albert_tf_command() + ["serve", str(base), "--port", "0"], stdout=subprocess.PIPE,
-                               stderr=stderr, text=True, env=user_environment(), preexec_fn=ctrl_c_reaches_it)
-    lines = queue.Queue()
-    threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
     texts = list(real_texts()[8:12])
-    try:
-        try:
-            banner = lines.get(timeout=300)
-        except queue.Empty:
-            banner = ""
-        url = re.search(r"http://\S+", banner)
-        assert url, f"no start-up line; exit {process.poll()}; stderr:\n{(tmp_path / 'stderr.txt').read_text()[-3000:]}"
-        body = json.dumps({"signature_name": "serve_text", "instances": texts}).encode()
-        with urllib.request.urlopen(urllib.request.Request(url.group(0) + ":predict", data=body), timeout=60) as answer:
-            predictions = json.loads(answer.read())["predictions"]
-    finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=60) == 0
-        stderr.close()
+    with serving(base, tmp_path / "stderr.txt") as predict:
+        predictions = predict({"signature_name": "serve_text", "instances": texts})
     packed = pack_texts(tokenizer(), texts, None, MAX_LENGTH)
     reference = np.asarray(classifier()(packed, training=False)["logits"])
     keras_bf16 = np.asarray(with_dtype_policy(classifier(), "mixed_bfloat16")(packed, training=False)["logits"])
