@@ -112,6 +112,16 @@ _FLAG_ERRORS = {
     "demo: error: argument --embedding-init: invalid choice: 'xx'": ["demo", "--out", "o", "--embedding-init", "xx"],
     "demo: error: the following arguments are required: --out": ["demo"],
     "demo: error: unknown flag --bogus": ["demo", "--out", "o", "--bogus"],
+    "finetune: error: argument --batch-size: invalid int value: 'x'":
+        ["finetune", "--task", "sst2", "--model", "model", "--train", "t.tsv", "--eval", "t.tsv", "--out", "o",
+         "--batch-size", "x"],
+    "finetune: error: argument --task: invalid choice: 'nosuch'":
+        ["finetune", "--task", "nosuch", "--model", "model", "--train", "t.tsv", "--eval", "t.tsv", "--out", "o"],
+    "finetune: error: the following arguments are required: --eval":
+        ["finetune", "--task", "sst2", "--model", "model", "--train", "t.tsv", "--out", "o"],
+    "finetune: error: unknown flag --bogus":
+        ["finetune", "--task", "sst2", "--model", "model", "--train", "t.tsv", "--eval", "t.tsv", "--out", "o",
+         "--bogus"],
     "predict: error: argument --batch-size: invalid int value: 'x'":
         ["predict", "--model", "empty", "--input", "t.tsv", "--batch-size", "x"],
     "predict: error: argument --mixed-precision: invalid choice: 'bogus'":
