@@ -6,8 +6,8 @@ functions, `add_parser(subparsers)` and `run(args)`.
 Expected user errors (a missing or unreadable file, a wrong format, a bad
 flag value, a mistyped flag or command, with the closest known one) print one
 line naming the problem and exit 2; Ctrl-C exits 130. The paths a command
-line names are checked before the command's module, and TensorFlow, load
-(`albert_tf.commands.early_checks`).
+line names are checked before the command's module loads
+(`albert_tf.commands.early_checks`), and its flags before TensorFlow loads.
 TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
 """
 
@@ -26,7 +26,7 @@ def build_parser(argv=None):
     """The `albert-tf` parser; given the command line `argv`, it imports only the command it names.
 
     The other commands are listed by name and help alone (`COMMANDS`): their
-    modules, most of which import TensorFlow, load only when run. Without
+    modules load only when run. Without
     `argv` every command's parser is built (tests parse several command lines).
     """
     from albert_tf.commands import COMMANDS

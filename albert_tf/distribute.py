@@ -5,7 +5,7 @@ import urllib.parse
 
 import tensorflow as tf
 
-STRATEGY_NAMES = ("default", "mirrored", "multi_worker", "tpu")
+from albert_tf.strategy_names import STRATEGY_NAMES
 
 
 def get_strategy(name, tpu=None, cluster_resolver=None, tpu_zone=None, gcp_project=None):

@@ -93,7 +93,8 @@ def heldout_inputs(tokenizer, seq, count=64):
 
 
 def main():
-    from albert_tf.apps.demo import DemoConfig, demo_config, heldout_examples
+    from albert_tf.apps.demo import heldout_examples
+    from albert_tf.apps.demo_config import DemoConfig, demo_config
 
     # Flag -> (part of a DemoConfig, field); None is a field of the demo's own.
     settings = {"learning_rate": ("trainer", "learning_rate"), "warmup_fraction": ("trainer", "warmup_fraction"),

@@ -62,7 +62,8 @@ _TEST_FILE = "test.json"
 
 def pretrain(out, precision, compile_step, args, print_fn):
     """Runs (or resumes, or skips when finished) the demo in `precision`; returns its metrics.json dict."""
-    from albert_tf.apps.demo import METRICS_FILE, demo_config, run_demo
+    from albert_tf.apps.demo import METRICS_FILE, run_demo
+    from albert_tf.apps.demo_config import demo_config
 
     run_dir = os.path.join(out, precision)
     metrics_path = os.path.join(run_dir, METRICS_FILE)

@@ -110,7 +110,7 @@ def synthetic_dataset_fn(vocab_size, seq, predictions):
 
 def model_and_trainer_config(name, batch, seq):
     from albert_tf import AlbertConfig
-    from albert_tf.apps.demo import DEMO_MODEL, DEMO_TRAINER
+    from albert_tf.apps.demo_config import DEMO_MODEL, DEMO_TRAINER
     from albert_tf.training import TrainerConfig
 
     if name == "demo":

@@ -64,7 +64,7 @@ def build_model(model, workdir, tokenizer_dir, quick):
     import keras
 
     from albert_tf import AlbertBackbone, AlbertConfig
-    from albert_tf.apps.demo import DEMO_MODEL
+    from albert_tf.apps.demo_config import DEMO_MODEL
     from albert_tf.models import AlbertClassifier
     from input_pipeline import AlbertTokenizer, movie_reviews
 

@@ -12,6 +12,7 @@ _EXPORTS = {
     "Corpus": "input_pipeline.corpus",
     "split_sentences": "input_pipeline.corpus",
     "make_pretraining_dataset": "input_pipeline.pretraining.dataset",
+    "pretraining_dataset_fn": "input_pipeline.pretraining.dataset",
     "PretrainingDataConfig": "input_pipeline.pretraining.examples",
     "TokenizedCorpus": "input_pipeline.pretraining.examples",
     "read_metadata": "input_pipeline.pretraining.tfrecord_shards",

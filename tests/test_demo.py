@@ -10,9 +10,8 @@ import subprocess
 import pytest
 
 from albert_tf import AlbertConfig, cli
-from albert_tf.apps.demo import (
-    DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, heldout_examples,
-)
+from albert_tf.apps.demo import DemoInterrupted, heldout_examples
+from albert_tf.apps.demo_config import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config
 from albert_tf.commands.demo import config_from_args
 from albert_tf.saving import load_pretrained
 from input_pipeline import TokenizedCorpus

@@ -187,3 +187,12 @@ def test_text_encoder_windows_split_long_texts_and_refuse_pairs():
         encoder.encode_windows(TextExample("a good film", "it was fine", 1, "f.tsv:4"))
     with pytest.raises(ValueError, match="max_windows=0"):
         TextEncoder(tokenizer, 12, max_windows=0)
+
+
+def test_the_task_names_read_before_tensorflow_are_the_registrys():
+    from albert_tf.tasks import TASKS
+    from albert_tf.tasks.names import SENTENCE_TASK_NAMES, TASK_NAMES
+    from albert_tf.tasks.sentence_task import SentenceTask
+
+    assert list(TASKS) == list(TASK_NAMES)
+    assert [name for name, task in TASKS.items() if isinstance(task, SentenceTask)] == list(SENTENCE_TASK_NAMES)

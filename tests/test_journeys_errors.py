@@ -84,6 +84,66 @@ def test_verbose_after_the_command_is_the_switch_before_it(tmp_path):
         assert (args.verbose, args.fit_verbose) == (verbose, 2), argv
 
 
+# A bad value, a bad choice, a missing required flag and an unknown flag of each
+# command (serve has no required flag, convert no typed one), reported by the
+# command's own parser: its flags are built without TensorFlow.
+_FLAG_ERRORS = {
+    "train-tokenizer: error: argument --vocab-size: invalid int value: 'x'":
+        ["train-tokenizer", "--input", "t.tsv", "--out", "o", "--vocab-size", "x"],
+    "train-tokenizer: error: argument --language: invalid choice: 'xx'":
+        ["train-tokenizer", "--input", "t.tsv", "--out", "o", "--language", "xx"],
+    "train-tokenizer: error: the following arguments are required: --out": ["train-tokenizer", "--input", "t.tsv"],
+    "train-tokenizer: error: unknown flag --bogus": ["train-tokenizer", "--input", "t.tsv", "--out", "o", "--bogus"],
+    "create-data: error: argument --dupe-factor: invalid int value: 'x'":
+        ["create-data", "--input", "t.tsv", "--tokenizer", "empty", "--out", "o", "--dupe-factor", "x"],
+    "create-data: error: argument --format: invalid choice: 'xx'":
+        ["create-data", "--input", "t.tsv", "--tokenizer", "empty", "--out", "o", "--format", "xx"],
+    "create-data: error: the following arguments are required: --tokenizer":
+        ["create-data", "--input", "t.tsv", "--out", "o"],
+    "create-data: error: unknown flag --bogus":
+        ["create-data", "--input", "t.tsv", "--tokenizer", "empty", "--out", "o", "--bogus"],
+    "pretrain: error: argument --steps: invalid int value: 'x'": ["pretrain", "--data", "t.tsv", "--out", "o",
+                                                                  "--steps", "x"],
+    "pretrain: error: argument --strategy: invalid choice: 'xx'": ["pretrain", "--data", "t.tsv", "--out", "o",
+                                                                   "--strategy", "xx"],
+    "pretrain: error: the following arguments are required: --out": ["pretrain", "--data", "t.tsv"],
+    "pretrain: error: unknown flag --bogus": ["pretrain", "--data", "t.tsv", "--out", "o", "--bogus"],
+    "demo: error: argument --steps: invalid int value: 'x'": ["demo", "--out", "o", "--steps", "x"],
+    "demo: error: argument --embedding-init: invalid choice: 'xx'": ["demo", "--out", "o", "--embedding-init", "xx"],
+    "demo: error: the following arguments are required: --out": ["demo"],
+    "demo: error: unknown flag --bogus": ["demo", "--out", "o", "--bogus"],
+    "finetune: error: argument --batch-size: invalid int value: 'x'":
+        ["finetune", "--task", "sst2", "--model", "model", "--train", "t.tsv", "--eval", "t.tsv", "--out", "o",
+         "--batch-size", "x"],
+    "finetune: error: argument --task: invalid choice: 'nosuch'":
+        ["finetune", "--task", "nosuch", "--model", "model", "--train", "t.tsv", "--eval", "t.tsv", "--out", "o"],
+    "finetune: error: the following arguments are required: --eval":
+        ["finetune", "--task", "sst2", "--model", "model", "--train", "t.tsv", "--out", "o"],
+    "finetune: error: unknown flag --bogus":
+        ["finetune", "--task", "sst2", "--model", "model", "--train", "t.tsv", "--eval", "t.tsv", "--out", "o",
+         "--bogus"],
+    "predict: error: argument --batch-size: invalid int value: 'x'":
+        ["predict", "--model", "empty", "--input", "t.tsv", "--batch-size", "x"],
+    "predict: error: argument --mixed-precision: invalid choice: 'bogus'":
+        ["predict", "--model", "empty", "--input", "t.tsv", "--mixed-precision", "bogus"],
+    "predict: error: the following arguments are required: --model": ["predict", "--input", "t.tsv"],
+    "predict: error: unknown flag --bogus": ["predict", "--model", "empty", "--input", "t.tsv", "--bogus"],
+    "export: error: argument --max-length: invalid int value: 'x'":
+        ["export", "--model", "model", "--format", "tflite", "--out", "o", "--max-length", "x"],
+    "export: error: argument --format: invalid choice: 'onnx'": ["export", "--model", "model", "--format", "onnx",
+                                                                 "--out", "o"],
+    "export: error: the following arguments are required: --format": ["export", "--model", "model", "--out", "o"],
+    "export: error: unknown flag --bogus": ["export", "--model", "model", "--format", "tflite", "--out", "o",
+                                            "--bogus"],
+    "serve: error: argument --port: invalid int value: 'x'": ["serve", "model", "--port", "x"],
+    "serve: error: argument --max-batch-size: invalid int value: 'x'": ["serve", "model", "--max-batch-size", "x"],
+    "serve: error: unknown flag --bogus": ["serve", "model", "--bogus"],
+    "convert: error: argument --from: invalid choice: 'xx'": ["convert", "--from", "xx", "--model", "m", "--out", "o"],
+    "convert: error: the following arguments are required: --out": ["convert", "--from", "hf", "--model", "m"],
+    "convert: error: unknown flag --bogus": ["convert", "--from", "hf", "--model", "m", "--out", "o", "--bogus"],
+}
+
+
 def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
     from albert_tf.commands import early_checks
 
@@ -114,11 +174,17 @@ def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
                                           "written.jsonl"],
         "--model missing: no such directory": ["export", "--model", "missing", "--format", "tflite", "--out", "o"],
         "--out full is not empty  ": ["export", "--model", "model", "--format", "tflite", "--out", "full"],
+        **_FLAG_ERRORS,
     }
     probe = (
         "import json, sys\n"
         "from albert_tf.cli import main\n"
-        f"codes = [main(argv) for argv in {list(cases.values())!r}]\n"
+        "def code(argv):\n"
+        "    try:\n"
+        "        return main(argv)\n"
+        "    except SystemExit as e:  # argparse's errors\n"
+        "        return e.code\n"
+        f"codes = [code(argv) for argv in {list(cases.values())!r}]\n"
         "print(json.dumps([codes, sorted(m for m in ('tensorflow', 'keras') if m in sys.modules)]))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], cwd=tmp_path, capture_output=True, text=True,

@@ -168,7 +168,7 @@ def test_pooling_survives_save_and_load(tmp_path):
 
 
 def test_auto_pooling_reads_cls_from_base_width_up():
-    from albert_tf.models.classifier import resolve_pooling
+    from albert_tf.pooling import resolve_pooling
 
     assert [resolve_pooling("auto", h) for h in (128, 767, 768, 1024, 4096)] == ["mean"] * 2 + ["cls"] * 3
     assert resolve_pooling("cls", 128) == "cls" and resolve_pooling("mean", 4096) == "mean"

@@ -1,8 +1,10 @@
 """One module per `albert-tf` subcommand; see `albert_tf.cli`.
 
 `COMMANDS` names them with their one-line help, so that `albert-tf --help`,
-`--version` and a mistyped command answer without importing any of them
-(most import TensorFlow: seconds); `albert-tf CMD ...` imports CMD's alone.
+`--version` and a mistyped command answer without importing any of them;
+`albert-tf CMD ...` imports CMD's alone. A command's module builds its parser
+from modules without TensorFlow and imports its work (TensorFlow: seconds)
+when it runs, so that a bad flag is reported at once.
 """
 
 # Command -> (module, one-line help), in the order `albert-tf --help` lists them.

@@ -13,7 +13,6 @@ keeps the source's spiece.model as DIR/tokenizer. The model may also be given
 positionally (SRC), as in earlier versions.
 """
 
-from albert_tf import convert
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
@@ -51,6 +50,9 @@ def run(args):
     if args.tokenizer is not None and args.to_format != "hf":
         raise ValueError("--tokenizer is only used with --to hf.")
     check_out(args.out, args.overwrite)
+    # Deferred for start-up: the converters import TensorFlow, and the flags are read (their errors reported) before.
+    from albert_tf import convert
+
     # The converters publish args.out whole themselves (`files.publish`).
     if args.to_format == "hf":
         model_dir = resolve_model_dir(src)

@@ -10,7 +10,7 @@ import dataclasses
 import shlex
 import sys
 
-from albert_tf.apps.demo import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, DemoInterrupted, demo_config, run_demo
+from albert_tf.apps.demo_config import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config
 from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, config_flag, config_kwargs,
@@ -44,6 +44,9 @@ def add_parser(subparsers):
 
 
 def run(args):
+    # Deferred for start-up: the demo imports TensorFlow, and the flags are read (their errors reported) before.
+    from albert_tf.apps.demo import DemoInterrupted, run_demo
+
     try:
         run_demo(args.out, config_from_args(args))
     except DemoInterrupted as e:

@@ -1,18 +1,18 @@
 """Checks of a command line that need no model, made before the command's module loads.
 
-Most command modules import TensorFlow (seconds), and argparse reads a
-command's flags only once its module has loaded. A missing input file, a
-model directory that holds no model or a non-empty --out is known without
-any of that: `check_paths` reads the flags that name paths from the command
-line with a small parser of its own and raises the ValueError the command
-would raise later, so that such errors come back at once.
+A command's module builds its parser without TensorFlow, which loads only
+when the command runs (seconds). A missing input file, a model directory that
+holds no model or a non-empty --out is known before either: `check_paths`
+reads the flags that name paths from the command line with a small parser of
+its own and raises the ValueError the command would raise later, so that
+such errors come back at once.
 
 Only these flags are read here; everything else (a mistyped flag, a bad
 value, a missing required flag) is left to the command's own parser, which
-reads the whole line after its module loads. A flag written in a form this
-parser cannot read is skipped, never guessed, and a word that looks like one
-of these flags mistyped (`--modle`) leaves the whole line to the command's
-parser, which names the mistyped flag first.
+reads the whole line once its module loads, still before TensorFlow. A flag
+written in a form this parser cannot read is skipped, never guessed, and a
+word that looks like one of these flags mistyped (`--modle`) leaves the whole
+line to the command's parser, which names the mistyped flag first.
 """
 
 import argparse

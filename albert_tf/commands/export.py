@@ -25,15 +25,9 @@ import os
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
-from albert_tf.export import QUANTIZE_MODES, export_saved_model, export_tflite, version_dirs
-from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, resolve_export_precision
-from albert_tf.export.signatures import describe_model
-from albert_tf.export.tflite import CALIBRATED_MODES, METADATA_OUTPUTS
+from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES
 from albert_tf.model_dirs import BEST_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, bf16_units, cpu_flags
-from albert_tf.saving import load_pretrained
-from albert_tf.tasks.finetune import RUN_FILE, run_max_seq_length, run_max_windows, run_truncate_from
-from albert_tf.tasks.registry import TASKS
 from input_pipeline import movie_reviews
 from input_pipeline import files
 from input_pipeline.packing import TRUNCATE_FROM
@@ -102,6 +96,14 @@ def add_parser(subparsers):
 
 
 def run(args):
+    # Deferred for start-up (here and below): these import TensorFlow, and the flags are read (their errors
+    # reported) before.
+    from albert_tf.export import export_saved_model, export_tflite, version_dirs
+    from albert_tf.export.signatures import describe_model
+    from albert_tf.export.tflite import METADATA_OUTPUTS
+    from albert_tf.saving import load_pretrained
+    from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
+
     if args.format == "saved_model" and (args.quantize != "none" or args.dynamic_batch or args.calibration_text):
         raise ValueError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
     if args.format == "tflite" and args.version is not None:
@@ -163,6 +165,8 @@ def run(args):
 
 def _saved_model_precision(requested, hidden_size):
     """--precision resolved ("auto" by this CPU and the model's width), printed with its reason."""
+    from albert_tf.export.saved_model import resolve_export_precision
+
     precision, reason = resolve_export_precision(requested, hidden_size)
     print(f"Precision: {precision} ({reason})")
     if precision == "bf16" and not bf16_units(cpu_flags()):
@@ -201,6 +205,9 @@ def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from
 
 def _run_reads_pairs(model_dir):
     """Whether the fine-tuning run that wrote `model_dir` (its best/) read text pairs."""
+    from albert_tf.tasks.finetune import RUN_FILE
+    from albert_tf.tasks.registry import TASKS
+
     path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
     if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
         return False
@@ -212,6 +219,8 @@ def _run_reads_pairs(model_dir):
 def default_max_length(model_dir, model):
     """--max-length's default: the fine-tuning run's max_seq_length; else DEFAULT_MAX_LENGTH, within the model's
     max_position_embeddings."""
+    from albert_tf.tasks.finetune import run_max_seq_length
+
     run_length = run_max_seq_length(model_dir)
     if run_length is not None:
         return run_length

@@ -39,15 +39,15 @@ from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
-from albert_tf.distribute import STRATEGY_NAMES, is_chief
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
-from albert_tf.models import AlbertBackbone
-from albert_tf.tasks import TASKS, FinetuneConfig, FinetuneInterrupted, finetune
+from albert_tf.strategy_names import STRATEGY_NAMES
+from albert_tf.tasks.config import FinetuneConfig
+from albert_tf.tasks.names import TASK_NAMES
 
 
 def add_parser(subparsers):
     parser = add_command(subparsers, "finetune", description=__doc__)
-    parser.add_argument("--task", required=True, choices=sorted(TASKS), help="The task (and its file format).")
+    parser.add_argument("--task", required=True, choices=sorted(TASK_NAMES), help="The task (and its file format).")
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="A pretrained model directory or run directory (pretrain, convert or finetune output), "
                         "or a HuggingFace save_pretrained directory.")
@@ -68,6 +68,12 @@ def add_parser(subparsers):
 
 
 def run(args):
+    # Deferred for start-up (here and below): these import TensorFlow, and the flags are read (their errors
+    # reported) before.
+    from albert_tf.distribute import is_chief
+    from albert_tf.models import AlbertBackbone
+    from albert_tf.tasks.finetune import finetune
+
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
@@ -104,6 +110,8 @@ def run(args):
 
 
 def _kept(error):
+    from albert_tf.tasks.finetune import FinetuneInterrupted
+
     return isinstance(error, FinetuneInterrupted) and error.best_epoch is not None
 
 
@@ -112,6 +120,8 @@ def _interrupted(error, args, worker=None):
 
     `worker`: the task id of a worker other than the chief, which keeps nothing.
     """
+    from albert_tf.tasks.finetune import FinetuneInterrupted
+
     where = str(error) if isinstance(error, FinetuneInterrupted) else "interrupted before training"
     if worker is not None:
         return f"worker {worker}: {where}; the chief alone writes {args.out}."

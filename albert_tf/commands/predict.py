@@ -30,11 +30,7 @@ import tempfile
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
-from albert_tf.inference import FrozenPredictions
-from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
-from albert_tf.tasks import get_task, load_run
-from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline import files
 
 _FILE_ONLY_TASKS = ("squad", "squad_v2", "race")
@@ -58,6 +54,12 @@ def add_parser(subparsers):
 
 
 def run(args):
+    # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
+    from albert_tf.inference import FrozenPredictions
+    from albert_tf.models.pretrained import with_dtype_policy
+    from albert_tf.tasks import get_task, load_run
+    from albert_tf.tasks.sentence_task import SentenceTask
+
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(args.model)
     # Forward passes without XLA: batches padded to their own longest have a new shape nearly every batch.

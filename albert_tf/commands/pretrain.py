@@ -24,12 +24,13 @@ from albert_tf.commands.flags import (
     config_kwargs, strategy_from_flags,
 )
 from albert_tf.config import PRESETS, AlbertConfig
-from albert_tf.distribute import STRATEGY_NAMES
 from albert_tf.model_dirs import find_tokenizer, load_tokenizer
+from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
+# `input_pipeline.pretraining_dataset_fn` is read where used: it loads TensorFlow, after the flags are read.
+import input_pipeline
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline import files
-from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
@@ -85,6 +86,7 @@ def run(args):
         raise ValueError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
     # Before reading the data: a TPU that is not there is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
+    # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
     from albert_tf.training import checkpoints
     from albert_tf.training.trainer import CHECKPOINT_DIR, TrainingStopped
@@ -100,8 +102,10 @@ def run(args):
             )
         word_embeddings_init = ppmi_svd_init(source)
         data_info["embedding_init"] = "ppmi-svd"
+    dataset_fn = input_pipeline.pretraining_dataset_fn(source, data_config, seed=args.seed,
+                                                      data_service=args.data_service)
     trainer = Trainer(
-        model_config, trainer_config, args.out, pretraining_dataset_fn(source, data_config, seed=args.seed, data_service=args.data_service),
+        model_config, trainer_config, args.out, dataset_fn,
         strategy=strategy, tokenizer=tokenizer,
         run_info={"data": data_info, "strategy": strategy_name, "replicas": strategy.num_replicas_in_sync},
         word_embeddings_init=word_embeddings_init,

@@ -19,7 +19,8 @@ import socket
 import tempfile
 
 from albert_tf.commands.flags import add_command
-from albert_tf.export.serving import DEFAULT_MAX_BATCH_SIZE, DEFAULT_MAX_BODY_BYTES, ModelServer, ServingModel
+from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
+from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
 from input_pipeline import files
 
@@ -65,6 +66,9 @@ def _export(path, base_path):
 
 
 def _serve(base_path, name, args):
+    # Deferred for start-up: the model imports TensorFlow, and the flags are read (their errors reported) before.
+    from albert_tf.export.serving import ModelServer, ServingModel
+
     model = ServingModel(base_path, name, args.max_batch_size)
     with _address_errors(args.host, args.port):
         server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)

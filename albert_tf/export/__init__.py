@@ -1,7 +1,39 @@
-"""Deployment: TF-Serving SavedModels and TFLite models of any albert-tf model."""
+"""Deployment: TF-Serving SavedModels and TFLite models of any albert-tf model.
 
-from albert_tf.export.saved_model import custom_ops, export_saved_model, load_saved_model, version_dirs
-from albert_tf.export.signatures import ModelInterface, describe_model
-from input_pipeline.finetuning.text_inputs import pack_texts, pack_windows, tf_pack_texts, tf_pack_windows
-from input_pipeline.packing import truncated_lengths
-from albert_tf.export.tflite import QUANTIZE_MODES, export_tflite
+The names load on first use (PEP 562), so that a module below, such as the
+serving constants `albert-tf serve` reads its flags' defaults from, loads
+without TensorFlow (a command line's errors come back before it loads).
+"""
+
+import importlib
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    "custom_ops": "albert_tf.export.saved_model",
+    "export_saved_model": "albert_tf.export.saved_model",
+    "load_saved_model": "albert_tf.export.saved_model",
+    "version_dirs": "albert_tf.export.saved_model",
+    "ModelInterface": "albert_tf.export.signatures",
+    "describe_model": "albert_tf.export.signatures",
+    "pack_texts": "input_pipeline.finetuning.text_inputs",
+    "pack_windows": "input_pipeline.finetuning.text_inputs",
+    "tf_pack_texts": "input_pipeline.finetuning.text_inputs",
+    "tf_pack_windows": "input_pipeline.finetuning.text_inputs",
+    "truncated_lengths": "input_pipeline.packing",
+    "QUANTIZE_MODES": "albert_tf.export.options",
+    "export_tflite": "albert_tf.export.tflite",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -23,6 +23,7 @@ import tensorflow as tf
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
+from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
 from input_pipeline import files
@@ -33,9 +34,6 @@ from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
 # What a SavedModel loader reads first: written last where a directory is moved file by file.
 SAVED_MODEL_FILE = "saved_model.pb"
-DEFAULT_MAX_LENGTH = 128
-# What the signatures compute in; "auto" is resolved by `resolve_export_precision`.
-EXPORT_PRECISIONS = ("auto", "float32", "bf16")
 
 
 def resolve_export_precision(precision, hidden_size, flags=None):

@@ -46,13 +46,11 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from albert_tf.export import signatures as signatures_lib
 from albert_tf.export import tflite_metadata
-from albert_tf.export.saved_model import DEFAULT_MAX_LENGTH, check_max_length, export_metadata
+from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, QUANTIZE_MODES
+from albert_tf.export.saved_model import check_max_length, export_metadata
 from input_pipeline import features, files
 from input_pipeline.finetuning import text_inputs
 
-QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
-# The modes that calibrate activation ranges on real text.
-CALIBRATED_MODES = ("int8", "int8-mixed", "16x8")
 # What int8-mixed leaves in float. The attention adds a -10000 padding bias to
 # the scores: calibrated on padded text, that ADD's int8 range is about
 # [-10000, 10], a step of ~40, so every real score rounds to the same value

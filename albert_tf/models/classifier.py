@@ -4,32 +4,11 @@ import keras
 from keras import ops
 
 from input_pipeline import features
+from albert_tf.pooling import resolve_pooling
 from albert_tf.models.task_base import AlbertTask
 from albert_tf.models.task_heads import (
     backbone_inputs, check_backbone, check_label_names, check_positive, head_dropout, output_dense, weighted_mean,
 )
-
-
-POOLINGS = ("auto", "cls", "mean")
-
-# "auto" reads [CLS] from this width up: the released checkpoints (base to
-# xxlarge), whose pooler SOP trained for a million steps. Narrower models are
-# the ones a short run pretrains, and their pooled [CLS] is nearly the same
-# vector for every input (docs/pretraining.md#where-representations-collapse).
-AUTO_CLS_MIN_HIDDEN_SIZE = 768
-
-
-def check_pooling(pooling):
-    if pooling not in POOLINGS:
-        raise ValueError(f"`pooling` must be one of {POOLINGS}. Received: pooling={pooling!r}")
-    return pooling
-
-
-def resolve_pooling(pooling, hidden_size):
-    """`pooling` with "auto" replaced: "cls" for H >= 768, "mean" below."""
-    if check_pooling(pooling) != "auto":
-        return pooling
-    return "cls" if hidden_size >= AUTO_CLS_MIN_HIDDEN_SIZE else "mean"
 
 
 def pool(encoded, padding_mask, pooling):

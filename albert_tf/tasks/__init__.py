@@ -1,8 +1,36 @@
-"""Fine-tuning: task registry, metrics, SQuAD post-processing and the training loop."""
+"""Fine-tuning: task registry, metrics, SQuAD post-processing and the training loop.
 
-from albert_tf.tasks.config import FinetuneConfig
-from albert_tf.tasks.finetune import (
-    FinetuneInterrupted, finetune, load_run, run_max_seq_length, run_max_windows, run_truncate_from,
-)
-from albert_tf.tasks.prediction import predict_examples
-from albert_tf.tasks.registry import TASKS, get_task
+The names load on first use (PEP 562), so that `tasks.config` and
+`tasks.names` load without TensorFlow: `albert-tf finetune` builds its flags
+from them and reports a bad one before TensorFlow loads.
+"""
+
+import importlib
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    "FinetuneConfig": "albert_tf.tasks.config",
+    "FinetuneInterrupted": "albert_tf.tasks.finetune",
+    "finetune": "albert_tf.tasks.finetune",
+    "load_run": "albert_tf.tasks.finetune",
+    "run_max_seq_length": "albert_tf.tasks.finetune",
+    "run_max_windows": "albert_tf.tasks.finetune",
+    "run_truncate_from": "albert_tf.tasks.finetune",
+    "predict_examples": "albert_tf.tasks.prediction",
+    "TASKS": "albert_tf.tasks.registry",
+    "get_task": "albert_tf.tasks.registry",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))

@@ -2,10 +2,9 @@
 
 import dataclasses
 
-from albert_tf.models.classifier import POOLINGS, resolve_pooling
+from albert_tf.pooling import POOLINGS, resolve_pooling
 from albert_tf.precision import PRECISIONS
-from albert_tf.tasks.registry import TASKS
-from albert_tf.tasks.sentence_task import SentenceTask
+from albert_tf.tasks.names import SENTENCE_TASK_NAMES, TASK_NAMES
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
 from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
@@ -112,8 +111,8 @@ class FinetuneConfig(JsonConfig):
                                            "span's by more than this.")
 
     def __post_init__(self):
-        if self.task not in TASKS:
-            raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASKS)}")
+        if self.task not in TASK_NAMES:
+            raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASK_NAMES)}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "doc_stride", "max_windows",
                      "max_query_length", "n_best_size", "max_answer_length"):
             check_positive_int(name, getattr(self, name))
@@ -123,10 +122,10 @@ class FinetuneConfig(JsonConfig):
         check_choice("pooling", self.pooling, POOLINGS)
         check_choice("truncate_from", self.truncate_from, TRUNCATE_FROM)
         check_choice("mixed_precision", self.mixed_precision, PRECISIONS)
-        if self.truncate_from != "end" and not isinstance(TASKS[self.task], SentenceTask):
+        if self.truncate_from != "end" and self.task not in SENTENCE_TASK_NAMES:
             raise ValueError(f"`truncate_from` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: truncate_from={self.truncate_from!r}")
-        if self.max_windows != 1 and not isinstance(TASKS[self.task], SentenceTask):
+        if self.max_windows != 1 and self.task not in SENTENCE_TASK_NAMES:
             raise ValueError(f"`max_windows` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: max_windows={self.max_windows!r}")
         for name in ("lora_rank", "lora_embedding_rank"):

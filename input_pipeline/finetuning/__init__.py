@@ -1,12 +1,50 @@
-"""Fine-tuning data: readers for GLUE, CSV/JSONL, SQuAD, RACE and tagging, and per-batch padding."""
+"""Fine-tuning data: readers for GLUE, CSV/JSONL, SQuAD, RACE and tagging, and per-batch padding.
 
-from input_pipeline.finetuning.batching import make_dataset
-from input_pipeline.finetuning.encoding import TextEncoder
-from input_pipeline.finetuning.examples import LabelMap, ReadResult, Skipped, TextExample, counted
-from input_pipeline.finetuning.glue import GLUE_TASKS, GlueTask, read_glue
-from input_pipeline.finetuning.race import ChoiceEncoder, ChoiceExample, read_race
-from input_pipeline.finetuning.squad import (
-    ContextPieces, SquadExample, SquadFeature, SquadFeaturizer, read_squad,
-)
-from input_pipeline.finetuning.tables import read_label_set, read_table
-from input_pipeline.finetuning.tagging import TaggedExample, TaggingEncoder, read_tagging, tag_set
+The names load on first use (PEP 562): the readers' constants (`glue`,
+`squad`) load without TensorFlow, which `batching` and `encoding` import, so
+`albert-tf finetune` builds its flags and reports a bad one before it loads.
+"""
+
+import importlib
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    "make_dataset": "input_pipeline.finetuning.batching",
+    "TextEncoder": "input_pipeline.finetuning.encoding",
+    "LabelMap": "input_pipeline.finetuning.examples",
+    "ReadResult": "input_pipeline.finetuning.examples",
+    "Skipped": "input_pipeline.finetuning.examples",
+    "TextExample": "input_pipeline.finetuning.examples",
+    "counted": "input_pipeline.finetuning.examples",
+    "GLUE_TASKS": "input_pipeline.finetuning.glue",
+    "GlueTask": "input_pipeline.finetuning.glue",
+    "read_glue": "input_pipeline.finetuning.glue",
+    "ChoiceEncoder": "input_pipeline.finetuning.race",
+    "ChoiceExample": "input_pipeline.finetuning.race",
+    "read_race": "input_pipeline.finetuning.race",
+    "ContextPieces": "input_pipeline.finetuning.squad",
+    "SquadExample": "input_pipeline.finetuning.squad",
+    "SquadFeature": "input_pipeline.finetuning.squad",
+    "SquadFeaturizer": "input_pipeline.finetuning.squad",
+    "read_squad": "input_pipeline.finetuning.squad",
+    "read_label_set": "input_pipeline.finetuning.tables",
+    "read_table": "input_pipeline.finetuning.tables",
+    "TaggedExample": "input_pipeline.finetuning.tagging",
+    "TaggingEncoder": "input_pipeline.finetuning.tagging",
+    "read_tagging": "input_pipeline.finetuning.tagging",
+    "tag_set": "input_pipeline.finetuning.tagging",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_EXPORTS[name]), name)
+    globals()[name] = value  # later lookups skip __getattr__
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
