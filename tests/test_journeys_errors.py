@@ -229,9 +229,10 @@ def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_pat
     assert "--tpu grpc://127.0.0.1:1" in line and "refused" in line, line
     # The TPU's zone and project reach the resolver, and say where no TPU answered.
     line = one_line_error("pretrain", "--tpu", "local", "--tpu-zone", "us-central2-b", "--gcp-project", "my-project",
-                          "--data", "missing/", "--out", "o", cwd=tmp_path)
+                          "--data", "unread/", "--out", "o", cwd=tmp_path)
     assert "zone='us-central2-b', project='my-project'" in line and "No TPU answers" in line, line
-    line = one_line_error("pretrain", "--tpu-zone", "us-central2-b", "--data", "d", "--out", "o", cwd=tmp_path)
+    line = one_line_error("pretrain", "--tpu-zone", "us-central2-b", "--data", "unread/", "--out", "o",
+                          cwd=tmp_path)
     assert "--tpu-zone us-central2-b" in line and "goes with --tpu" in line, line
     assert not (tmp_path / "o").exists()
     help_text = " ".join(run_cli("pretrain", "--help", cwd=tmp_path).stdout.split())
