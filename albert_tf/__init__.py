@@ -5,9 +5,8 @@ command-line entry point stay light, and processes that only need part of the
 package (data-writer workers, `albert-tf --help`) never load Keras or the models.
 """
 
-import importlib
-
 from albert_tf import keras_registry
+from input_pipeline.lazy import lazy_names
 
 __version__ = "0.1.0"
 
@@ -33,23 +32,7 @@ _EXPORTS = {
 # Submodules reached as attributes (`albert_tf.optimizers.AdamW`).
 _SUBMODULES = ("albert_tf.optimizers", "albert_tf.schedules")
 
-__all__ = sorted(_EXPORTS) + [module.rpartition(".")[2] for module in _SUBMODULES]
-
-
 # `keras.models.load_model` then finds albert-tf's classes without importing them first.
 keras_registry.register_when_keras_loads()
 
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    elif f"{__name__}.{name}" in _SUBMODULES:
-        value = importlib.import_module(f"{__name__}.{name}")
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_names(__name__, _EXPORTS, _SUBMODULES)

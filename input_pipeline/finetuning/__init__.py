@@ -5,7 +5,7 @@ The names load on first use (PEP 562): the readers' constants (`glue`,
 `albert-tf finetune` builds its flags and reports a bad one before it loads.
 """
 
-import importlib
+from input_pipeline.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {
@@ -35,16 +35,4 @@ _EXPORTS = {
     "tag_set": "input_pipeline.finetuning.tagging",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

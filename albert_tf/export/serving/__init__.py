@@ -11,7 +11,7 @@ TensorFlow, and `albert-tf serve` reads its flags' defaults from them before
 TensorFlow loads.
 """
 
-import importlib
+from input_pipeline.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {
@@ -22,16 +22,4 @@ _EXPORTS = {
     "ModelServer": "albert_tf.export.serving.server",
 }
 
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_EXPORTS[name]), name)
-    globals()[name] = value  # later lookups skip __getattr__
-    return value
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__all__, __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
