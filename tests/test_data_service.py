@@ -54,6 +54,7 @@ def test_pretrain_through_the_data_service_reaches_the_local_loss(tmp_path, data
 
 
 def test_data_service_address_is_checked(tmp_path):
+    (tmp_path / "data").mkdir()
     refused = run_cli("pretrain", "--data", "data/", "--out", "runs/x", "--data-service", "127.0.0.1:5050",
                       cwd=tmp_path, expect_rc=2)
     assert_one_line_error(refused, "--data-service", "grpc://")
