@@ -3,13 +3,14 @@
 import json
 
 
-def read_jsonl(lines, source, require_object=True):
+def read_jsonl(lines, source, require_object=True, blanks=False):
     """Parses JSON Lines.
 
     Args:
         lines: iterable of str, e.g. an open text file.
         source: the file's name, for error messages.
         require_object: refuse a line whose value is not a JSON object.
+        blanks: also yield (line_number, None) for each blank line.
 
     Yields:
         (line_number, value), numbered from 1.
@@ -19,6 +20,8 @@ def read_jsonl(lines, source, require_object=True):
     """
     for number, line in enumerate(lines, 1):
         if not line.strip():
+            if blanks:
+                yield number, None
             continue
         try:
             value = json.loads(line)

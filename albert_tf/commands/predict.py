@@ -24,14 +24,14 @@ import csv
 import json
 import math
 import os
-import re
 import sys
-import tempfile
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
 from input_pipeline import files
+from input_pipeline.finetuning.examples import BlankLine, ReadResult, Skipped, TextExample
+from input_pipeline.finetuning.tagging import TaggedExample
 
 _FILE_ONLY_TASKS = ("squad", "squad_v2", "race")
 
@@ -58,7 +58,6 @@ def run(args):
     from albert_tf.inference import FrozenPredictions
     from albert_tf.models.pretrained import with_dtype_policy
     from albert_tf.tasks import get_task, load_run
-    from albert_tf.tasks.sentence_task import SentenceTask
 
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(args.model)
@@ -71,32 +70,10 @@ def run(args):
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.
     config = config.replace(eval_batch_size=args.batch_size, skip_invalid=True, truncate=True, fixed_shapes=False,
                             null_score_diff_threshold=_threshold(args, config, record))
-    with tempfile.TemporaryDirectory() as tmp:
-        path, rows = args.input, None
-        if config.task in _FILE_ONLY_TASKS:
-            if args.input == "-":
-                raise ValueError(f"--task {config.task} reads JSON: pass --input FILE.")
-        elif config.task == "tagging":
-            if args.input == "-":
-                path, rows = _lines_file(_input_lines("-"), "tagging", tmp)
-        elif args.input == "-" or os.path.splitext(args.input)[1].lower() not in (".json", ".jsonl"):
-            lines = _input_lines(args.input)
-            if _is_table(task, config, lines):
-                # A table (a file, or a file piped in): read like the task's training data.
-                if args.input == "-":
-                    path = os.path.join(tmp, "stdin.tsv" if "\t" in lines[0] else "stdin.csv")
-                    with open(path, "w", encoding="utf-8") as f:
-                        f.write("\n".join(lines) + "\n")
-            else:
-                # Plain text: one text per line (a pair as two tab-separated texts), read as a generic
-                # table with the run's labels.
-                path, rows = _lines_file(lines, config.task, tmp)
-                task = SentenceTask(config.task, regression=getattr(task, "regression", False))
-                has_pair = any(row.get("text_b") is not None for row in rows if "error" not in row)
-                config = config.replace(text_column="text", text_pair_column="text_b" if has_pair else None)
-        encoded = task.encode(path, tokenizer, config, model.label_names, labelled=False)
-        predictions = task.predictions(model, encoded, config) if encoded.inputs else []
-        records = _aligned(path, encoded, predictions, rows)
+    result = _read(args.input, task, config, model.label_names)
+    encoded = task.encode_read(result, tokenizer, config, model.label_names, labelled=False)
+    predictions = iter(task.predictions(model, encoded, config) if encoded.inputs else [])
+    records = [{"index": index, **_record(row, predictions)} for index, row in enumerate(_answered(result.rows))]
     if args.output == "-":
         _write(sys.stdout, records)
     else:
@@ -155,66 +132,74 @@ def _threshold(args, config, record):
     return config.null_score_diff_threshold if found is None else found
 
 
-def _lines_file(lines, task_name, directory):
-    """Writes plain-text lines (stdin's, or a file without a header) as JSONL the task's reader accepts.
+def _read(path, task, config, label_names):
+    """The rows of --input as the task reads them (a `ReadResult`), in input order."""
+    if config.task in _FILE_ONLY_TASKS:
+        if path == "-":
+            raise ValueError(f"--task {config.task} reads JSON: pass --input FILE.")
+        return task.read(path, config, labelled=False, label_names=label_names)
+    if config.task == "tagging":
+        if path == "-":
+            return _plain_rows(_input_lines("-"), "<stdin>", tagging=True)
+        return task.read(path, config, labelled=False, label_names=label_names)
+    if path != "-" and os.path.splitext(path)[1].lower() in (".json", ".jsonl"):
+        return task.read(path, config, labelled=False, label_names=label_names)
+    lines = _input_lines(path)
+    name = "<stdin>" if path == "-" else path
+    if not _is_table(task, config, lines):
+        return _plain_rows(lines, name)
+    # A table (a file, or a file piped in): read like the task's training data; piped in, a tab in
+    # its first line makes it a TSV.
+    fmt = ("tsv" if "\t" in lines[0] else "csv") if path == "-" else None
+    return task.read(name, config, labelled=False, label_names=label_names, lines=lines, fmt=fmt)
 
-    Returns:
-        (path, rows): rows has one dict per line, {"error": ...} for a line
-        that cannot be predicted (it is not written to the file).
+
+def _plain_rows(lines, name, tagging=False):
+    """Plain text, one row per line: a text, or a pair as two tab-separated texts (for tagging, words).
+
+    A blank or malformed line is a `Skipped` row in its place, answered by an
+    error record; it is no skipped row of a table, so `skipped` stays empty.
     """
     rows = []
-    for line in lines:
+    for number, line in enumerate(lines, 1):
+        source = f"{name}:{number}"
         if not line.strip():
-            rows.append({"error": "blank line"})
-        elif task_name == "tagging":
-            rows.append({"tokens": line.split()})
+            rows.append(Skipped(source, "blank line"))
+        elif tagging:
+            rows.append(TaggedExample(tuple(line.split()), None, source))
         else:
             texts = line.split("\t")
             if len(texts) > 2:
-                rows.append({"error": f"expected one text or two tab-separated texts, got {len(texts)}"})
+                rows.append(Skipped(source, f"expected one text or two tab-separated texts, got {len(texts)}"))
             else:
-                rows.append({"text": texts[0], "text_b": texts[1] if len(texts) > 1 else None})
-    path = os.path.join(directory, "lines.jsonl")
-    with open(path, "w", encoding="utf-8") as f:
-        for row in rows:
-            if "error" not in row:
-                f.write(json.dumps(row) + "\n")
-    return path, rows
+                rows.append(TextExample(texts[0], texts[1] if len(texts) > 1 else None, None, source))
+    if not tagging:
+        _pairs_or_singles(rows)
+    return ReadResult([row for row in rows if not isinstance(row, Skipped)], [], rows)
 
 
-def _aligned(path, encoded, predictions, stdin_rows):
-    """One record per input row, in input order: a prediction or an error.
-
-    Readers tag each example and each skipped row with its source (file:line,
-    or a SQuAD question's data[a].paragraphs[p].qas[q]); sorting on the
-    numbers in it restores the input order.
-    """
-    def position(source):
-        return tuple(int(n) for n in re.findall(r"\d+", source[len(path):]))
-
-    entries = [(position(e.source), _identity(e), p) for e, p in zip(encoded.examples, predictions)]
-    entries += [(position(s.source), {}, {"error": s.reason}) for s in encoded.skipped]
-    if stdin_rows is None and entries and all(len(p) == 1 for p, _, _ in entries):
-        entries += _blank_lines(path, first=min(entries)[0][0])
-    entries.sort(key=lambda entry: entry[0])
-    records = [{**identity, **result} for _, identity, result in entries]
-    if stdin_rows is not None:
-        # Lines never written to the file (blank, malformed) go back in their place.
-        written = iter(records)
-        records = [{"error": row["error"]} if "error" in row else next(written) for row in stdin_rows]
-    return [{"index": index, **record} for index, record in enumerate(records)]
+def _pairs_or_singles(rows):
+    """Turns a single text into an error row when other lines are pairs (a model takes one or the other)."""
+    if any(isinstance(row, TextExample) and row.text_b is not None for row in rows):
+        for i, row in enumerate(rows):
+            if isinstance(row, TextExample) and row.text_b is None:
+                rows[i] = Skipped(row.source, "missing value for column(s) ['text_b']")
 
 
-def _blank_lines(path, first):
-    """Error entries for the blank lines after the first row of a line-based file (readers skip them)."""
-    with files.open_file(path) as f:
-        return [((number,), {}, {"error": "blank line"}) for number, line in enumerate(f, 1)
-                if number > first and not line.strip()]
+def _answered(rows):
+    """The rows answered by one output line each: all but the blank lines before a table's first row."""
+    first = next((i for i, row in enumerate(rows) if not isinstance(row, BlankLine)), len(rows))
+    return rows[first:]
 
 
-def _identity(example):
-    qas_id = getattr(example, "qas_id", None)
-    return {} if qas_id is None else {"id": qas_id}
+def _record(row, predictions):
+    """The output of one row: its prediction (the next of `predictions`) or its error."""
+    if isinstance(row, BlankLine):
+        return {"error": "blank line"}
+    if isinstance(row, Skipped):
+        return {"error": row.reason}
+    qas_id = getattr(row, "qas_id", None)
+    return {**({} if qas_id is None else {"id": qas_id}), **next(predictions)}
 
 
 def _write(out, records):

@@ -19,8 +19,14 @@ class ChoiceTask:
     def build_model(self, backbone, label_names, config):
         return AlbertMultipleChoice(backbone, dropout=config.dropout)
 
+    def read(self, path, config, labelled=True, label_names=None):
+        return data.read_race(path, labelled=labelled, on_error=config.on_error)
+
     def encode(self, path, tokenizer, config, label_names, labelled=True):
-        result = data.read_race(path, labelled=labelled, on_error=config.on_error)
+        return self.encode_read(self.read(path, config, labelled), tokenizer, config, label_names, labelled)
+
+    def encode_read(self, result, tokenizer, config, label_names=None, labelled=True):
+        """Encoded questions of a `ReadResult`: one row of every option's input per question."""
         encoder = data.ChoiceEncoder(tokenizer, config.max_seq_length)
         inputs = encoder.encode_all(result.examples)
         labels = [e.label for e in result.examples] if labelled else None

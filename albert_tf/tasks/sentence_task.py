@@ -19,13 +19,14 @@ class SentenceTask:
         self.regression = regression if glue is None else glue.label_names is None
         self.metrics = glue.metrics if glue else (("pearson", "spearman") if self.regression else ("accuracy",))
 
-    def read(self, path, config, labelled=True, label_names=None):
+    def read(self, path, config, labelled=True, label_names=None, lines=None, fmt=None):
+        """A `ReadResult` of the table at `path`, or of its `lines` already read (then `fmt` names a CSV's format)."""
         if self.glue:
-            return data.read_glue(path, self.name, labelled=labelled, on_error=config.on_error)
+            return data.read_glue(path, self.name, labelled=labelled, on_error=config.on_error, lines=lines)
         return data.read_table(
             path, config.text_column, config.text_pair_column,
             config.label_column if labelled else None,
-            None if self.regression else label_names, on_error=config.on_error,
+            None if self.regression else label_names, on_error=config.on_error, lines=lines, fmt=fmt,
         )
 
     def label_names(self, train_path, config):
@@ -46,13 +47,15 @@ class SentenceTask:
         )
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):
-        """Encoded examples; with `config.max_windows` > 1 every window is a row.
+        return self.encode_read(self.read(path, config, labelled, label_names), tokenizer, config, label_names, labelled)
+
+    def encode_read(self, result, tokenizer, config, label_names=None, labelled=True):
+        """Encoded examples of a `ReadResult`; with `config.max_windows` > 1 every window is a row.
 
         Then `inputs` and `labels` hold one row per window (each window
         trains with its text's label) and `extra` the number of windows of
         each example, which `evaluate` and `predictions` average over.
         """
-        result = self.read(path, config, labelled, label_names)
         encoder = data.TextEncoder(tokenizer, config.max_seq_length, truncate=config.truncate,
                                    truncate_from=config.truncate_from, max_windows=config.max_windows)
         if config.max_windows == 1:

@@ -23,10 +23,17 @@ class SquadTask:
     def build_model(self, backbone, label_names, config):
         return AlbertQuestionAnswerer(backbone)
 
-    def encode(self, path, tokenizer, config, label_names, labelled=True):
+    def read(self, path, config, labelled=True, label_names=None):
         result = data.read_squad(path, on_error=config.on_error, labelled=labelled)
         if labelled and not self.version_2 and any(e.is_impossible for e in result.examples):
             raise ValueError(f"{path} has unanswerable questions: use --task squad_v2.")
+        return result
+
+    def encode(self, path, tokenizer, config, label_names, labelled=True):
+        return self.encode_read(self.read(path, config, labelled), tokenizer, config, label_names, labelled)
+
+    def encode_read(self, result, tokenizer, config, label_names=None, labelled=True):
+        """Context windows of a `ReadResult`'s questions (`extra`: the `SquadFeature` of each window)."""
         featurizer = data.SquadFeaturizer(tokenizer, config.max_seq_length, config.doc_stride,
                                           config.max_query_length)
         feats = featurizer.featurize(result.examples)

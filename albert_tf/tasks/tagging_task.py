@@ -23,8 +23,14 @@ class TaggingTask:
     def build_model(self, backbone, label_names, config):
         return AlbertTagger(backbone, len(label_names), label_names=label_names, dropout=config.dropout)
 
+    def read(self, path, config, labelled=True, label_names=None):
+        return data.read_tagging(path, labelled=labelled, on_error=config.on_error)
+
     def encode(self, path, tokenizer, config, label_names, labelled=True):
-        result = data.read_tagging(path, labelled=labelled, on_error=config.on_error)
+        return self.encode_read(self.read(path, config, labelled), tokenizer, config, label_names, labelled)
+
+    def encode_read(self, result, tokenizer, config, label_names=None, labelled=True):
+        """Encoded sentences of a `ReadResult`: each word's first piece carries its tag."""
         encoder = data.TaggingEncoder(tokenizer, config.max_seq_length, label_names, truncate=config.truncate)
         encoded = [encoder.encode(e) for e in result.examples]
         return Encoded(

@@ -1,7 +1,8 @@
 """What the fine-tuning readers return, and how they report bad rows.
 
 Every reader returns a `ReadResult`: the examples it kept and, for each row it
-could not use, a `Skipped` record naming the file and line. With
+could not use, a `Skipped` record naming the file and line, and all of them in
+input order (`rows`, where blank lines show too). With
 `on_error="raise"` (the default) the first bad row raises a ValueError with
 that location instead; with `on_error="skip"` the caller gets the skipped rows
 back and must report their count. Nothing is dropped silently.
@@ -38,10 +39,27 @@ class Skipped:
         return f"{self.source}: {self.reason}"
 
 
+@dataclasses.dataclass(frozen=True)
+class BlankLine:
+    """A blank line among a line-based file's rows (readers pass over them; `predict` answers each)."""
+
+    source: str  # "file:line"
+
+
 @dataclasses.dataclass
 class ReadResult:
+    """What a reader read.
+
+    Attributes:
+        examples: the rows it kept.
+        skipped: a `Skipped` for each row it could not use (with on_error="skip").
+        rows: every row in input order: an example, a `Skipped`, or a
+            `BlankLine` (a blank line after a line-based file's header).
+    """
+
     examples: list
     skipped: list
+    rows: list = dataclasses.field(default_factory=list)
 
     def summary(self, what="examples"):
         """One line for logs: how many were read and skipped, with the first reason."""
@@ -56,19 +74,30 @@ def counted(n, plural):
     return f"{n} {plural[:-1] if n == 1 and plural.endswith('s') else plural}"
 
 
-class ErrorPolicy:
-    """Raises or records a bad row, following `on_error`."""
+class RowLog:
+    """A reader's rows in input order: each kept example, each bad row (raised or recorded, following `on_error`), each blank line."""
 
     def __init__(self, on_error):
         if on_error not in ON_ERROR:
             raise ValueError(f"`on_error` must be one of {ON_ERROR}. Received: on_error={on_error!r}")
         self.on_error = on_error
-        self.skipped = []
+        self.examples, self.skipped, self.rows = [], [], []
+
+    def keep(self, example):
+        self.examples.append(example)
+        self.rows.append(example)
 
     def bad_row(self, source, reason):
         if self.on_error == "raise":
             raise ValueError(f"{source}: {reason}")
         self.skipped.append(Skipped(source, reason))
+        self.rows.append(self.skipped[-1])
+
+    def blank(self, source):
+        self.rows.append(BlankLine(source))
+
+    def result(self):
+        return ReadResult(self.examples, self.skipped, self.rows)
 
 
 def check_columns(path, available, wanted):

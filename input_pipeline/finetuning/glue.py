@@ -10,7 +10,7 @@ import dataclasses
 
 from input_pipeline import files
 from input_pipeline.finetuning.examples import (
-    ErrorPolicy, LabelMap, ReadResult, TextExample, check_columns,
+    LabelMap, RowLog, TextExample, check_columns,
 )
 
 
@@ -51,7 +51,7 @@ GLUE_TASKS = {
 }
 
 
-def read_glue(path, task, labelled=True, on_error="raise"):
+def read_glue(path, task, labelled=True, on_error="raise", lines=None):
     """Reads one GLUE TSV file.
 
     Args:
@@ -59,6 +59,8 @@ def read_glue(path, task, labelled=True, on_error="raise"):
         task: a key of `GLUE_TASKS` ("mnli" reads both dev_matched and dev_mismatched).
         labelled: False for test files, whose examples get label None.
         on_error: "raise" or "skip"; see `ReadResult`.
+        lines: the file's lines without their line ends, already read (text
+            piped in); then `path` only names them in messages.
 
     Returns:
         `ReadResult` of `TextExample`s.
@@ -67,10 +69,10 @@ def read_glue(path, task, labelled=True, on_error="raise"):
         raise ValueError(f"Unknown GLUE task {task!r}. Valid tasks: {sorted(GLUE_TASKS)}")
     spec = GLUE_TASKS[task]
     labels = LabelMap(spec.label_names)
-    policy = ErrorPolicy(on_error)
-    examples = []
-    with files.open_file(path) as f:
-        lines = [line.rstrip("\r\n") for line in f]
+    log = RowLog(on_error)
+    if lines is None:
+        with files.open_file(path) as f:
+            lines = [line.rstrip("\r\n") for line in f]
     if not lines:
         raise ValueError(f"{path}: the file is empty.")
     first = lines[0].split("\t")
@@ -83,19 +85,20 @@ def read_glue(path, task, labelled=True, on_error="raise"):
     needed = max(column[n] for n in (spec.text_a, spec.text_b, spec.label if labelled else None)
                  if n is not None) + 1
     for number, line in enumerate(lines[start:], start + 1):
-        if not line.strip():
-            continue
         source = f"{path}:{number}"
+        if not line.strip():
+            log.blank(source)
+            continue
         fields = line.split("\t")
         if len(fields) < needed:
-            policy.bad_row(source, f"expected {len(header)} tab-separated fields, found {len(fields)}")
+            log.bad_row(source, f"expected {len(header)} tab-separated fields, found {len(fields)}")
             continue
         label = None
         if labelled:
             label, reason = labels.parse(fields[column[spec.label]])
             if reason:
-                policy.bad_row(source, reason)
+                log.bad_row(source, reason)
                 continue
         text_b = fields[column[spec.text_b]] if spec.text_b else None
-        examples.append(TextExample(fields[column[spec.text_a]], text_b, label, source))
-    return ReadResult(examples, policy.skipped)
+        log.keep(TextExample(fields[column[spec.text_a]], text_b, label, source))
+    return log.result()

@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from input_pipeline import features, files
-from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
+from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.packing import pack, truncate_pair
 
@@ -55,30 +55,29 @@ def _load(text, source):
 
 def read_race(path, labelled=True, on_error="raise"):
     """Reads RACE-style questions. Returns: `ReadResult` of `ChoiceExample`s."""
-    policy = ErrorPolicy(on_error)
-    examples = []
+    log = RowLog(on_error)
     for source, obj in _documents(path):
         missing = [k for k in ("article", "questions", "options") + (("answers",) if labelled else ())
                    if k not in obj]
         if missing:
-            policy.bad_row(source, f"missing field(s) {missing}")
+            log.bad_row(source, f"missing field(s) {missing}")
             continue
         for q, question in enumerate(obj["questions"]):
             where = f"{source} question {q}"
             options = obj["options"][q] if q < len(obj["options"]) else None
             if not options:
-                policy.bad_row(where, "no options")
+                log.bad_row(where, "no options")
                 continue
             label = None
             if labelled:
                 letter = obj["answers"][q] if q < len(obj["answers"]) else None
                 letters = [chr(ord("A") + i) for i in range(len(options))]
                 if letter not in letters:
-                    policy.bad_row(where, f"answer {letter!r} is not one of the options {letters}")
+                    log.bad_row(where, f"answer {letter!r} is not one of the options {letters}")
                     continue
                 label = letters.index(letter)
-            examples.append(ChoiceExample(obj["article"], question, tuple(options), label, where))
-    return ReadResult(examples, policy.skipped)
+            log.keep(ChoiceExample(obj["article"], question, tuple(options), label, where))
+    return log.result()
 
 
 class ChoiceEncoder:

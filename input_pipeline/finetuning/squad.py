@@ -17,7 +17,7 @@ import json
 import re
 
 from input_pipeline import files
-from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
+from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
 
@@ -90,8 +90,7 @@ def read_squad(path, on_error="raise", labelled=True):
         raise ValueError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
         raise ValueError(f'{path}: expected a SQuAD file, a JSON object with a "data" list.')
-    policy = ErrorPolicy(on_error)
-    examples = []
+    log = RowLog(on_error)
     for a, article in enumerate(data["data"]):
         for p, paragraph in enumerate(article.get("paragraphs", [])):
             context = paragraph.get("context")
@@ -99,10 +98,10 @@ def read_squad(path, on_error="raise", labelled=True):
                 source = f"{path}: data[{a}].paragraphs[{p}].qas[{q}] (id {qa.get('id')!r})"
                 example, reason = _parse_qa(qa, context, source, labelled)
                 if reason:
-                    policy.bad_row(source, reason)
+                    log.bad_row(source, reason)
                 else:
-                    examples.append(example)
-    return ReadResult(examples, policy.skipped)
+                    log.keep(example)
+    return log.result()
 
 
 def _parse_qa(qa, context, source, labelled=True):

@@ -1,11 +1,12 @@
 """Generic labelled text in CSV (with a header row) or JSONL, with named columns."""
 
+import contextlib
 import csv
 import os
 
 from input_pipeline import files
 from input_pipeline.finetuning.examples import (
-    ErrorPolicy, LabelMap, ReadResult, TextExample, check_columns,
+    LabelMap, RowLog, TextExample, check_columns,
 )
 from input_pipeline.jsonl import read_jsonl
 
@@ -21,26 +22,46 @@ def table_format(path):
     return fmt
 
 
-def iter_rows(path):
+def iter_rows(path, lines=None, fmt=None, blanks=False):
     """Yields (line_number, row dict) from a CSV/TSV with a header, or a JSONL file.
+
+    Args:
+        path: the file, or the name of `lines` in messages.
+        lines: the file's lines without their line ends, already read (text
+            piped in), or None to read `path`.
+        fmt: "csv", "tsv" or "jsonl"; None: from `path`'s extension.
+        blanks: also yield (line_number, None) for each blank line after the header.
 
     Raises:
         ValueError: for a JSONL line that is not a JSON object, naming the line.
     """
-    fmt = table_format(path)
-    with files.open_file(path, newline="") as f:
+    fmt = fmt or table_format(path)
+    with files.open_file(path, newline="") if lines is None else contextlib.nullcontext() as f:
+        if lines is not None:
+            # csv reads the line ends: a quoted field may span lines.
+            f = (line + "\n" for line in lines)
         if fmt == "jsonl":
-            yield from read_jsonl(f, path)
+            yield from read_jsonl(f, path, blanks=blanks)
             return
-        reader = csv.DictReader(f, delimiter="\t" if fmt == "tsv" else ",")
-        for row in reader:
+        # csv.DictReader's rows, with the blank lines it passes over made visible.
+        reader = csv.reader(f, delimiter="\t" if fmt == "tsv" else ",")
+        header = next(reader, None)
+        for fields in reader:
             # line_num is the line the record ended on (records may span lines).
+            if not fields:
+                if blanks:
+                    yield reader.line_num, None
+                continue
+            row = dict(zip(header, fields))
+            if len(fields) > len(header):
+                row[None] = fields[len(header):]
+            row.update({name: None for name in header[len(fields):]})
             yield reader.line_num, row
 
 
-def table_columns(path):
+def table_columns(path, lines=None, fmt=None):
     """The column names of a CSV/TSV header, or the keys of a JSONL file's first row."""
-    for _, row in iter_rows(path):
+    for _, row in iter_rows(path, lines, fmt):
         return list(row)
     raise ValueError(f"{path}: the file has no rows.")
 
@@ -56,7 +77,7 @@ def read_label_set(path, label_column):
 
 
 def read_table(path, text_column, text_pair_column=None, label_column=None, label_names=None,
-               on_error="raise"):
+               on_error="raise", lines=None, fmt=None):
     """Reads sentence (pair) examples from a CSV/TSV/JSONL file.
 
     Args:
@@ -67,26 +88,29 @@ def read_table(path, text_column, text_pair_column=None, label_column=None, labe
         label_names: the label set for classification (class i = label_names[i]),
             or None to read the labels as regression scores.
         on_error: "raise" or "skip"; see `ReadResult`.
+        lines, fmt: the file's lines, already read, and their format; see `iter_rows`.
 
     Returns:
         `ReadResult` of `TextExample`s.
     """
-    check_columns(path, table_columns(path), [text_column, text_pair_column, label_column])
+    check_columns(path, table_columns(path, lines, fmt), [text_column, text_pair_column, label_column])
     labels = LabelMap(label_names)
-    policy = ErrorPolicy(on_error)
-    examples = []
-    for number, row in iter_rows(path):
+    log = RowLog(on_error)
+    for number, row in iter_rows(path, lines, fmt, blanks=True):
         source = f"{path}:{number}"
+        if row is None:
+            log.blank(source)
+            continue
         missing = [c for c in (text_column, text_pair_column, label_column) if c is not None and row.get(c) is None]
         if missing:
-            policy.bad_row(source, f"missing value for column(s) {missing}")
+            log.bad_row(source, f"missing value for column(s) {missing}")
             continue
         label = None
         if label_column is not None:
             label, reason = labels.parse(row[label_column])
             if reason:
-                policy.bad_row(source, reason)
+                log.bad_row(source, reason)
                 continue
         text_b = str(row[text_pair_column]) if text_pair_column else None
-        examples.append(TextExample(str(row[text_column]), text_b, label, source))
-    return ReadResult(examples, policy.skipped)
+        log.keep(TextExample(str(row[text_column]), text_b, label, source))
+    return log.result()

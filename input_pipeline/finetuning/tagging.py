@@ -11,7 +11,7 @@ import numpy as np
 
 from input_pipeline import files
 from input_pipeline.features import IGNORE_LABEL
-from input_pipeline.finetuning.examples import ErrorPolicy, ReadResult
+from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
@@ -43,25 +43,31 @@ def _conll_sentences(path):
 
 def read_tagging(path, labelled=True, tokens_field="tokens", tags_field="tags", on_error="raise"):
     """Reads tagged sentences. Returns: `ReadResult` of `TaggedExample`s."""
-    policy = ErrorPolicy(on_error)
-    examples = []
+    log = RowLog(on_error)
     if path.endswith(".jsonl") or path.endswith(".json"):
         with files.open_file(path) as f:
-            rows = [(number, row.get(tokens_field), row.get(tags_field)) for number, row in read_jsonl(f, path)]
+            # (line, (words, tags)), or (line, None) for a blank line.
+            rows = [(number, None if row is None else (row.get(tokens_field), row.get(tags_field)))
+                    for number, row in read_jsonl(f, path, blanks=True)]
     else:
-        rows = list(_conll_sentences(path))
-    for number, words, tags in rows:
+        # Blank lines separate the sentences there: they are no rows of their own.
+        rows = [(start, (words, tags)) for start, words, tags in _conll_sentences(path)]
+    for number, fields in rows:
         source = f"{path}:{number}"
+        if fields is None:
+            log.blank(source)
+            continue
+        words, tags = fields
         if not isinstance(words, list) or not words:
-            policy.bad_row(source, f"missing or empty {tokens_field!r} list")
+            log.bad_row(source, f"missing or empty {tokens_field!r} list")
             continue
         if labelled:
             if not isinstance(tags, list) or None in tags or len(tags) != len(words):
-                policy.bad_row(source, f"needs one tag per word: {len(words)} words, tags {tags!r}")
+                log.bad_row(source, f"needs one tag per word: {len(words)} words, tags {tags!r}")
                 continue
             tags = tuple(str(t) for t in tags)
-        examples.append(TaggedExample(tuple(str(w) for w in words), tags if labelled else None, source))
-    return ReadResult(examples, policy.skipped)
+        log.keep(TaggedExample(tuple(str(w) for w in words), tags if labelled else None, source))
+    return log.result()
 
 
 def tag_set(examples):
