@@ -3,12 +3,16 @@
 Each subcommand lives in its own module under `albert_tf.commands` with two
 functions, `add_parser(subparsers)` and `run(args)`.
 
-Expected user errors (a missing or unreadable file, a wrong format, a bad
-flag value, a mistyped flag or command, with the closest known one) print one
-line naming the problem and exit 2; Ctrl-C exits 130. The paths a command
-line names are checked before the command's module loads
-(`albert_tf.commands.early_checks`), and its flags before TensorFlow loads.
-TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
+The commands report through `input_pipeline.errors`, and only this module
+prints: a `UserError` (bad input: a missing or unreadable file, a wrong
+format, a bad flag value; also a mistyped flag or command, with the closest
+known one) is one line naming the problem, exit 2; an `Interrupted` run (Ctrl-C,
+SIGTERM, a diverged loss) says what was kept, with its own exit code (Ctrl-C:
+130). Any other exception is a bug: its traceback with `--verbose`, else one
+line saying so, exit 1. The paths a command line names are checked before the
+command's module loads (`albert_tf.commands.early_checks`), and its flags
+before TensorFlow loads. TensorFlow's C++ and CUDA start-up messages are off
+unless `--verbose`.
 """
 
 import importlib
@@ -17,9 +21,10 @@ import os
 import re
 import sys
 import threading
+import traceback
 
 from albert_tf import __version__
-from albert_tf.commands.exit_codes import EXIT_INTERRUPTED, EXIT_USER_ERROR
+from input_pipeline.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError
 
 
 def build_parser(argv=None):
@@ -116,11 +121,12 @@ class QuietStderr:
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     # --verbose before or after the command (every command has it): known before TensorFlow loads.
-    if "--verbose" in argv:
-        code = _run(argv)
+    verbose = "--verbose" in argv
+    if verbose:
+        code = _run(argv, verbose)
     else:
         with QuietStderr():
-            code = _run(argv)
+            code = _run(argv, verbose)
     if code == EXIT_INTERRUPTED:
         # Ctrl-C can stop TensorFlow's input threads mid-op; tearing the
         # interpreter down around them crashed once (SIGSEGV instead of 130),
@@ -131,7 +137,7 @@ def main(argv=None):
     return code
 
 
-def _run(argv):
+def _run(argv, verbose):
     from albert_tf.commands import COMMANDS
     from albert_tf.commands.early_checks import check_paths
     from albert_tf.commands.flags import closest_command
@@ -144,12 +150,19 @@ def _run(argv):
     try:
         # Before the command's module loads (with it, for most, TensorFlow: seconds).
         check_paths(command, argv[argv.index(command) + 1 :] if command else [])
-    except ValueError as e:
+    except UserError as e:
         return _user_error(command, e)
     args = build_parser(argv).parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
     try:
         return args._run(args) or 0
+    except UserError as e:
+        return _user_error(args.command, e)
+    except Interrupted as e:
+        # After Ctrl-C's "^C" echo, on a line of its own.
+        start = "\n" if e.exit_code == EXIT_INTERRUPTED else ""
+        print(f"{start}albert-tf {args.command}: {e.message}", file=sys.stderr, flush=True)
+        return e.exit_code
     except KeyboardInterrupt:
         print(f"\nalbert-tf {args.command}: interrupted.", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -168,14 +181,25 @@ def _run(argv):
     except json.JSONDecodeError as e:
         print(f"{prefix} invalid JSON: {e}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except ValueError as e:
-        return _user_error(args.command, e)
+    except Exception as e:
+        return _internal_error(args.command, e, verbose)
 
 
 def _user_error(command, error):
     """Bad input: says what was wrong, on one line, without a traceback."""
     print(f"albert-tf {command}: error: {' '.join(str(error).split())}", file=sys.stderr)
     return EXIT_USER_ERROR
+
+
+def _internal_error(command, error, verbose):
+    """A bug (an error no check of the input raised): its traceback with --verbose, else a pointer to it."""
+    if verbose:
+        traceback.print_exception(error)
+    else:
+        what = " ".join(f"{type(error).__name__}: {error}".split())
+        print(f"albert-tf {command}: internal error (a bug, not bad input): {what[:300]}. "
+              "Rerun with --verbose for its traceback.", file=sys.stderr)
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import json
 from input_pipeline.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_positive, check_positive_int, doc,
 )
+from input_pipeline.errors import UserError
 
 SHARING_MODES = ("all", "attention", "ffn", "none")
 # How layer i finds its group (`AlbertConfig.group_index`): exact integer
@@ -103,12 +104,12 @@ class AlbertConfig(JsonConfig):
         check_positive("layer_norm_eps", self.layer_norm_eps)
         check_positive("initializer_range", self.initializer_range)
         if self.hidden_size % self.num_attention_heads:
-            raise ValueError(
+            raise UserError(
                 "`num_attention_heads` must divide `hidden_size`. Received: "
                 f"num_attention_heads={self.num_attention_heads}, hidden_size={self.hidden_size}"
             )
         if self.num_hidden_groups > self.num_hidden_layers:
-            raise ValueError(
+            raise UserError(
                 "`num_hidden_groups` cannot exceed `num_hidden_layers` (a group no layer "
                 f"uses would hold unused weights). Received: num_hidden_groups="
                 f"{self.num_hidden_groups}, num_hidden_layers={self.num_hidden_layers}"
@@ -117,13 +118,13 @@ class AlbertConfig(JsonConfig):
         check_choice("sharing", self.sharing, SHARING_MODES)
         check_bool("embedding_projection", self.embedding_projection)
         if not self.embedding_projection and self.embedding_size != self.hidden_size:
-            raise ValueError(
+            raise UserError(
                 "`embedding_projection=False` needs embedding_size == hidden_size (nothing else maps "
                 f"E to H). Received: embedding_size={self.embedding_size}, hidden_size={self.hidden_size}"
             )
         check_choice("group_formula", self.group_formula, GROUP_FORMULAS)
         if self.sharing != "all" and (self.num_hidden_groups, self.inner_group_num) != (1, 1):
-            raise ValueError(
+            raise UserError(
                 "Partial sharing (`sharing` other than 'all') is defined for one group of one "
                 f"block. Received: sharing={self.sharing!r}, num_hidden_groups="
                 f"{self.num_hidden_groups}, inner_group_num={self.inner_group_num}"
@@ -209,7 +210,7 @@ class AlbertConfig(JsonConfig):
                 bookkeeping key, listing the valid keys.
         """
         if not isinstance(values, dict):
-            raise ValueError(f"A config must be a JSON object. Received: {type(values).__name__}")
+            raise UserError(f"A config must be a JSON object. Received: {type(values).__name__}")
         field_names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {}
         unknown = []
@@ -221,7 +222,7 @@ class AlbertConfig(JsonConfig):
                 unknown.append(key)
         if unknown:
             valid = sorted(field_names | set(_ORIGINAL_TO_OURS))
-            raise ValueError(f"Unknown config keys {sorted(unknown)}. Valid keys: {valid}")
+            raise UserError(f"Unknown config keys {sorted(unknown)}. Valid keys: {valid}")
         if gelu_is_tanh is None:
             gelu_is_tanh = "model_type" not in values
         act = kwargs.get("hidden_act")
@@ -237,7 +238,7 @@ class AlbertConfig(JsonConfig):
     def from_preset(cls, name, **overrides):
         """One of `PRESETS` (e.g. "base", "xxlarge-v1"), optionally with overrides."""
         if name not in PRESETS:
-            raise ValueError(f"Unknown preset {name!r}. Valid presets: {sorted(PRESETS)}")
+            raise UserError(f"Unknown preset {name!r}. Valid presets: {sorted(PRESETS)}")
         return PRESETS[name].replace(**overrides) if overrides else PRESETS[name]
 
 

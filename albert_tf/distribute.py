@@ -6,6 +6,7 @@ import urllib.parse
 import tensorflow as tf
 
 from albert_tf.strategy_names import STRATEGY_NAMES
+from input_pipeline.errors import UserError
 
 
 def get_strategy(name, tpu=None, cluster_resolver=None, tpu_zone=None, gcp_project=None):
@@ -135,7 +136,7 @@ def _connect_tpu(tpu, zone=None, project=None):
         try:
             socket.create_connection((address.hostname, address.port), timeout=TPU_CONNECT_TIMEOUT).close()
         except (OSError, ValueError) as error:
-            raise ValueError(f"No TPU answers at {where}: {error}.") from error
+            raise UserError(f"No TPU answers at {where}: {error}.") from error
     try:
         resolver = tpu_cluster_resolver(tpu, zone, project)
         tf.config.experimental_connect_to_cluster(resolver)
@@ -146,7 +147,7 @@ def _connect_tpu(tpu, zone=None, project=None):
         # the first sentence of TensorFlow's message is the one that says why.
         message = str(getattr(error, "message", error)).strip()
         reason = message.splitlines()[0].split(". ")[0] if message else ""
-        raise ValueError(f"No TPU answers at {where}: {type(error).__name__}: {reason}") from error
+        raise UserError(f"No TPU answers at {where}: {type(error).__name__}: {reason}") from error
     return resolver
 
 
@@ -167,7 +168,7 @@ def configure_logical_cpus(num_devices):
             number of logical CPUs.
     """
     if not isinstance(num_devices, int) or num_devices < 1:
-        raise ValueError(
+        raise UserError(
             "`num_devices` must be a positive integer. Received: "
             f"num_devices={num_devices!r}"
         )

@@ -20,6 +20,7 @@ from safetensors.numpy import load as load_safetensors
 from albert_tf.config import AlbertConfig
 from albert_tf.model_dirs import CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 # The HF classes whose checkpoints are read (config.json's "architectures").
 READ_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM")
@@ -81,20 +82,20 @@ def _read_config(src_dir):
     """(the `AlbertConfig`, the "architectures" list, maybe empty) of config.json, read once."""
     path = os.path.join(src_dir, CONFIG_FILE)
     if not files.isfile(path):
-        raise ValueError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
+        raise UserError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")
     try:
         values = json.loads(files.read_bytes(path).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ValueError(f"{path} is not valid UTF-8 JSON: {e}") from e
+        raise UserError(f"{path} is not valid UTF-8 JSON: {e}") from e
     if isinstance(values, dict) and values.get("model_type", "albert") != "albert":
-        raise ValueError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
+        raise UserError(f"{path} describes a {values['model_type']!r} model, not 'albert'.")
     # HF names: "gelu" is the exact erf form, "gelu_new" the tanh approximation.
     try:
         config = AlbertConfig.from_dict(values, gelu_is_tanh=False)
         # HF's AlbertModel always has the E -> H projection, and picks groups by its own formula.
         config = config.replace(embedding_projection=True).grouped_by("hf")
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise UserError(f"{path}: {e}") from e
     architectures = values.get("architectures")
     return config, architectures if isinstance(architectures, list) else []
 
@@ -111,7 +112,7 @@ def _open_weights(src_dir):
             return (*reader([single]), single)
         if files.isfile(index):
             return (*reader(_shard_paths(src_dir, index)), index)
-    raise ValueError(
+    raise UserError(
         f"{src_dir} holds no weights: expected {SAFETENSORS_FILE}, {TORCH_FILE} "
         "or a sharded index of either."
     )
@@ -121,7 +122,7 @@ def _shard_paths(src_dir, index_path):
     try:
         weight_map = json.loads(files.read_text(index_path))["weight_map"]
     except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise ValueError(f"{index_path} is not a valid shard index: {e!r}") from e
+        raise UserError(f"{index_path} is not a valid shard index: {e!r}") from e
     return [os.path.join(src_dir, name) for name in sorted(set(weight_map.values()))]
 
 
@@ -136,14 +137,14 @@ def _open_safetensors(paths):
                     shapes[name] = tuple(f.get_slice(name).get_shape())
                     where[name] = path
         except (SafetensorError, OSError) as e:
-            raise ValueError(f"{path} is not a readable safetensors file: {e}") from e
+            raise UserError(f"{path} is not a readable safetensors file: {e}") from e
 
     def read(name):
         try:
             with safe_open(where[name], framework="np") as f:
                 return f.get_tensor(name)
         except (SafetensorError, OSError, TypeError) as e:
-            raise ValueError(f"{where[name]}: cannot read tensor {name!r}: {e}") from e
+            raise UserError(f"{where[name]}: cannot read tensor {name!r}: {e}") from e
 
     return shapes, read
 
@@ -156,7 +157,7 @@ def _read_safetensors_whole(paths):
         try:
             tensors.update(load_safetensors(files.read_bytes(path)))
         except (SafetensorError, OSError) as e:
-            raise ValueError(f"{path} is not a readable safetensors file: {e}") from e
+            raise UserError(f"{path} is not a readable safetensors file: {e}") from e
     return {name: tuple(t.shape) for name, t in tensors.items()}, tensors.__getitem__
 
 
@@ -164,7 +165,7 @@ def _open_torch(paths):
     try:
         import torch
     except ImportError as e:
-        raise ValueError(
+        raise UserError(
             f"{paths[0]} is a PyTorch pickle, which needs torch to read; install torch, "
             "or save the model with safe_serialization=True (model.safetensors)."
         ) from e
@@ -175,7 +176,7 @@ def _open_torch(paths):
             source = io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path
             state = torch.load(source, map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises many types for a bad file
-            raise ValueError(f"{path} is not a readable PyTorch checkpoint: {e}") from e
+            raise UserError(f"{path} is not a readable PyTorch checkpoint: {e}") from e
         for name, t in state.items():
             # numpy has no bfloat16; every weight is cast to float32 on assignment anyway.
             tensors[name] = t.float().numpy() if t.is_floating_point() else t.numpy()
@@ -191,7 +192,7 @@ def _check_tied_decoder(shapes, read, prefix, source):
     for name, tied_to in ties:
         if name in shapes and tied_to in shapes:
             if shapes[name] != shapes[tied_to] or not np.array_equal(read(name), read(tied_to)):
-                raise ValueError(
+                raise UserError(
                     f"{source}: {name} differs from {tied_to}; ALBERT's decoder is tied, so "
                     "an untied decoder cannot be converted."
                 )

@@ -27,6 +27,7 @@ import json
 import os
 
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
@@ -98,13 +99,13 @@ def resolve_model_dir(path):
         ValueError: naming `path` when it is missing or holds no model.
     """
     if not files.isdir(path):
-        raise ValueError(f"{path}: no such directory.")
+        raise UserError(f"{path}: no such directory.")
     if is_model_dir(path):
         return path
     for sub in (BEST_DIR, FINAL_DIR):
         if is_model_dir(os.path.join(path, sub)):
             return os.path.join(path, sub)
-    raise ValueError(
+    raise UserError(
         f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
         f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) there, or an albert-tf model in its "
         f"{BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
@@ -147,7 +148,7 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
         if files.isfile(os.path.join(candidate, SPIECE_FILE)):
             return load_tokenizer(candidate)
     if required:
-        raise ValueError(
+        raise UserError(
             f"No tokenizer for {path}: no {SPIECE_FILE} in {', '.join(candidates)}. Pass --tokenizer DIR "
             f"(a train-tokenizer output, or a HF directory with {SPIECE_FILE}).{_hf_hint(path)}"
         )
@@ -161,7 +162,7 @@ def load_tokenizer(directory):
         ValueError: naming `directory` when it holds no `spiece.model`.
     """
     if not files.isfile(os.path.join(directory, SPIECE_FILE)):
-        raise ValueError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
+        raise UserError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):
         return hf_tokenizer(directory)
     return AlbertTokenizer.load(directory)
@@ -196,9 +197,9 @@ def hf_tokenizer(src_dir):
         try:
             options = json.loads(files.read_bytes(config_path).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
+            raise UserError(f"{config_path} is not valid UTF-8 JSON: {e}") from e
         if not isinstance(options, dict):
-            raise ValueError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
+            raise UserError(f"{config_path} must hold a JSON object. Received: {type(options).__name__}")
     # transformers 5 writes `"remove_space": null` (its tokenizer always splits
     # on whitespace): null, like an absent key, takes transformers' default.
     def option(name, default):

@@ -23,6 +23,7 @@ the preprocessing has applied NFKC already; see `AlbertTokenizer.train`).
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2
 
+from input_pipeline.errors import UserError
 from input_pipeline.preprocessing import character_class
 
 # Supplementary Private Use Area-A: no text means anything by these, and a
@@ -60,7 +61,7 @@ def fast_op_model(model_proto):
     """
     model = parse(model_proto)
     if normalizes(model):
-        raise ValueError(
+        raise UserError(
             f"In-graph byte fallback needs a SentencePiece model without its own normalization; this "
             f"one applies {model.normalizer_spec.name!r}, which the graph cannot reproduce exactly. "
             "Retrain the tokenizer: byte-fallback tokenizers of the ko, ja, zh and multi presets skip it "
@@ -74,7 +75,7 @@ def fast_op_model(model_proto):
             piece.piece, piece.type, piece.score = chr(PRIVATE_USE_BASE + int(piece.piece[3:5], 16)), _NORMAL, floor
         elif piece.type == _NORMAL:
             if any(PRIVATE_USE_BASE <= ord(c) < PRIVATE_USE_BASE + 256 for c in piece.piece):
-                raise ValueError(
+                raise UserError(
                     f"In-graph byte fallback reserves U+F0000-U+F00FF, but piece {piece.piece!r} uses them."
                 )
             if len(piece.piece) == 1:

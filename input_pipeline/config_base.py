@@ -14,6 +14,7 @@ import math
 import os
 
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 
 def doc(default, help, **metadata):
@@ -23,14 +24,14 @@ def doc(default, help, **metadata):
 
 def check_positive_int(name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
+        raise UserError(f"`{name}` must be a positive integer. Received: {name}={value!r}")
 
 
 def check_int_in(name, value, low, high, high_name=None):
     """An integer in [low, high]; `high_name` names the bound in the message."""
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         bound = high_name or high
-        raise ValueError(f"`{name}` must be an integer in [{low}, {bound}]. Received: {name}={value!r}"
+        raise UserError(f"`{name}` must be an integer in [{low}, {bound}]. Received: {name}={value!r}"
                          + (f", {high_name}={high}" if high_name else ""))
 
 
@@ -39,27 +40,27 @@ def check_fraction(name, value, low_open=False, high_open=False):
     ok = _is_number(value) and (0 < value if low_open else 0 <= value) and (value < 1 if high_open else value <= 1)
     if not ok:
         interval = ("(" if low_open else "[") + "0, 1" + (")" if high_open else "]")
-        raise ValueError(f"`{name}` must be in {interval}. Received: {name}={value!r}")
+        raise UserError(f"`{name}` must be in {interval}. Received: {name}={value!r}")
 
 
 def check_non_negative(name, value):
     if not _is_number(value) or not 0 <= value < math.inf:
-        raise ValueError(f"`{name}` must be a finite non-negative number. Received: {name}={value!r}")
+        raise UserError(f"`{name}` must be a finite non-negative number. Received: {name}={value!r}")
 
 
 def check_positive(name, value):
     if not _is_number(value) or not 0 < value < math.inf:
-        raise ValueError(f"`{name}` must be a finite positive number. Received: {name}={value!r}")
+        raise UserError(f"`{name}` must be a finite positive number. Received: {name}={value!r}")
 
 
 def check_choice(name, value, choices):
     if value not in choices:
-        raise ValueError(f"`{name}` must be one of {tuple(choices)}. Received: {name}={value!r}")
+        raise UserError(f"`{name}` must be one of {tuple(choices)}. Received: {name}={value!r}")
 
 
 def check_bool(name, value):
     if not isinstance(value, bool):
-        raise ValueError(f"`{name}` must be True or False. Received: {name}={value!r}")
+        raise UserError(f"`{name}` must be True or False. Received: {name}={value!r}")
 
 
 def _is_number(value):
@@ -89,11 +90,11 @@ class JsonConfig:
     @classmethod
     def from_dict(cls, values):
         if not isinstance(values, dict):
-            raise ValueError(f"A {cls.__name__} must be a JSON object. Received: {type(values).__name__}")
+            raise UserError(f"A {cls.__name__} must be a JSON object. Received: {type(values).__name__}")
         fields = {field.name: field for field in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:
-            raise ValueError(f"Unknown {cls.__name__} keys {unknown}. Valid keys: {sorted(fields)}")
+            raise UserError(f"Unknown {cls.__name__} keys {unknown}. Valid keys: {sorted(fields)}")
         values = {
             name: tuple(value) if isinstance(value, list) and "tuple" in str(fields[name].type) else value
             for name, value in values.items()
@@ -126,10 +127,10 @@ class JsonConfig:
         try:
             values = json.loads(files.read_text(path))
         except OSError as e:
-            raise ValueError(f"Cannot read config {path}: {e.strerror}") from e
+            raise UserError(f"Cannot read config {path}: {e.strerror}") from e
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
-            raise ValueError(f"{path} is not valid JSON: {e}") from e
+            raise UserError(f"{path} is not valid JSON: {e}") from e
         try:
             return cls.from_dict(values, **kwargs)
         except (TypeError, ValueError) as e:
-            raise ValueError(f"{path}: {e}") from e
+            raise UserError(f"{path}: {e}") from e

@@ -24,6 +24,7 @@ import os
 import re
 
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.preprocessing import UNSPACED_SCRIPT_CHARS
 
@@ -128,14 +129,14 @@ class Corpus:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         if format not in FORMATS:
-            raise ValueError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
+            raise UserError(f"`format` must be one of {FORMATS}. Received: format={format!r}")
         self.files = _list_files(paths)
         self.format = format
         self.column = column
         self.split_sentences = split_sentences
         for path in self.files:
             if self._format_of(path) in ("csv", "jsonl") and not column:
-                raise ValueError(f"{path} is {self._format_of(path)}: pass `column` naming the text field.")
+                raise UserError(f"{path} is {self._format_of(path)}: pass `column` naming the text field.")
         self.num_documents = 0
         self.num_empty_skipped = 0
 
@@ -183,9 +184,9 @@ def _list_files(paths):
         elif files.isfile(path):
             found.append(path)
         else:
-            raise ValueError(f"Input path does not exist: {path!r}")
+            raise UserError(f"Input path does not exist: {path!r}")
     if not found:
-        raise ValueError(f"No input files found in {list(map(os.fspath, paths))}")
+        raise UserError(f"No input files found in {list(map(os.fspath, paths))}")
     return found
 
 
@@ -197,7 +198,7 @@ def _decoded_lines(path):
             try:
                 line = raw.decode("utf-8")
             except UnicodeDecodeError as e:
-                raise ValueError(
+                raise UserError(
                     f"{path}: invalid UTF-8 at byte offset {offset + e.start} "
                     f"({raw[e.start:e.start + 4]!r}); the corpus must be UTF-8 text."
                 ) from None
@@ -231,7 +232,7 @@ def _read_plain_text(path, column):
 def _read_csv(path, column):
     rows = csv.DictReader(line + "\n" for line in _decoded_lines(path))
     if rows.fieldnames is None or column not in rows.fieldnames:
-        raise ValueError(f"{path}: no column {column!r}. Columns: {rows.fieldnames}")
+        raise UserError(f"{path}: no column {column!r}. Columns: {rows.fieldnames}")
     for row in rows:
         yield split_paragraphs_into_sentences(row[column] or "")
 
@@ -239,5 +240,5 @@ def _read_csv(path, column):
 def _read_jsonl(path, column):
     for line_number, record in read_jsonl(_decoded_lines(path), path, require_object=False):
         if not isinstance(record, dict) or column not in record:
-            raise ValueError(f"{path}:{line_number}: no field {column!r} in the record.")
+            raise UserError(f"{path}:{line_number}: no field {column!r} in the record.")
         yield split_paragraphs_into_sentences(str(record[column] or ""))

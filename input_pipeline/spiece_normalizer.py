@@ -35,6 +35,7 @@ import unicodedata
 
 from sentencepiece import SentencePieceNormalizer, sentencepiece_model_pb2
 
+from input_pipeline.errors import UserError
 from input_pipeline.preprocessing import is_digit_comma_piece
 
 # The NormalizerSpec name of a model that carries albert-tf's preprocessing.
@@ -69,12 +70,12 @@ def embed_preprocessing(model_proto, preprocessing):
     model = sentencepiece_model_pb2.ModelProto()
     model.ParseFromString(model_proto)
     if model.trainer_spec.byte_fallback:
-        raise ValueError(
+        raise UserError(
             "A model with byte fallback cannot carry the preprocessing: in-graph byte fallback needs "
             "a model without its own normalization (`input_pipeline.byte_fallback`)."
         )
     if preprocessing.normalization:
-        raise ValueError(
+        raise UserError(
             "Only preprocessing without `normalization` (the English presets) can be built into the model. "
             f"Received: normalization={preprocessing.normalization!r}"
         )

@@ -42,6 +42,7 @@ from input_pipeline.preprocessing import (
     check_language,
     is_digit_comma_piece,
 )
+from input_pipeline.errors import UserError
 
 # TensorFlow is imported inside the in-graph methods only: data-writer worker
 # processes that just encode in Python then start fast and stay small.
@@ -78,7 +79,7 @@ class AlbertTokenizer:
         pieces = tuple(self._sp.id_to_piece(i) for i in range(NUM_SPECIAL_IDS))
         expected = (PAD_PIECE, UNK_PIECE, CLS_PIECE, SEP_PIECE, MASK_PIECE)
         if pieces != expected:
-            raise ValueError(
+            raise UserError(
                 f"The SentencePiece model must start with the pieces {expected}. Received: {pieces}"
             )
         # {piece id: (ids, pieces) it is re-split into}; empty when the preprocessing does not split.
@@ -136,7 +137,7 @@ class AlbertTokenizer:
         """
         check_language(language)
         if vocab_size <= NUM_SPECIAL_IDS:
-            raise ValueError(f"`vocab_size` must be larger than {NUM_SPECIAL_IDS}. Received: vocab_size={vocab_size}")
+            raise UserError(f"`vocab_size` must be larger than {NUM_SPECIAL_IDS}. Received: vocab_size={vocab_size}")
         preprocessing = preprocessing or Preprocessing.for_language(language)
         if character_coverage is None:
             character_coverage = DEFAULT_CHARACTER_COVERAGE[language]
@@ -189,7 +190,7 @@ class AlbertTokenizer:
         """
         model_path = os.path.join(directory, MODEL_FILE)
         if not files.isfile(model_path):
-            raise ValueError(f"No tokenizer in {directory!r}: {MODEL_FILE} is missing.")
+            raise UserError(f"No tokenizer in {directory!r}: {MODEL_FILE} is missing.")
         proto = files.read_bytes(model_path)
         config_path = os.path.join(directory, CONFIG_FILE)
         if not files.isfile(config_path):
@@ -198,7 +199,7 @@ class AlbertTokenizer:
         language = config.get("language", "en")
         tokenizer = cls(proto, Preprocessing.from_config(config["preprocessing"], language), language)
         if config.get("byte_fallback", tokenizer.byte_fallback) != tokenizer.byte_fallback:
-            raise ValueError(
+            raise UserError(
                 f"{config_path} says byte_fallback={config['byte_fallback']} but {model_path} has "
                 f"byte_fallback={tokenizer.byte_fallback}: the two files come from different tokenizers."
             )
@@ -289,7 +290,7 @@ class AlbertTokenizer:
     def check_vocab_size(self, model_vocab_size):
         """Raises ValueError unless a model's `vocab_size` equals this tokenizer's."""
         if int(model_vocab_size) != self.vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"The tokenizer has {self.vocab_size} pieces but the model config has "
                 f"vocab_size={model_vocab_size}. Use a model config with vocab_size={self.vocab_size}."
             )
@@ -424,10 +425,10 @@ def digit_comma_splits(sp):
 
 
 def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallback):
-    """SentencePiece's RuntimeError as a ValueError naming the argument (and flag) to change."""
+    """SentencePiece's RuntimeError as a UserError naming the argument (and flag) to change."""
     message = str(error)
     if num_texts == 0:
-        return ValueError(
+        return UserError(
             "There is no text to train on: every sentence of the corpus (`sentences`, `--input`) is empty "
             "after preprocessing."
         )
@@ -435,7 +436,7 @@ def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallb
     if too_small:
         needed = int(too_small.group(1))
         extra = NUM_SPECIAL_IDS + (256 if byte_fallback else 0)
-        return ValueError(
+        return UserError(
             f"`vocab_size` (`--vocab-size`) is too small for the corpus: the {needed - extra} characters that "
             f"cover {character_coverage} of its text (character_coverage), {NUM_SPECIAL_IDS} special pieces"
             f"{' and 256 byte pieces' if byte_fallback else ''} need at least {needed}. Received: "
@@ -444,11 +445,11 @@ def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallb
         )
     too_large = re.search(r"Vocabulary size too high \(\d+\)\. Please set it to a value <= (\d+)", message)
     if too_large:
-        return ValueError(
+        return UserError(
             f"`vocab_size` (`--vocab-size`) is larger than the corpus has pieces for: at most "
             f"{too_large.group(1)}. Received: vocab_size={vocab_size}. Use a smaller vocab_size or more text."
         )
-    return ValueError(f"SentencePiece training failed: {message}")
+    return UserError(f"SentencePiece training failed: {message}")
 
 
 def _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads, byte_fallback=False):

@@ -39,6 +39,7 @@ from albert_tf.training import (
 from albert_tf.training.trainer import CHECKPOINT_DIR
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews, make_pretraining_dataset
 from input_pipeline import files
+from input_pipeline.errors import Interrupted, UserError
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"
@@ -47,8 +48,8 @@ PLOT_FILE = "loss_curve.png"
 _EVAL_SEED = 12345
 _EVAL_BATCH_SIZE = 32
 
-class DemoInterrupted(KeyboardInterrupt):
-    """Ctrl-C stopped `run_demo`; `str()` says where, and what a rerun of the same call resumes from.
+class DemoInterrupted(Interrupted):
+    """Ctrl-C stopped `run_demo`; its message says where, and what a rerun of the same call resumes from.
 
     Attributes:
         stage: what the demo was doing ("training the tokenizer", "pretraining", ...).
@@ -65,9 +66,9 @@ class DemoInterrupted(KeyboardInterrupt):
         self.tokenizer_dir = tokenizer_dir if files.isfile(os.path.join(tokenizer_dir, "spiece.model")) else None
         self.checkpoint_step = steps[-1] if steps else None
         self.checkpoint = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
-        super().__init__(str(self))
+        super().__init__(self._where_and_kept())
 
-    def __str__(self):
+    def _where_and_kept(self):
         where = f"while {self.stage}" + (f", at step {self.step} of {self.num_steps}" if self.step is not None else "")
         if self.checkpoint:
             kept = f"its last checkpoint is {self.checkpoint} (step {self.checkpoint_step})"
@@ -117,7 +118,7 @@ def _run_demo(out_dir, config, print_fn, progress):
     if files.isfile(os.path.join(tokenizer_dir, "spiece.model")):
         tokenizer = AlbertTokenizer.load(tokenizer_dir)
         if tokenizer.vocab_size != model_config.vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"{out_dir} was made with --vocab-size {tokenizer.vocab_size} (its tokenizer has "
                 f"{tokenizer.vocab_size} pieces), not {model_config.vocab_size}: rerun with --vocab-size "
                 f"{tokenizer.vocab_size} to resume it, or pass a new --out."
@@ -218,7 +219,7 @@ def heldout_examples(heldout, data_config, num_examples):
         (dataset, num_batches) for `evaluate_pretraining`.
     """
     if num_examples < 1:
-        raise ValueError(f"`eval_examples` must be positive. Received: eval_examples={num_examples}")
+        raise UserError(f"`eval_examples` must be positive. Received: eval_examples={num_examples}")
     dataset = make_pretraining_dataset(heldout, _EVAL_BATCH_SIZE, seed=_EVAL_SEED, config=data_config)
     dataset = dataset.unbatch().take(num_examples).batch(_EVAL_BATCH_SIZE)
     return dataset, -(-num_examples // _EVAL_BATCH_SIZE)

@@ -10,6 +10,7 @@ from albert_tf.config import AlbertConfig
 from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 from input_pipeline import PretrainingDataConfig
 from input_pipeline.config_base import check_choice, check_positive_int, doc
+from input_pipeline.errors import UserError
 
 # ALBERT's shape (factorized embeddings, one block shared by every layer) at
 # a size that pretrains in minutes on 2 CPU cores: E 64, H 128, L 4, 4 heads,
@@ -83,12 +84,12 @@ class DemoConfig:
     def __post_init__(self):
         for name, cls in (("model", AlbertConfig), ("trainer", TrainerConfig), ("data", PretrainingDataConfig)):
             if not isinstance(getattr(self, name), cls):
-                raise ValueError(f"`{name}` must be a {cls.__name__}. Received: {name}={getattr(self, name)!r}")
+                raise UserError(f"`{name}` must be a {cls.__name__}. Received: {name}={getattr(self, name)!r}")
         for name in ("tokenizer_documents", "documents", "heldout_documents", "eval_examples", "baseline_batches"):
             check_positive_int(name, getattr(self, name))
         check_choice("embedding_init", self.embedding_init, EMBEDDING_INITS)
         if self.data.max_seq_length > self.model.max_position_embeddings:
-            raise ValueError(
+            raise UserError(
                 "`data.max_seq_length` cannot exceed `model.max_position_embeddings`. Received: "
                 f"max_seq_length={self.data.max_seq_length}, "
                 f"max_position_embeddings={self.model.max_position_embeddings}"

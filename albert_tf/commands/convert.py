@@ -16,6 +16,7 @@ positionally (SRC), as in earlier versions.
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from input_pipeline.errors import UserError
 
 
 def add_parser(subparsers):
@@ -43,12 +44,12 @@ def add_parser(subparsers):
 
 def run(args):
     if (args.model is None) == (args.src is None):
-        raise ValueError("Give the model to convert once: --model SRC (or SRC positionally).")
+        raise UserError("Give the model to convert once: --model SRC (or SRC positionally).")
     src = args.model or args.src
     if args.config is not None and args.from_format != "tf1":
-        raise ValueError("--config is only used with --from tf1.")
+        raise UserError("--config is only used with --from tf1.")
     if args.tokenizer is not None and args.to_format != "hf":
-        raise ValueError("--tokenizer is only used with --to hf.")
+        raise UserError("--tokenizer is only used with --to hf.")
     check_out(args.out, args.overwrite)
     # Deferred for start-up: the converters import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf import convert
@@ -62,7 +63,7 @@ def run(args):
         report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite)
     else:
         if args.config is None:
-            raise ValueError("--from tf1 needs --config (the checkpoint's albert_config.json).")
+            raise UserError("--from tf1 needs --config (the checkpoint's albert_config.json).")
         report = convert.convert_from_tf1(src, args.config, args.out, overwrite=args.overwrite)
     if args.to_format == "hf":
         kind = "AlbertForPreTraining" if hasattr(model, "mlm_head") else "AlbertModel"

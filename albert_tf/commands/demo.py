@@ -8,16 +8,15 @@ seeds the tokenizer.
 
 import dataclasses
 import shlex
-import sys
 
 from albert_tf.apps.demo_config import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config
-from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, config_flag, config_kwargs,
 )
 from albert_tf.config import AlbertConfig
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import PretrainingDataConfig
+from input_pipeline.errors import Interrupted
 
 # The library configs' fields the demo lets a flag change, each group with the demo's defaults.
 _GROUPS = (
@@ -51,9 +50,7 @@ def run(args):
         run_demo(args.out, config_from_args(args))
     except DemoInterrupted as e:
         then = "resume" if e.tokenizer_dir or e.checkpoint else "start again"
-        print(f"\nalbert-tf demo: interrupted {e}. Rerun the same command to {then}: {_command_line(args)}",
-              file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted(f"interrupted {e}. Rerun the same command to {then}: {_command_line(args)}") from e
     return 0
 
 

@@ -21,6 +21,7 @@ import difflib
 from albert_tf import model_dirs
 from albert_tf.commands.outputs import check_out
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 # The kinds of path a flag names.
 PATHS = "paths"  # one or more files or directories that exist
@@ -63,16 +64,16 @@ def check_paths(command, argv):
         if kind == PATHS:
             for path in value:
                 if not files.exists(path):
-                    raise ValueError(f"{flag} {path}: no such file or directory.")
+                    raise UserError(f"{flag} {path}: no such file or directory.")
         elif kind == FILE and value != "-":
             _check_file(flag, value)
         elif kind == DIR and not files.isdir(value):
-            raise ValueError(f"{flag} {value}: no such directory.")
+            raise UserError(f"{flag} {value}: no such directory.")
         elif kind == MODEL:
             try:
                 model_dirs.resolve_model_dir(value)
             except ValueError as e:
-                raise ValueError(f"{flag} {e}") from None
+                raise UserError(f"{flag} {e}") from None
         elif kind == OUT and value != "-" and _writes_out(command, args):
             check_out(value, args.overwrite, flag)
 
@@ -88,14 +89,14 @@ def _writes_out(command, args):
 
 def _check_file(flag, path):
     if files.isdir(path):
-        raise ValueError(f"{flag} {path}: is a directory, expected a file.")
+        raise UserError(f"{flag} {path}: is a directory, expected a file.")
     if not files.isfile(path):
-        raise ValueError(f"{flag} {path}: no such file or directory.")
+        raise UserError(f"{flag} {path}: no such file or directory.")
     if not files.is_url(path):
         try:
             open(path, "rb").close()
         except PermissionError:
-            raise ValueError(f"{flag} {path}: permission denied.") from None
+            raise UserError(f"{flag} {path}: permission denied.") from None
 
 
 class _Unread(Exception):

@@ -30,6 +30,7 @@ from albert_tf.model_dirs import BEST_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, bf16_units, cpu_flags
 from input_pipeline import movie_reviews
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
@@ -105,15 +106,15 @@ def run(args):
     from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
 
     if args.format == "saved_model" and (args.quantize != "none" or args.dynamic_batch or args.calibration_text):
-        raise ValueError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
+        raise UserError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
     if args.format == "tflite" and args.version is not None:
-        raise ValueError("--version applies to --format saved_model only.")
+        raise UserError("--version applies to --format saved_model only.")
     if args.format == "tflite" and args.precision is not None:
-        raise ValueError("--precision applies to --format saved_model only (tflite: --quantize).")
+        raise UserError("--precision applies to --format saved_model only (tflite: --quantize).")
     if args.format == "saved_model" and args.no_metadata:
-        raise ValueError("--no-metadata applies to --format tflite only.")
+        raise UserError("--no-metadata applies to --format tflite only.")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
-        raise ValueError("--no-text applies to --format saved_model, without --tokenizer.")
+        raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(args.model)
     model = load_pretrained(model_dir)
     backbone = getattr(model, "backbone", model)
@@ -183,7 +184,7 @@ def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from
     what does not fit from the end.
     """
     if _run_reads_pairs(model_dir):
-        raise ValueError(
+        raise UserError(
             f"--model {model_dir} was fine-tuned on text pairs, which MediaPipe's TextClassifier cannot feed (it "
             "reads one text): pass --no-metadata and pack pairs in the app (docs/deployment.md)."
         )
@@ -233,5 +234,5 @@ def _calibration_texts(path, limit):
     with files.open_file(path) as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:limit]
     if not lines:
-        raise ValueError(f"--calibration-text {path} has no non-empty lines.")
+        raise UserError(f"--calibration-text {path} has no non-empty lines.")
     return [tuple(line.split("\t", 1)) if "\t" in line else line for line in lines]

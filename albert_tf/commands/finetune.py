@@ -32,9 +32,7 @@ as a normal run's (usable by predict and export), and OUT/finetune.json says
 
 import contextlib
 import os
-import sys
 
-from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
@@ -43,6 +41,7 @@ from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.names import TASK_NAMES
+from input_pipeline.errors import Interrupted
 
 
 def add_parser(subparsers):
@@ -99,10 +98,9 @@ def run(args):
             # Flushed: each epoch's line shows as it ends, also through a pipe.
             result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
                               log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy)
-    except KeyboardInterrupt as e:
+    except (KeyboardInterrupt, Interrupted) as e:
         worker = None if chief else strategy.cluster_resolver.task_id
-        print(f"\nalbert-tf finetune: {_interrupted(e, args, worker)}", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted(_interrupted(e, args, worker)) from e
     best = result["best"]
     saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(

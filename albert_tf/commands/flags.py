@@ -13,6 +13,7 @@ import sys
 import types
 
 from albert_tf.commands import COMMANDS
+from input_pipeline.errors import UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -251,12 +252,12 @@ def strategy_from_flags(args):
     from albert_tf.distribute import configure_logical_cpus, get_strategy
 
     if args.tpu is not None and args.strategy not in (None, "tpu"):
-        raise ValueError(f"--tpu {args.tpu} runs on a TPU; it does not go with --strategy {args.strategy}. "
+        raise UserError(f"--tpu {args.tpu} runs on a TPU; it does not go with --strategy {args.strategy}. "
                          "Drop one of them.")
     name = args.strategy or ("tpu" if args.tpu is not None else "default")
     for flag, value in (("--tpu-zone", args.tpu_zone), ("--gcp-project", args.gcp_project)):
         if value is not None and name != "tpu":
-            raise ValueError(f"{flag} {value} names where a TPU is; it goes with --tpu, not --strategy {name}.")
+            raise UserError(f"{flag} {value} names where a TPU is; it goes with --tpu, not --strategy {name}.")
     if args.logical_cpus:
         configure_logical_cpus(args.logical_cpus)
     try:
@@ -264,7 +265,7 @@ def strategy_from_flags(args):
     except ValueError as e:
         if name != "tpu":
             raise
-        raise ValueError(f"--tpu {args.tpu or '(none: this machine)'}: {e}") from e
+        raise UserError(f"--tpu {args.tpu or '(none: this machine)'}: {e}") from e
 
 
 _METAVARS = {int: "N", float: "X", str: "TEXT"}

@@ -8,6 +8,7 @@ it was; an existing non-empty `--out` is refused unless `--overwrite`.
 
 from albert_tf import model_dirs
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 # What readers of each command's output look for first, written last at a URL:
 # a model directory's (model_dirs.ENTRY_FILES), create-data's metadata.json,
@@ -24,9 +25,9 @@ def check_out(path, overwrite, flag="--out"):
     """Refuses a non-empty output directory (or an existing file) unless `overwrite`."""
     if files.isfile(path):
         if not overwrite:
-            raise ValueError(f"{flag} {path} exists; pass --overwrite to replace it.")
+            raise UserError(f"{flag} {path} exists; pass --overwrite to replace it.")
     elif files.isdir(path) and files.listdir(path) and not overwrite:
-        raise ValueError(f"{flag} {path} is not empty; pass --overwrite to replace it, or choose a new {flag}.")
+        raise UserError(f"{flag} {path} is not empty; pass --overwrite to replace it, or choose a new {flag}.")
 
 
 def fresh_output_dir(path, overwrite, flag="--out", keep_when=None):

@@ -30,6 +30,7 @@ from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning.examples import BlankLine, ReadResult, Skipped, TextExample
 from input_pipeline.finetuning.tagging import TaggedExample
 
@@ -136,7 +137,7 @@ def _read(path, task, config, label_names):
     """The rows of --input as the task reads them (a `ReadResult`), in input order."""
     if config.task in _FILE_ONLY_TASKS:
         if path == "-":
-            raise ValueError(f"--task {config.task} reads JSON: pass --input FILE.")
+            raise UserError(f"--task {config.task} reads JSON: pass --input FILE.")
         return task.read(path, config, labelled=False, label_names=label_names)
     if config.task == "tagging":
         if path == "-":

@@ -12,13 +12,11 @@ import dataclasses
 import json
 import os
 import signal
-import sys
 import threading
 
 import numpy as np
 
 from albert_tf.commands.create_data import report_pairs
-from albert_tf.commands.exit_codes import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, add_split_sentences_flag, add_strategy_flags,
     config_kwargs, strategy_from_flags,
@@ -31,6 +29,7 @@ from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 import input_pipeline
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from input_pipeline import files
+from input_pipeline.errors import EXIT_FAILED, EXIT_PREEMPTED, Interrupted, UserError
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
@@ -83,7 +82,7 @@ def add_parser(subparsers):
 def run(args):
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
     if args.data_service is not None and not args.data_service.startswith("grpc://"):
-        raise ValueError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
+        raise UserError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
     # Before reading the data: a TPU that is not there is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
@@ -96,7 +95,7 @@ def run(args):
     word_embeddings_init = None
     if args.embedding_init == "ppmi-svd":
         if not isinstance(source, TokenizedCorpus):
-            raise ValueError(
+            raise UserError(
                 f"--embedding-init ppmi-svd counts pieces in raw text, and --data {source} holds create-data "
                 "records: pass the text files with --tokenizer instead."
             )
@@ -117,20 +116,17 @@ def run(args):
         with _sigterm_requests_stop() as stop:
             trainer.train(stop_requested=stop.is_set)
     except TrainingStopped as e:
-        print(f"albert-tf pretrain: SIGTERM: saved step {e.step} of {e.num_steps} to {e.checkpoint}; "
-              "rerun the same command to resume.", file=sys.stderr, flush=True)
-        return EXIT_PREEMPTED
+        raise Interrupted(f"SIGTERM: saved step {e.step} of {e.num_steps} to {e.checkpoint}; "
+                          "rerun the same command to resume.", EXIT_PREEMPTED) from e
     except TrainingDiverged as e:
-        print(f"albert-tf pretrain: {e}", file=sys.stderr)
-        return 1
-    except KeyboardInterrupt:
+        raise Interrupted(str(e), EXIT_FAILED) from e
+    except KeyboardInterrupt as e:
         checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
         steps = checkpoints.checkpoint_steps(checkpoint_dir)
         latest = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
         kept = f"its last checkpoint is {latest}" if latest else "no checkpoint was written yet"
-        print(f"\nalbert-tf pretrain: interrupted at step {trainer.step} of {trainer_config.num_steps}; {kept}. "
-              "Rerun the same command to resume.", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        raise Interrupted(f"interrupted at step {trainer.step} of {trainer_config.num_steps}; {kept}. "
+                          "Rerun the same command to resume.") from e
     return 0
 
 
@@ -161,7 +157,7 @@ def _load_data(args):
         data_config = metadata["config"]
         for name, value in raw_only.items():
             if value is not None and value != getattr(data_config, name):
-                raise ValueError(
+                raise UserError(
                     f"--{name.replace('_', '-')}={value} differs from the data in {args.data[0]} "
                     f"({name}={getattr(data_config, name)}); it is fixed when create-data writes the data."
                 )
@@ -171,12 +167,12 @@ def _load_data(args):
         if tokenizer is not None:
             tokenizer.check_vocab_size(vocab_size)
         if args.split_sentences:
-            raise ValueError(f"--split-sentences reads raw text; --data {args.data[0]} holds create-data records "
+            raise UserError(f"--split-sentences reads raw text; --data {args.data[0]} holds create-data records "
                              "(pass it to create-data instead).")
         info = {"kind": "tfrecords", "paths": args.data, "config": dataclasses.asdict(data_config)}
         return args.data[0], data_config, vocab_size, tokenizer, info
     if tokenizer is None:
-        raise ValueError(
+        raise UserError(
             f"--data {' '.join(args.data)} is raw text (not a create-data directory with metadata.json): "
             "pass --tokenizer DIR to tokenize it."
         )
@@ -205,13 +201,13 @@ def _model_config(args, vocab_size, max_seq_length):
         if "vocab_size" not in _json_keys(args.config):
             config = config.replace(vocab_size=vocab_size)
         elif config.vocab_size != vocab_size:
-            raise ValueError(
+            raise UserError(
                 f"{args.config} has vocab_size={config.vocab_size} but the data/tokenizer has {vocab_size} pieces."
             )
     else:
         config = AlbertConfig.from_preset(args.preset, vocab_size=vocab_size, **overrides)
     if max_seq_length > config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"max_seq_length={max_seq_length} exceeds the model's max_position_embeddings="
             f"{config.max_position_embeddings}."
         )

@@ -23,6 +23,7 @@ from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 
 def add_parser(subparsers):
@@ -40,7 +41,7 @@ def add_parser(subparsers):
 
 def run(args):
     if (args.model is None) == (args.model_base_path is None):
-        raise ValueError("Give what to serve once: BASE_PATH or --model DIR.")
+        raise UserError("Give what to serve once: BASE_PATH or --model DIR.")
     path = files.normpath(args.model or args.model_base_path)
     # Before loading or exporting the model (seconds): a taken port is known at once.
     _check_address(args.host, args.port)
@@ -92,13 +93,13 @@ def _address_errors(host, port):
     except OSError as error:
         address = f"{host}:{port}"
         if error.errno == errno.EADDRINUSE:
-            raise ValueError(f"--port {port}: {address} is already in use; pick another port "
+            raise UserError(f"--port {port}: {address} is already in use; pick another port "
                              f"(e.g. --port {port + 1}), or --port 0 for any free one.") from None
         if error.errno == errno.EACCES:
-            raise ValueError(f"--port {port}: binding {address} needs privileges (ports below 1024); "
+            raise UserError(f"--port {port}: binding {address} needs privileges (ports below 1024); "
                              "pick a port of 1024 or above.") from None
         if isinstance(error, socket.gaierror) or error.errno == errno.EADDRNOTAVAIL:
-            raise ValueError(f"--host {host}: not an address of this machine ({error.strerror}).") from None
+            raise UserError(f"--host {host}: not an address of this machine ({error.strerror}).") from None
         raise
 
 

@@ -16,6 +16,7 @@ from albert_tf.commands.flags import add_command, add_split_sentences_flag
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
+from input_pipeline.errors import UserError
 from input_pipeline.preprocessing import LANGUAGES
 
 
@@ -79,7 +80,7 @@ def run(args):
             )
         except ValueError as e:
             if corpus.num_documents == 0:
-                raise ValueError(
+                raise UserError(
                     f"--input {' '.join(args.input)}: no text to train a tokenizer on "
                     f"({corpus.num_empty_skipped} empty documents skipped)."
                 ) from e
@@ -96,9 +97,9 @@ def _rewrite(args):
     try:
         tokenizer = AlbertTokenizer.load(args.rewrite)
     except ValueError as e:
-        raise ValueError(f"--rewrite {args.rewrite}: {e}") from e
+        raise UserError(f"--rewrite {args.rewrite}: {e}") from e
     if not tokenizer.can_embed_preprocessing:
-        raise ValueError(
+        raise UserError(
             f"--rewrite {args.rewrite}: only English tokenizers without byte fallback can carry their "
             f"preprocessing in spiece.model. Received: language={tokenizer.language!r}, "
             f"byte_fallback={tokenizer.byte_fallback}"

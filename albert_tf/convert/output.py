@@ -2,13 +2,14 @@
 
 from albert_tf.model_dirs import ENTRY_FILES
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 
 def check_output_dir(out_dir, overwrite=False):
     """Raises a ValueError unless `out_dir` is absent or an empty directory, or `overwrite`."""
     if overwrite or not files.exists(out_dir) or (files.isdir(out_dir) and not files.listdir(out_dir)):
         return
-    raise ValueError(
+    raise UserError(
         f"Output directory {out_dir} already exists and is not empty; "
         "choose a new directory, or pass overwrite=True to replace it."
     )

@@ -16,6 +16,7 @@ from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.checkpoint_weights import TF1_PROJECTION, load_checkpoint, tf1_scheme
 from albert_tf.models.pretrained import save_pretrained
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 _HUB_PREFIX = "module/"
 # Optimizer state: the original's LAMB (and AdamW) slot variables, and the step counter.
@@ -56,7 +57,7 @@ def load_tf1(ckpt_prefix, config, print_fn=print):
         reader = tf.train.load_checkpoint(ckpt_prefix)
         all_shapes = reader.get_variable_to_shape_map()
     except (tf.errors.OpError, ValueError) as e:
-        raise ValueError(f"{ckpt_prefix} is not a readable TF checkpoint: {e}") from e
+        raise UserError(f"{ckpt_prefix} is not a readable TF checkpoint: {e}") from e
     shapes, stored_name, skipped = {}, {}, []
     for name, shape in all_shapes.items():
         if name.endswith(_SLOT_SUFFIXES) or name.rsplit("/", 1)[-1] in _IGNORED_NAMES:
@@ -73,7 +74,7 @@ def load_tf1(ckpt_prefix, config, print_fn=print):
         try:
             return reader.get_tensor(stored_name[name])
         except tf.errors.OpError as e:
-            raise ValueError(f"{ckpt_prefix}: cannot read {stored_name[name]}: {e}") from e
+            raise UserError(f"{ckpt_prefix}: cannot read {stored_name[name]}: {e}") from e
 
     # The original picks groups by its own formula, and builds the E -> H
     # projection only when E != H: the model is built as the checkpoint holds it.
@@ -105,9 +106,9 @@ def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print, overwrite=Fal
 
 def _read_config(path):
     if not files.isfile(path):
-        raise ValueError(f"Config file {path} does not exist.")
+        raise UserError(f"Config file {path} does not exist.")
     try:
         # No `model_type` in the original albert_config.json: its "gelu" reads as tanh.
         return AlbertConfig.load(path)
     except ValueError as e:
-        raise ValueError(f"{path}: {e}") from e
+        raise UserError(f"{path}: {e}") from e

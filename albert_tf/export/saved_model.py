@@ -27,6 +27,7 @@ from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
 # TF-Serving ignores assets.extra/ except for warmup records, so export
@@ -85,7 +86,7 @@ def load_saved_model(path):
     import tensorflow_text  # noqa: F401 - registers the ops; nothing else is used
 
     if not files.isfile(os.path.join(path, SAVED_MODEL_FILE)):
-        raise ValueError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
+        raise UserError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
     return tf.saved_model.load(path)
 
 
@@ -120,7 +121,7 @@ def custom_ops(path):
 def check_max_length(interface, max_length):
     limit = interface.config.max_position_embeddings
     if not 3 <= int(max_length) <= limit:
-        raise ValueError(
+        raise UserError(
             f"`max_length` must be between 3 and the model's max_position_embeddings={limit}. "
             f"Received: max_length={max_length}"
         )
@@ -188,7 +189,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     existing = version_dirs(base_dir)
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
     if version < 1 or (version in existing and not overwrite):
-        raise ValueError(
+        raise UserError(
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
         )

@@ -33,6 +33,7 @@ import tensorflow as tf
 from albert_tf.config import AlbertConfig
 from input_pipeline import features
 from input_pipeline.config_base import check_positive_int
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning import text_inputs
 from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.tokenizer import SEP_ID
@@ -227,7 +228,7 @@ def check_max_windows(interface, max_windows):
     """`max_windows` when it suits the model: 1, or more for a classifier or regressor."""
     check_positive_int("max_windows", max_windows)
     if max_windows > 1 and interface.kind not in WINDOWED_KINDS:
-        raise ValueError(f"`max_windows` applies to {' and '.join(WINDOWED_KINDS)} models; this one is a "
+        raise UserError(f"`max_windows` applies to {' and '.join(WINDOWED_KINDS)} models; this one is a "
                          f"{interface.kind}. Received: max_windows={max_windows!r}")
     return max_windows
 

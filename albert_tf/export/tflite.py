@@ -49,6 +49,7 @@ from albert_tf.export import tflite_metadata
 from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, QUANTIZE_MODES
 from albert_tf.export.saved_model import check_max_length, export_metadata
 from input_pipeline import features, files
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning import text_inputs
 
 # What int8-mixed leaves in float. The attention adds a -10000 padding bias to
@@ -110,7 +111,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     if tokenizer is not None:
         tokenizer.check_vocab_size(interface.config.vocab_size)
     if quantize in CALIBRATED_MODES and (tokenizer is None or not representative_texts):
-        raise ValueError(
+        raise UserError(
             f"`quantize={quantize!r}` needs a tokenizer and `representative_texts` (real text to "
             "calibrate activation ranges on)."
         )
@@ -222,7 +223,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
 def check_metadata_length(max_length):
     """MediaPipe packs [CLS] text [SEP] and pads, so a model with metadata needs room for one piece."""
     if max_length < 3:
-        raise ValueError(f"A TFLite model with metadata needs `max_length` >= 3. Received: max_length={max_length}")
+        raise UserError(f"A TFLite model with metadata needs `max_length` >= 3. Received: max_length={max_length}")
 
 
 def _metadata_descriptions(interface):

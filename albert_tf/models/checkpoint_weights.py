@@ -22,6 +22,8 @@ import dataclasses
 
 import numpy as np
 
+from input_pipeline.errors import UserError
+
 # Parts of a model, in the order a checkpoint lists them. A checkpoint may
 # lack "pooler" and "sop" (HF's AlbertForMaskedLM has neither), in which case
 # they are initialized fresh.
@@ -117,7 +119,7 @@ def weight_entries(model):
         )
     c = backbone.config
     if c.sharing != "all":
-        raise ValueError(
+        raise UserError(
             f"`sharing={c.sharing!r}` has no equivalent in the original ALBERT or in HF "
             "transformers (both share whole blocks only, `sharing='all'`); this model "
             "cannot be converted."
@@ -200,7 +202,7 @@ def hf_group_sources(config):
     sources, first_layer = {}, {}
     for layer, (g, h) in enumerate(zip(ours, theirs)):
         if sources.setdefault(h, g) != g:
-            raise ValueError(
+            raise UserError(
                 f"HF transformers puts layers {first_layer[h]} and {layer} in one group ({h}), but this "
                 f"model gives them groups {sources[h]} and {g} (group_formula={config.group_formula!r}, "
                 f"num_hidden_layers={config.num_hidden_layers}, num_hidden_groups={config.num_hidden_groups}): "
@@ -332,4 +334,4 @@ def check_names_and_shapes(entries, shapes, scheme, source):
         lines.append(f"  unexpected {len(unexpected)} {scheme.label} tensors: {unexpected}")
     if mismatched:
         lines.append(f"  {len(mismatched)} shape mismatches: " + "; ".join(mismatched))
-    raise ValueError("\n".join(lines))
+    raise UserError("\n".join(lines))

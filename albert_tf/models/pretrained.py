@@ -26,6 +26,7 @@ from albert_tf.hf_checkpoint import READ_ARCHITECTURES, read_hf_checkpoint
 from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE
 from albert_tf.models.checkpoint_weights import hf_scheme, load_checkpoint
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 
 def save_pretrained(model, directory):
@@ -110,7 +111,7 @@ def load_saved_model(directory):
         if not files.isfile(os.path.join(directory, name))
     ]
     if missing:
-        raise ValueError(
+        raise UserError(
             f"{directory} is not an albert-tf pretrained directory: missing {missing}; nor a HuggingFace "
             f"one: no {' or '.join(WEIGHT_FILES)} beside a {CONFIG_FILE}. "
             "Write one with `save_pretrained` or `albert-tf convert`."
@@ -120,14 +121,14 @@ def load_saved_model(directory):
     try:
         config = AlbertConfig.from_dict(config_values)
     except ValueError as e:
-        raise ValueError(f"{config_path}: {e}") from e
+        raise UserError(f"{config_path}: {e}") from e
     try:
         model = keras.saving.deserialize_keras_object(model_values)
     except (ValueError, TypeError, KeyError) as e:
-        raise ValueError(f"{model_path} does not describe an albert-tf model: {e}") from e
+        raise UserError(f"{model_path} does not describe an albert-tf model: {e}") from e
     backbone = getattr(model, "backbone", model)
     if getattr(backbone, "config", None) != config:
-        raise ValueError(
+        raise UserError(
             f"{directory}: {CONFIG_FILE} and {MODEL_FILE} describe different models "
             f"({config} vs {getattr(backbone, 'config', type(model).__name__)})."
         )
@@ -135,7 +136,7 @@ def load_saved_model(directory):
     try:
         model.load_weights(weights_path)
     except (ValueError, KeyError, OSError) as e:
-        raise ValueError(
+        raise UserError(
             f"{weights_path}: the weights do not match the model described by {CONFIG_FILE} "
             f"and {MODEL_FILE}: {e}"
         ) from e
@@ -173,7 +174,7 @@ def load_hf_dir(directory, build):
         others = sorted(set(checkpoint.architectures) - set(READ_ARCHITECTURES))
         if not others:
             raise
-        raise ValueError(
+        raise UserError(
             f"{e}\n  {os.path.join(directory, CONFIG_FILE)} names {others}: albert-tf reads the weights of "
             f"{', '.join(READ_ARCHITECTURES)}, not task heads."
         ) from e
@@ -198,14 +199,14 @@ def _read_json(path):
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise ValueError(
+        raise UserError(
             f"{path} is not UTF-8 text: byte {data[e.start]:#04x} at offset {e.start} ({e.reason}). "
             "The file is damaged; write it again (save_pretrained or albert-tf convert)."
         ) from e
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
+        raise UserError(f"{path} is not valid JSON: {e}") from e
 
 
 def _check_weights_file(path):
@@ -217,7 +218,7 @@ def _check_weights_file(path):
         with h5py.File(io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path, "r") as f:
             f.visit(lambda name: None)
     except (OSError, RuntimeError) as e:
-        raise ValueError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e
+        raise UserError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e
 
 
 class PretrainedMixin:

@@ -24,6 +24,7 @@ from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.models.pretrained import PretrainedMixin, load_hf_dir, load_saved_model, warn_newly_initialized
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
+from input_pipeline.errors import UserError
 
 # Batch size of in-memory texts when `batch_size` is not given (Keras' default).
 DEFAULT_BATCH_SIZE = 32
@@ -295,7 +296,7 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
         else:
             backbone = model if isinstance(model, AlbertBackbone) else getattr(model, "backbone", None)
             if not isinstance(backbone, AlbertBackbone):
-                raise ValueError(f"{directory} holds a {type(model).__name__}, which has no AlbertBackbone.")
+                raise UserError(f"{directory} holds a {type(model).__name__}, which has no AlbertBackbone.")
             preprocessor = preprocessor or getattr(model, "preprocessor", None)
             model = cls(backbone, **task_kwargs)
         if preprocessor is not None:

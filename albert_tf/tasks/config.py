@@ -7,6 +7,7 @@ from albert_tf.precision import PRECISIONS
 from albert_tf.tasks.names import SENTENCE_TASK_NAMES, TASK_NAMES
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.packing import TRUNCATE_FROM
 
@@ -44,7 +45,7 @@ def default_learning_rate(hidden_size):
         float, the peak learning rate.
     """
     if isinstance(hidden_size, bool) or not isinstance(hidden_size, int) or hidden_size < 1:
-        raise ValueError(f"`hidden_size` must be a positive integer. Received: hidden_size={hidden_size!r}")
+        raise UserError(f"`hidden_size` must be a positive integer. Received: hidden_size={hidden_size!r}")
     return _BASE_LEARNING_RATE * max(1.0, _BASE_HIDDEN_SIZE / hidden_size) ** _NARROW_EXPONENT
 
 
@@ -112,7 +113,7 @@ class FinetuneConfig(JsonConfig):
 
     def __post_init__(self):
         if self.task not in TASK_NAMES:
-            raise ValueError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASK_NAMES)}")
+            raise UserError(f"Unknown task {self.task!r}. Valid tasks: {sorted(TASK_NAMES)}")
         for name in ("max_seq_length", "batch_size", "eval_batch_size", "epochs", "doc_stride", "max_windows",
                      "max_query_length", "n_best_size", "max_answer_length"):
             check_positive_int(name, getattr(self, name))
@@ -123,15 +124,15 @@ class FinetuneConfig(JsonConfig):
         check_choice("truncate_from", self.truncate_from, TRUNCATE_FROM)
         check_choice("mixed_precision", self.mixed_precision, PRECISIONS)
         if self.truncate_from != "end" and self.task not in SENTENCE_TASK_NAMES:
-            raise ValueError(f"`truncate_from` applies to classification and regression tasks; {self.task} "
+            raise UserError(f"`truncate_from` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: truncate_from={self.truncate_from!r}")
         if self.max_windows != 1 and self.task not in SENTENCE_TASK_NAMES:
-            raise ValueError(f"`max_windows` applies to classification and regression tasks; {self.task} "
+            raise UserError(f"`max_windows` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: max_windows={self.max_windows!r}")
         for name in ("lora_rank", "lora_embedding_rank"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise ValueError(f"`{name}` must be a non-negative integer (0: off). Received: {name}={value!r}")
+                raise UserError(f"`{name}` must be a non-negative integer (0: off). Received: {name}={value!r}")
         check_non_negative("weight_decay", self.weight_decay)
         if self.dropout is not None:
             check_fraction("dropout", self.dropout, high_open=True)

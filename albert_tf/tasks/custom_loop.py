@@ -26,6 +26,7 @@ import keras
 import tensorflow as tf
 
 from albert_tf.models.task_base import POOLER_WITHOUT_GRADIENT
+from input_pipeline.errors import UserError
 
 
 def needs_custom_loop(strategy):
@@ -50,7 +51,7 @@ class CustomLoop:
     def __init__(self, model, strategy, global_batch_size):
         replicas = strategy.num_replicas_in_sync
         if global_batch_size % replicas:
-            raise ValueError(
+            raise UserError(
                 f"`batch_size` is the global batch and must be a multiple of the {replicas} replicas "
                 f"of {type(strategy).__name__}. Received: batch_size={global_batch_size}"
             )

@@ -3,6 +3,7 @@
 import dataclasses
 
 from input_pipeline import finetuning as data
+from input_pipeline.errors import UserError
 
 
 @dataclasses.dataclass
@@ -36,7 +37,7 @@ def check_label_set(label_names, where, what="labels"):
     names = list(label_names)
     if len(names) < 2:
         found = f"a single {what[:-1]}, {names[0]!r}" if names else f"no {what}"
-        raise ValueError(f"{where} has {found}; a classifier needs at least 2. "
+        raise UserError(f"{where} has {found}; a classifier needs at least 2. "
                          f"Check the file (or --label-column), or use --task regression for scores.")
     return names
 

@@ -35,12 +35,13 @@ from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.tasks.registry import get_task
 from albert_tf.tasks.sentence_task import SentenceTask
 from input_pipeline import files
+from input_pipeline.errors import Interrupted, UserError
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"
 
 
-class FinetuneInterrupted(KeyboardInterrupt):
+class FinetuneInterrupted(Interrupted):
     """Ctrl-C during `finetune`'s epochs.
 
     Attributes:
@@ -60,7 +61,7 @@ class FinetuneInterrupted(KeyboardInterrupt):
 def check_lengths(config, backbone, tokenizer):
     tokenizer.check_vocab_size(backbone.config.vocab_size)
     if config.max_seq_length > backbone.config.max_position_embeddings:
-        raise ValueError(
+        raise UserError(
             f"`max_seq_length` ({config.max_seq_length}) is longer than the model allows "
             f"(max_position_embeddings={backbone.config.max_position_embeddings})."
         )
@@ -130,11 +131,11 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     for name, encoded in (("train", train), ("eval", evaluation)):
         log(f"{name}: " + "; ".join(encoded.notes))
     if not train.inputs or not evaluation.inputs:
-        raise ValueError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
+        raise UserError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
 
     custom = needs_custom_loop(strategy)
     if custom and not config.fixed_shapes:
-        raise ValueError(f"`fixed_shapes` must be on under {type(strategy).__name__}: its step splits each "
+        raise UserError(f"`fixed_shapes` must be on under {type(strategy).__name__}: its step splits each "
                          "batch across the workers by shape. Received: fixed_shapes=False")
     with strategy.scope():
         model, steps_per_epoch = _build(config, task, backbone, label_names, len(train.inputs), log)
@@ -297,14 +298,14 @@ def load_run(directory):
     if os.path.basename(files.normpath(directory)) == BEST_DIR:
         directory = os.path.dirname(files.normpath(directory))
     if not files.isdir(directory):
-        raise ValueError(f"{directory}: no such directory.")
+        raise UserError(f"{directory}: no such directory.")
     path = os.path.join(directory, RUN_FILE)
     if not files.isfile(path):
-        raise ValueError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
+        raise UserError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
     try:
         run = json.loads(files.read_text(path))
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path} is not valid JSON: {e}") from e
+        raise UserError(f"{path} is not valid JSON: {e}") from e
     config = FinetuneConfig.from_dict(run["config"])
     best_dir = os.path.join(directory, BEST_DIR)
     model = load_pretrained(best_dir)

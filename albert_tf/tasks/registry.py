@@ -11,6 +11,7 @@ from albert_tf.tasks.sentence_task import SentenceTask
 from albert_tf.tasks.squad_task import SquadTask
 from albert_tf.tasks.tagging_task import TaggingTask
 from input_pipeline import finetuning as data
+from input_pipeline.errors import UserError
 
 
 TASKS = {
@@ -26,5 +27,5 @@ TASKS = {
 
 def get_task(name):
     if name not in TASKS:
-        raise ValueError(f"Unknown task {name!r}. Valid tasks: {sorted(TASKS)}")
+        raise UserError(f"Unknown task {name!r}. Valid tasks: {sorted(TASKS)}")
     return TASKS[name]

@@ -8,6 +8,7 @@ from albert_tf.tasks.encoded import Encoded, notes_for
 from albert_tf.tasks.prediction import predict_examples
 from albert_tf.tasks.squad import best_null_threshold, squad_predictions, squad_scores
 from input_pipeline import finetuning as data
+from input_pipeline.errors import UserError
 
 class SquadTask:
     metrics = ("f1", "exact_match")
@@ -26,7 +27,7 @@ class SquadTask:
     def read(self, path, config, labelled=True, label_names=None):
         result = data.read_squad(path, on_error=config.on_error, labelled=labelled)
         if labelled and not self.version_2 and any(e.is_impossible for e in result.examples):
-            raise ValueError(f"{path} has unanswerable questions: use --task squad_v2.")
+            raise UserError(f"{path} has unanswerable questions: use --task squad_v2.")
         return result
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):

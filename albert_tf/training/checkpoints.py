@@ -20,6 +20,7 @@ import os
 import re
 
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 PREFIX = "ckpt"
 STATE_FILE = "checkpoint"
@@ -30,7 +31,7 @@ _INDEX = re.compile(rf"^{PREFIX}-(\d+)\.index$")
 _SHARD = re.compile(rf"^{PREFIX}-(\d+)\.data-\d+-of-\d+$")
 
 
-class CheckpointUnreadable(ValueError):
+class CheckpointUnreadable(UserError):
     """Every checkpoint of a run directory failed to restore."""
 
 

@@ -8,6 +8,7 @@ from input_pipeline import files
 from input_pipeline.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_non_negative, check_positive_int, doc,
 )
+from input_pipeline.errors import UserError
 
 OPTIMIZERS = ("lamb", "adamw")
 # Word-embedding starts (albert_tf.training.embedding_init); chosen by the commands that hold the text.
@@ -75,7 +76,7 @@ class TrainerConfig(JsonConfig):
             check_int_in("warmup_steps", self.warmup_steps, 0, self.num_steps, high_name="num_steps")
         check_fraction("warmup_fraction", self.warmup_fraction)
         if self.global_batch_size % self.accumulation_steps:
-            raise ValueError(
+            raise UserError(
                 "`accumulation_steps` must divide `global_batch_size`. Received: "
                 f"accumulation_steps={self.accumulation_steps}, global_batch_size={self.global_batch_size}"
             )
@@ -101,5 +102,5 @@ class TrainerConfig(JsonConfig):
     @classmethod
     def load(cls, path):
         if not files.isfile(path):
-            raise ValueError(f"No trainer config at {path!r}.")
+            raise UserError(f"No trainer config at {path!r}.")
         return super().load(path)

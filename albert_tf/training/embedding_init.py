@@ -20,6 +20,7 @@ the same vectors.
 import time
 
 import numpy as np
+from input_pipeline.errors import UserError
 
 
 _MAX_TOKENS = 20_000_000
@@ -57,9 +58,9 @@ def ppmi_svd_vectors(corpus, dim, window=5, context_smoothing=0.75, max_tokens=_
 
     vocab_size = corpus.vocab_size
     if not 0 < dim < vocab_size:
-        raise ValueError(f"`dim` must be between 1 and vocab_size - 1. Received: dim={dim}, vocab_size={vocab_size}")
+        raise UserError(f"`dim` must be between 1 and vocab_size - 1. Received: dim={dim}, vocab_size={vocab_size}")
     if window < 1:
-        raise ValueError(f"`window` must be at least 1. Received: window={window}")
+        raise UserError(f"`window` must be at least 1. Received: window={window}")
     ids = np.asarray(corpus.token_ids[:max_tokens], np.int64)
     sentence_of = np.repeat(np.arange(len(corpus.sentence_splits) - 1), np.diff(corpus.sentence_splits))
     sentence_of = sentence_of[: len(ids)]
@@ -75,7 +76,7 @@ def ppmi_svd_vectors(corpus, dim, window=5, context_smoothing=0.75, max_tokens=_
             (np.full(len(pairs[0]), 1.0 / distance), pairs), shape=(vocab_size, vocab_size)
         ).tocsr()
     if not counts.nnz:
-        raise ValueError("The corpus has no two pieces in one sentence: nothing to count.")
+        raise UserError("The corpus has no two pieces in one sentence: nothing to count.")
     counts = counts + counts.T  # both directions
     piece_counts = np.asarray(counts.sum(axis=1)).ravel()
     context = piece_counts ** context_smoothing

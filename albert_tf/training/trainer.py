@@ -68,6 +68,7 @@ from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import METRICS, ProgressLogger
 from input_pipeline import features, files
+from input_pipeline.errors import UserError
 
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"
@@ -175,7 +176,7 @@ class Trainer:
         self.strategy = strategy or tf.distribute.get_strategy()
         replicas = self.strategy.num_replicas_in_sync
         if config.micro_batch_size % replicas:
-            raise ValueError(
+            raise UserError(
                 "The micro-batch (global_batch_size / accumulation_steps) must split evenly over the "
                 f"{replicas} replicas. Received: global_batch_size={config.global_batch_size}, "
                 f"accumulation_steps={config.accumulation_steps}"
@@ -543,7 +544,7 @@ class Trainer:
             try:
                 saved = json.loads(files.read_text(training_path))
             except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-                raise ValueError(f"{training_path} is unreadable ({e}); restore it or use a new run directory.") from e
+                raise UserError(f"{training_path} is unreadable ({e}); restore it or use a new run directory.") from e
             _check_loss_scaling_kept(saved, training, self.run_dir)
             trainer = _differences(saved.get("trainer", training["trainer"]), training["trainer"], "trainer.")
             changed = [d for d in trainer if d.split(":")[0].removeprefix("trainer.") in RESUMABLE_CHANGES]
@@ -555,7 +556,7 @@ class Trainer:
         kinds = [kind for kind, found in differences.items() if found]
         if kinds:
             lines = [line for kind in kinds for line in differences[kind]]
-            raise ValueError(
+            raise UserError(
                 f"{self.run_dir} holds a run of a different {' and '.join(kinds)}; resuming would continue "
                 "its checkpoints under another setup. Differences (saved -> this run):\n  "
                 + "\n  ".join(lines)
@@ -576,7 +577,7 @@ def _check_loss_scaling_kept(saved, training, run_dir):
     before = saved.get("resolved", {}).get("mixed_precision", saved.get("trainer", {}).get("mixed_precision"))
     after = training["resolved"]["mixed_precision"]
     if before != after and "mixed_float16" in (before, after):
-        raise ValueError(
+        raise UserError(
             f"{run_dir} was trained in {before} and this run would resume it in {after}. mixed_float16 keeps "
             "its optimizer state inside a loss-scale wrapper, so the optimizer's moments would restart from "
             f"zero. Resume with --mixed-precision {before}, or start a new run directory."
@@ -626,7 +627,7 @@ def resolve_run_precision(config, model_config, strategy, flags=None, device=Non
         why = ("Keras' optimizer makes a merge call that TensorFlow refuses inside XLA on GPUs under "
                f"{type(strategy).__name__} (run one GPU without --strategy)" if merge_calls else
                "XLA compiles the all-reduce only under TPUStrategy and with one replica")
-        raise ValueError(
+        raise UserError(
             f"compile_step='whole' cannot run here: {why}. Received: {type(strategy).__name__} with "
             f"{strategy.num_replicas_in_sync} replicas on {device.upper()}; use 'forward'."
         )

@@ -11,6 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
+from input_pipeline.errors import UserError
 
 # Examples per sorted chunk, in batches: large enough to find similar
 # lengths, small enough that batch order stays well mixed.
@@ -159,7 +160,7 @@ def make_dataset(inputs, labels=None, batch_size=32, shuffle=False, seed=0, buck
         padded to its own longest example (or to `pad_to`).
     """
     if not inputs:
-        raise ValueError("No examples to batch: the input is empty.")
+        raise UserError("No examples to batch: the input is empty.")
     if labels is not None and len(labels) != len(inputs):
         raise ValueError(f"{len(inputs)} inputs but {len(labels)} labels.")
     if remainder not in REMAINDERS:
@@ -168,7 +169,7 @@ def make_dataset(inputs, labels=None, batch_size=32, shuffle=False, seed=0, buck
         raise ValueError(f"remainder={remainder!r} makes fixed-shape batches and needs `pad_to`. Received: "
                          "pad_to=None")
     if remainder == "drop" and len(inputs) < batch_size:
-        raise ValueError(f"{len(inputs)} examples make no full batch of batch_size={batch_size}, and "
+        raise UserError(f"{len(inputs)} examples make no full batch of batch_size={batch_size}, and "
                          "remainder='drop' drops the partial one: lower the batch size.")
     labels = None if labels is None else [
         np.asarray(y, "int32") if isinstance(y, (int, np.integer)) else

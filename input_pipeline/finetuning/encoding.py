@@ -7,6 +7,7 @@ of the examples it cut.
 """
 
 from input_pipeline.config_base import check_positive_int
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning.text_inputs import pack_ids, pack_window_ids
 from input_pipeline.packing import check_truncate_from
 
@@ -31,7 +32,7 @@ class TextEncoder:
     def __init__(self, tokenizer, max_seq_length, truncate=False, truncate_from="end", max_windows=1):
         check_truncate_from(truncate_from)
         if max_seq_length < 3:
-            raise ValueError(f"`max_seq_length` must be at least 3. Received: max_seq_length={max_seq_length}")
+            raise UserError(f"`max_seq_length` must be at least 3. Received: max_seq_length={max_seq_length}")
         check_positive_int("max_windows", max_windows)
         self.tokenizer = tokenizer
         self.max_seq_length = max_seq_length
@@ -49,7 +50,7 @@ class TextEncoder:
         length = len(ids_a) + len(ids_b or []) + specials
         if length > self.max_seq_length:
             if not self.truncate:
-                raise ValueError(
+                raise UserError(
                     f"{example.source}: {length} pieces, longer than max_seq_length="
                     f"{self.max_seq_length}. Raise --max-seq-length (the model allows "
                     "up to max_position_embeddings), pass --truncate, or (classification and regression "
@@ -70,14 +71,14 @@ class TextEncoder:
         """
         if example.text_b is not None:
             if self.max_windows > 1:
-                raise ValueError(f"{example.source}: a text pair; long-text windows (max_windows="
+                raise UserError(f"{example.source}: a text pair; long-text windows (max_windows="
                                  f"{self.max_windows}) read single texts only. Use max_windows=1 for pairs.")
             return [self.encode(example)]
         ids = self.tokenizer.encode(example.text_a)
         window = self.max_seq_length - 2
         if len(ids) > window * self.max_windows:
             if not self.truncate:
-                raise ValueError(
+                raise UserError(
                     f"{example.source}: {len(ids)} pieces, more than max_windows={self.max_windows} windows of "
                     f"max_seq_length={self.max_seq_length} hold ({window * self.max_windows}). Raise "
                     "--max-windows or pass --truncate."

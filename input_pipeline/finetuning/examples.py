@@ -9,6 +9,7 @@ back and must report their count. Nothing is dropped silently.
 """
 
 import dataclasses
+from input_pipeline.errors import UserError
 
 ON_ERROR = ("raise", "skip")
 
@@ -79,7 +80,7 @@ class RowLog:
 
     def __init__(self, on_error):
         if on_error not in ON_ERROR:
-            raise ValueError(f"`on_error` must be one of {ON_ERROR}. Received: on_error={on_error!r}")
+            raise UserError(f"`on_error` must be one of {ON_ERROR}. Received: on_error={on_error!r}")
         self.on_error = on_error
         self.examples, self.skipped, self.rows = [], [], []
 
@@ -89,7 +90,7 @@ class RowLog:
 
     def bad_row(self, source, reason):
         if self.on_error == "raise":
-            raise ValueError(f"{source}: {reason}")
+            raise UserError(f"{source}: {reason}")
         self.skipped.append(Skipped(source, reason))
         self.rows.append(self.skipped[-1])
 
@@ -104,7 +105,7 @@ def check_columns(path, available, wanted):
     """Raises unless every non-None name in `wanted` is among `available`."""
     missing = [name for name in wanted if name is not None and name not in available]
     if missing:
-        raise ValueError(
+        raise UserError(
             f"{path}: missing column(s) {missing}. The file has columns {list(available)}."
         )
 

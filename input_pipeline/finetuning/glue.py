@@ -12,6 +12,7 @@ from input_pipeline import files
 from input_pipeline.finetuning.examples import (
     LabelMap, RowLog, TextExample, check_columns,
 )
+from input_pipeline.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,7 +67,7 @@ def read_glue(path, task, labelled=True, on_error="raise", lines=None):
         `ReadResult` of `TextExample`s.
     """
     if task not in GLUE_TASKS:
-        raise ValueError(f"Unknown GLUE task {task!r}. Valid tasks: {sorted(GLUE_TASKS)}")
+        raise UserError(f"Unknown GLUE task {task!r}. Valid tasks: {sorted(GLUE_TASKS)}")
     spec = GLUE_TASKS[task]
     labels = LabelMap(spec.label_names)
     log = RowLog(on_error)
@@ -74,7 +75,7 @@ def read_glue(path, task, labelled=True, on_error="raise", lines=None):
         with files.open_file(path) as f:
             lines = [line.rstrip("\r\n") for line in f]
     if not lines:
-        raise ValueError(f"{path}: the file is empty.")
+        raise UserError(f"{path}: the file is empty.")
     first = lines[0].split("\t")
     if spec.implicit_header and spec.text_a not in first:
         header, start = list(spec.implicit_header), 0

@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from input_pipeline import features, files
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.packing import pack, truncate_pair
@@ -50,7 +51,7 @@ def _load(text, source):
     try:
         return json.loads(text)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{source}: not valid JSON: {e}") from e
+        raise UserError(f"{source}: not valid JSON: {e}") from e
 
 
 def read_race(path, labelled=True, on_error="raise"):

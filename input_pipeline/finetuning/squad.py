@@ -17,6 +17,7 @@ import json
 import re
 
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
@@ -87,9 +88,9 @@ def read_squad(path, on_error="raise", labelled=True):
         with files.open_file(path) as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
-        raise ValueError(f"{path}: not valid JSON: {e}") from e
+        raise UserError(f"{path}: not valid JSON: {e}") from e
     if not isinstance(data, dict) or not isinstance(data.get("data"), list):
-        raise ValueError(f'{path}: expected a SQuAD file, a JSON object with a "data" list.')
+        raise UserError(f'{path}: expected a SQuAD file, a JSON object with a "data" list.')
     log = RowLog(on_error)
     for a, article in enumerate(data["data"]):
         for p, paragraph in enumerate(article.get("paragraphs", [])):
@@ -210,9 +211,9 @@ class SquadFeaturizer:
 
     def __init__(self, tokenizer, max_seq_length=384, doc_stride=128, max_query_length=MAX_QUESTION_TOKENS):
         if doc_stride < 1:
-            raise ValueError(f"`doc_stride` must be positive. Received: doc_stride={doc_stride}")
+            raise UserError(f"`doc_stride` must be positive. Received: doc_stride={doc_stride}")
         if max_seq_length - max_query_length - 3 < 1:
-            raise ValueError(
+            raise UserError(
                 "`max_seq_length` must leave room for the question and some context: "
                 f"max_seq_length={max_seq_length}, max_query_length={max_query_length}"
             )

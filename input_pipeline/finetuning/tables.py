@@ -8,6 +8,7 @@ from input_pipeline import files
 from input_pipeline.finetuning.examples import (
     LabelMap, RowLog, TextExample, check_columns,
 )
+from input_pipeline.errors import UserError
 from input_pipeline.jsonl import read_jsonl
 
 TABLE_FORMATS = ("csv", "tsv", "jsonl")
@@ -18,7 +19,7 @@ def table_format(path):
     ext = os.path.splitext(path)[1].lower().lstrip(".")
     fmt = {"json": "jsonl", "jsonl": "jsonl", "csv": "csv", "tsv": "tsv"}.get(ext)
     if fmt is None:
-        raise ValueError(f"{path}: cannot tell the format from the extension; use .csv, .tsv or .jsonl.")
+        raise UserError(f"{path}: cannot tell the format from the extension; use .csv, .tsv or .jsonl.")
     return fmt
 
 
@@ -63,7 +64,7 @@ def table_columns(path, lines=None, fmt=None):
     """The column names of a CSV/TSV header, or the keys of a JSONL file's first row."""
     for _, row in iter_rows(path, lines, fmt):
         return list(row)
-    raise ValueError(f"{path}: the file has no rows.")
+    raise UserError(f"{path}: the file has no rows.")
 
 
 def read_label_set(path, label_column):

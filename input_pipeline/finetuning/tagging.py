@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from input_pipeline import files
+from input_pipeline.errors import UserError
 from input_pipeline.features import IGNORE_LABEL
 from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.jsonl import read_jsonl
@@ -103,7 +104,7 @@ class TaggingEncoder:
             if len(pieces) + len(ids) > self.max_seq_length - 2:
                 if not self.truncate:
                     total = sum(len(self.tokenizer.encode(x) or [0]) for x in example.words) + 2
-                    raise ValueError(
+                    raise UserError(
                         f"{example.source}: {total} pieces, longer than max_seq_length="
                         f"{self.max_seq_length}. Raise --max-seq-length or pass --truncate."
                     )
@@ -113,7 +114,7 @@ class TaggingEncoder:
             if example.tags is not None:
                 tag = example.tags[w]
                 if tag not in self._ids:
-                    raise ValueError(f"{example.source}: tag {tag!r} is not in the tag set {self.label_names}")
+                    raise UserError(f"{example.source}: tag {tag!r} is not in the tag set {self.label_names}")
                 labels.append(self._ids[tag])
             else:
                 labels.append(IGNORE_LABEL)

@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
+from input_pipeline.errors import UserError
 from input_pipeline.pretraining import masking_ops, tfrecord_shards
 from input_pipeline.pretraining.examples import TokenizedCorpus, instances_of_documents
 
@@ -76,9 +77,9 @@ def make_pretraining_dataset(
         fixed shapes: (batch, max_seq_length), (batch, max_predictions_per_seq), (batch,).
     """
     if global_batch_size < 1:
-        raise ValueError(f"`global_batch_size` must be positive. Received: global_batch_size={global_batch_size}")
+        raise UserError(f"`global_batch_size` must be positive. Received: global_batch_size={global_batch_size}")
     if start_step < 0:
-        raise ValueError(f"`start_step` must be >= 0. Received: start_step={start_step}")
+        raise UserError(f"`start_step` must be >= 0. Received: start_step={start_step}")
     num_pipelines, pipeline_id, batch_size = 1, 0, global_batch_size
     if input_context is not None:
         num_pipelines, pipeline_id = input_context.num_input_pipelines, input_context.input_pipeline_id
@@ -140,7 +141,7 @@ def distribute_on_data_service(dataset, address):
     epoch and offset but then interleaves as the workers go.
     """
     if not isinstance(address, str) or not address.startswith("grpc://"):
-        raise ValueError(f"`data_service` must be a dispatcher address grpc://HOST:PORT. Received: {address!r}")
+        raise UserError(f"`data_service` must be a dispatcher address grpc://HOST:PORT. Received: {address!r}")
     return dataset.apply(tf.data.experimental.service.distribute(
         processing_mode=tf.data.experimental.service.ShardingPolicy.DYNAMIC, service=address,
     ))
@@ -166,10 +167,10 @@ def _static_records(data_dir, config, seed, num_pipelines, pipeline_id, window, 
         (dataset of tf.string scalars, the data's `PretrainingDataConfig`).
     """
     if window < 1:
-        raise ValueError(f"`shuffle_buffer_size` must be positive. Received: shuffle_buffer_size={window}")
+        raise UserError(f"`shuffle_buffer_size` must be positive. Received: shuffle_buffer_size={window}")
     metadata = tfrecord_shards.read_metadata(data_dir)
     if config is not None and config != metadata["config"]:
-        raise ValueError(f"`config` {config} does not match the data in {data_dir!r}: {metadata['config']}")
+        raise UserError(f"`config` {config} does not match the data in {data_dir!r}: {metadata['config']}")
     paths = tfrecord_shards.shard_paths(data_dir)
     counts = metadata.get("shard_examples") or _count_records(paths)
     # Split by file when there are enough files, else every num_pipelines-th record.
@@ -180,7 +181,7 @@ def _static_records(data_dir, config, seed, num_pipelines, pipeline_id, window, 
     total = sum(counts)
     per_epoch = (total - phase + stride - 1) // stride  # records of the epoch this pipeline takes
     if per_epoch < 1:
-        raise ValueError(f"{data_dir!r} has {total} examples, fewer than the {num_pipelines} input pipelines.")
+        raise UserError(f"{data_dir!r} has {total} examples, fewer than the {num_pipelines} input pipelines.")
     first_epoch, offset = divmod(skip, per_epoch)
     # Where this pipeline starts in an epoch's stream of every record of `paths`.
     first_position, phase = tf.constant(offset * stride + phase, tf.int64), tf.constant(phase, tf.int64)
@@ -230,7 +231,7 @@ def sentence_pairs(corpus, config, seed):
     """
     instances = instances_of_documents(corpus, range(corpus.num_documents), config, (seed,))
     if not instances:
-        raise ValueError("The corpus makes no pretraining examples.")
+        raise UserError("The corpus makes no pretraining examples.")
     a_start, a_end, b_start, b_end, label, _ = (np.asarray(column) for column in zip(*instances))
     document_starts = corpus.sentence_splits[corpus.document_splits]
     same_document = np.searchsorted(document_starts, a_start, "right") == np.searchsorted(
@@ -254,7 +255,7 @@ def _dynamic_examples(corpus, config, seed, num_pipelines, pipeline_id, skip):
     num_pairs = len(pairs["label"])
     per_epoch = num_pairs // num_pipelines  # the same for every pipeline: the last few pairs wait an epoch
     if per_epoch < 1:
-        raise ValueError(f"The corpus makes {num_pairs} pretraining examples, fewer than the {num_pipelines} "
+        raise UserError(f"The corpus makes {num_pairs} pretraining examples, fewer than the {num_pipelines} "
                          "input pipelines.")
     first_epoch, offset = divmod(skip, per_epoch)
     pairs = {name: tf.constant(values) for name, values in pairs.items()}

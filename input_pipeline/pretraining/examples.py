@@ -20,6 +20,7 @@ import numpy as np
 
 from input_pipeline import features, files
 from input_pipeline.config_base import JsonConfig, check_choice, check_fraction, check_int_in, check_positive_int, doc
+from input_pipeline.errors import UserError
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_IDS, SEP_ID
 
@@ -99,7 +100,7 @@ class TokenizedCorpus:
                 batch = []
         _tokenize_batch(batch, tokenizer, id_chunks, sentence_lengths, document_lengths)
         if not document_lengths:
-            raise ValueError("The corpus has no non-empty documents.")
+            raise UserError("The corpus has no non-empty documents.")
         return cls(
             token_ids=np.concatenate(id_chunks).astype(np.int32),
             sentence_splits=np.concatenate([[0], np.cumsum(sentence_lengths)]).astype(np.int64),
@@ -124,7 +125,7 @@ class TokenizedCorpus:
         paths = {name: os.path.join(directory, name + ".npy") for name in cls._ARRAYS}
         missing = [p for p in paths.values() if not files.isfile(p)]
         if missing:
-            raise ValueError(f"{directory!r} is not a saved TokenizedCorpus; missing {missing}")
+            raise UserError(f"{directory!r} is not a saved TokenizedCorpus; missing {missing}")
         if files.is_url(directory):
             return cls(**{name: np.load(io.BytesIO(files.read_bytes(path))) for name, path in paths.items()})
         mode = "r" if mmap else None

@@ -30,6 +30,7 @@ from input_pipeline.pretraining.examples import (
     instances_of_documents,
     make_example,
 )
+from input_pipeline.errors import UserError
 from input_pipeline.tokenizer import AlbertTokenizer
 
 METADATA_FILE = "metadata.json"
@@ -75,9 +76,9 @@ def write_pretraining_tfrecords(
         `PairStats`; metadata.json keeps its counts).
     """
     if dupe_factor < 1:
-        raise ValueError(f"`dupe_factor` must be at least 1. Received: dupe_factor={dupe_factor}")
+        raise UserError(f"`dupe_factor` must be at least 1. Received: dupe_factor={dupe_factor}")
     if documents_per_shard < 2:
-        raise ValueError(f"`documents_per_shard` must be at least 2. Received: documents_per_shard={documents_per_shard}")
+        raise UserError(f"`documents_per_shard` must be at least 2. Received: documents_per_shard={documents_per_shard}")
     num_workers = os.cpu_count() if num_workers is None else num_workers
     files.makedirs(output_dir)
     job = dict(
@@ -95,7 +96,7 @@ def write_pretraining_tfrecords(
     else:
         results = _map_bounded(blocks, num_workers, job)
     if not results:
-        raise ValueError("The corpus has no non-empty documents.")
+        raise UserError("The corpus has no non-empty documents.")
     num_examples = sum(count for count, _ in results)
     pair_stats = sum((stats for _, stats in results[1:]), results[0][1])
     metadata = {
@@ -183,7 +184,7 @@ def read_metadata(data_dir):
     """Reads `metadata.json` of a `write_pretraining_tfrecords` output directory."""
     path = os.path.join(data_dir, METADATA_FILE)
     if not files.isfile(path):
-        raise ValueError(f"{data_dir!r} has no {METADATA_FILE}; is it a create-data output directory?")
+        raise UserError(f"{data_dir!r} has no {METADATA_FILE}; is it a create-data output directory?")
     metadata = json.loads(files.read_text(path))
     metadata["config"] = PretrainingDataConfig(**metadata["config"])
     return metadata

@@ -6,6 +6,7 @@ from http import HTTPStatus
 from albert_tf.export.saved_model import load_saved_model, version_dirs
 from albert_tf.export.serving import codec
 from input_pipeline import files
+from input_pipeline.errors import UserError
 
 
 class ServingModel:
@@ -20,7 +21,7 @@ class ServingModel:
     def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE):
         versions = version_dirs(base_path)
         if not versions:
-            raise ValueError(
+            raise UserError(
                 f"{base_path} holds no numbered SavedModel version (e.g. {base_path}/1/). "
                 "Write one with `albert-tf export --format saved_model`."
             )
