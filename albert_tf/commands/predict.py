@@ -184,6 +184,7 @@ def _pairs_or_singles(rows):
     if any(isinstance(row, TextExample) and row.text_b is not None for row in rows):
         for i, row in enumerate(rows):
             if isinstance(row, TextExample) and row.text_b is None:
+                # The words of the table reader these lines once went through, kept for the same output.
                 rows[i] = Skipped(row.source, "missing value for column(s) ['text_b']")
 
 
