@@ -217,6 +217,10 @@ class Trainer:
         self.compile_step = self.precision.compile_step
         resolved = {"mixed_precision": self.precision.precision, "compile_step": self.compile_step,
                     "reason": self.precision.reason}
+        # Made (and its errors raised) before anything is written to RUN_DIR.
+        self._eval_dataset = None if eval_dataset_fn is None else self.strategy.distribute_datasets_from_function(
+            lambda input_context: eval_dataset_fn(config.micro_batch_size, input_context, 0)
+        )
         self._write_run_files(tokenizer, {**(run_info or {}), "resolved": resolved})
 
         # === Model, optimizer and step, mirrored on every replica ===
@@ -248,13 +252,11 @@ class Trainer:
             tf.function(self._replica_step, jit_compile=True) if self.compile_step == "whole" else self._replica_step
         )
         self._train_loop = tf.function(self._loop)
-        self._eval_dataset = None
         if eval_dataset_fn is not None:
-            self._eval_dataset = self.strategy.distribute_datasets_from_function(
-                lambda input_context: eval_dataset_fn(config.micro_batch_size, input_context, 0)
-            )
-            # The forward pass holds no collective: it compiles under every strategy.
-            self._eval_replica_fn = tf.function(self._eval_replica_step, jit_compile=self.compile_step != "none")
+            # Compiled inside the replica function, as "forward" is: XLA cannot compile a replica
+            # function of several CPU/GPU replicas (it reads the other devices' variables).
+            self._eval_sums = tf.function(self._eval_batch_sums, jit_compile=True) if self.compile_step != "none" \
+                else self._eval_batch_sums
             self._eval_loop_fn = tf.function(self._eval_loop)
         self._weights_finite = tf.function(
             lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in self.model.trainable_variables])
@@ -430,7 +432,7 @@ class Trainer:
         """float32 (len(SUM_NAMES),): `pretraining_sums` over `num_batches` batches, summed over the replicas."""
         totals = tf.zeros([len(SUM_NAMES)])
         for _ in tf.range(num_batches):
-            per_replica = self.strategy.run(self._eval_replica_fn, args=(next(iterator),))
+            per_replica = self.strategy.run(self._eval_replica_step, args=(next(iterator),))
             totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 
@@ -438,6 +440,9 @@ class Trainer:
         """This replica's `pretraining_sums` of one eval batch, stacked in `SUM_NAMES` order."""
         per_replica = self.config.micro_batch_size // self.strategy.num_replicas_in_sync
         inputs, labels = tf.nest.map_structure(lambda t: tf.ensure_shape(t, [per_replica, *t.shape[1:]]), batch)
+        return self._eval_sums(inputs, labels)
+
+    def _eval_batch_sums(self, inputs, labels):
         sums = pretraining_sums(labels, self.model(inputs, training=False))
         return tf.stack([sums[name] for name in SUM_NAMES])
 
