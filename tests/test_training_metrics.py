@@ -26,7 +26,9 @@ def trainer(run_dir, eval_data=None, **overrides):
 # ------------------------------------------------------------ metrics on the device
 def host_reads_of_a_run(run_dir, steps, monkeypatch):
     """Device-to-host reads (every EagerTensor's value goes through `_numpy`) while one loop of `steps` trains."""
-    run = trainer(run_dir, num_steps=steps, steps_per_loop=steps, log_every=steps, checkpoint_every=steps)
+    # No XLA (faster to build): what the host reads does not depend on it.
+    run = trainer(run_dir, num_steps=steps, steps_per_loop=steps, log_every=steps, checkpoint_every=steps,
+                  compile_step="none")
     reads = []
     read = ops._EagerTensorBase._numpy
     with monkeypatch.context() as patch:
@@ -35,6 +37,7 @@ def host_reads_of_a_run(run_dir, steps, monkeypatch):
     return len(reads)
 
 
+@pytest.mark.slow
 def test_metrics_are_read_once_per_loop_however_many_steps_it_runs(tmp_path, monkeypatch):
     # A per-step read (a host loop over steps, a metric fetched each step) adds reads with each step.
     assert host_reads_of_a_run(tmp_path / "two", 2, monkeypatch) == host_reads_of_a_run(tmp_path / "six", 6,
@@ -42,7 +45,8 @@ def test_metrics_are_read_once_per_loop_however_many_steps_it_runs(tmp_path, mon
 
 
 def test_a_non_finite_loss_stops_the_graph_loop_and_is_reported_at_its_end(tmp_path):
-    run = trainer(tmp_path, num_steps=8, steps_per_loop=8, log_every=8, checkpoint_every=8, learning_rate=1e30)
+    run = trainer(tmp_path, num_steps=8, steps_per_loop=8, log_every=8, checkpoint_every=8, learning_rate=1e30,
+                  compile_step="none")
     loops = []
     run_loop = run.run_loop
     run.run_loop = lambda iterator, steps: loops.append(run_loop(iterator, steps)) or loops[-1]
@@ -65,8 +69,9 @@ def test_evaluation_reads_the_same_batches_each_time_and_matches_evaluate_pretra
         assert first[name] == pytest.approx(expected[name.removeprefix("eval_")], rel=1e-5)
 
 
+@pytest.mark.slow
 def test_evaluations_join_the_log_records_of_their_steps_and_the_last_step(tmp_path):
-    run = trainer(tmp_path, HELD_OUT, num_steps=5, log_every=2, eval_every=4, eval_steps=1)
+    run = trainer(tmp_path, HELD_OUT, num_steps=5, log_every=2, eval_every=4, eval_steps=1, compile_step="none")
     run.train()
     records = {r["step"]: r for r in read_log(tmp_path)}
     assert sorted(records) == [2, 4, 5]
