@@ -84,6 +84,8 @@ def test_evaluation_settings_are_checked(tmp_path):
         tiny_trainer_config(log_every=2, eval_every=3)
     with pytest.raises(ValueError, match="eval_dataset_fn"):
         trainer(tmp_path, eval_every=100)
+    with pytest.raises(ValueError, match="needs held-out data"):
+        trainer(tmp_path / "none").evaluate()
 
 
 # ------------------------------------------------------------ pretrain --eval-data

@@ -37,9 +37,9 @@ Runs are resumable: a `tf.train.Checkpoint` of model, optimizer and step is
 written every `checkpoint_every` steps, and a restarted run restores it and
 asks the input pipeline to skip the micro-batches already consumed (no lost
 or repeated examples). A non-finite loss stops the run with
-`TrainingDiverged`: the graph loop stops after the step that made it, and
-the host sees it when that loop returns (at most `steps_per_loop` steps
-later than a per-step read would); a checkpoint is only written when every
+`TrainingDiverged`: the graph loop stops after the step that made it and
+returns, so the host, which reads the metrics at the end of each loop, sees
+it there with no step run after it; a checkpoint is only written when every
 weight is finite.
 Checkpoints and `final/` survive a kill at any moment (see `checkpoints`): a
 rerun resumes from the newest readable checkpoint and rebuilds a missing
@@ -327,10 +327,10 @@ class Trainer:
                 done, means, record = self.run_loop(iterator, length)
                 step += done
                 if not math.isfinite(record["loss"]):
-                    # The graph loop stopped after this step; the host reads the loss once per loop.
                     raise TrainingDiverged(self._divergence_message(
                         step, f"the loss is {record['loss']} (found at the end of the loop of steps "
-                              f"{step - done + 1}-{step - done + length}, where the metrics are read)"
+                              f"{step - done + 1}-{step - done + length}, which stopped there: the metrics are read "
+                              "once per loop)"
                     ))
                 evaluation = self.evaluate() if self._evaluates_at(step) else None
                 # Keras evaluates the schedule at the iteration count before the update.
@@ -375,6 +375,8 @@ class Trainer:
             dict of floats named `EVAL_METRICS`: MLM loss and accuracy over
             the real masked positions, SOP loss and accuracy over the examples.
         """
+        if self._eval_dataset is None:
+            raise ValueError("`evaluate()` needs held-out data: pass `eval_dataset_fn` to the Trainer.")
         # A new iterator starts the eval data over: every evaluation reads the same batches.
         values = self._eval_loop_fn(iter(self._eval_dataset), tf.constant(self.config.eval_steps, tf.int64))
         sums = dict(zip(SUM_NAMES, values.numpy().tolist()))
