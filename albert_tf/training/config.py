@@ -1,7 +1,6 @@
 """`TrainerConfig`: how a pretraining run optimizes, checkpoints and reports."""
 
 import dataclasses
-import os
 
 from albert_tf.precision import COMPILE_STEPS, PRECISIONS
 from input_pipeline import files
