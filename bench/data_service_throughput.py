@@ -52,7 +52,7 @@ def serve_worker(port, dispatcher):
 
 def build_input(args):
     """(dataset_fn of the raw-text pretraining input, tokenizer description)."""
-    from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, movie_reviews, pretraining_dataset_fn
+    from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, movie_reviews
 
     documents = movie_reviews.imdb_documents("pretrain", limit=args.documents)
     if args.tokenizer:

@@ -31,7 +31,6 @@ as a normal run's (usable by predict and export), and OUT/finetune.json says
 """
 
 import contextlib
-import os
 import sys
 
 from albert_tf.commands.exit_codes import EXIT_INTERRUPTED
