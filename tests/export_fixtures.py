@@ -91,3 +91,41 @@ def run_mediapipe(model_path, texts):
     if done.returncode != 0:
         raise AssertionError(f"MediaPipe's TextClassifier failed on {model_path}:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout)
+
+
+# tflite-support 0.4.4 (2023, the last release) pins protobuf < 4 and links libusb-1.0, which this
+# machine image lacks: libusb-package ships it. Made once per checkout; a failed install fails the test.
+TASK_LIBRARY_REQUIREMENTS = ["tflite-support==0.4.4", "numpy<2", "libusb-package==1.0.30.0"]
+
+
+def task_library_python():
+    """(python, env) of a venv beside the repository's holding the TFLite Task Library."""
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.join(repo, ".venv-task-library")
+    python = os.path.join(venv, "bin", "python")
+    marker = os.path.join(venv, "requirements.txt")
+    wanted = "\n".join(TASK_LIBRARY_REQUIREMENTS)
+    if not (os.path.exists(marker) and open(marker).read() == wanted):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True, timeout=300)
+        done = subprocess.run([python, "-m", "pip", "install", "-q", *TASK_LIBRARY_REQUIREMENTS],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:
+            raise AssertionError(f"could not install the TFLite Task Library:\n{done.stderr[-4000:]}")
+        with open(marker, "w") as f:
+            f.write(wanted)
+    libusb = subprocess.run([python, "-c", "import libusb_package, os; print(os.path.dirname(libusb_package.__file__))"],
+                            capture_output=True, text=True, check=True).stdout.strip()
+    if not os.path.exists(os.path.join(libusb, "libusb-1.0.so.0")):  # the soname the Task Library asks for
+        os.symlink("libusb-1.0.so", os.path.join(libusb, "libusb-1.0.so.0"))
+    return python, {**os.environ, "LD_LIBRARY_PATH": libusb}
+
+
+def run_task_library(model_path, texts):
+    """The TFLite Task Library's BertNLClassifier on `texts` (tests/task_library_worker.py)."""
+    python, env = task_library_python()
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "task_library_worker.py")
+    done = subprocess.run([python, worker, model_path], input=json.dumps(texts), capture_output=True, text=True,
+                          timeout=300, env=env)
+    if done.returncode != 0:
+        raise AssertionError(f"the Task Library's BertNLClassifier failed on {model_path}:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout)

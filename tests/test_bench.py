@@ -208,17 +208,49 @@ def test_serving_throughput_counts_every_request_of_every_client_and_compares_la
     assert script["agreement"](results) == (2, 3)
 
 
-def test_results_index_lists_every_results_file_and_only_existing_ones():
-    """bench/results/README.md links every results file of bench/ (in results/ or beside the scripts), and each link resolves."""
-    results_dir = os.path.join(BENCH_DIR, "results")
-    with open(os.path.join(results_dir, "README.md")) as f:
+def _index_links(index_path):
+    """The first-column links of a README's tables, as normalized paths beside the README."""
+    with open(index_path) as f:
         index = f.read()
-    linked = {os.path.normpath(os.path.join(results_dir, target))
-              for target in re.findall(r"^\| \[[^\]]+\]\(([^)]+)\)", index, re.MULTILINE)}
-    on_disk = {os.path.normpath(p) for p in glob.glob(os.path.join(BENCH_DIR, "*.md"))
-               + glob.glob(os.path.join(results_dir, "*.md")) if not p.endswith("README.md")}
+    folder = os.path.dirname(index_path)
+    return {os.path.normpath(os.path.join(folder, target))
+            for target in re.findall(r"^\| \[[^\]]+\]\(([^)]+)\)", index, re.MULTILINE)}
+
+
+def test_scripts_index_lists_every_script_and_only_existing_ones():
+    """bench/README.md has a row for every bench/*.py script, and each row's link resolves."""
+    linked = _index_links(os.path.join(BENCH_DIR, "README.md"))
+    on_disk = {os.path.join(BENCH_DIR, script) for script in SCRIPTS}
     assert sorted(linked - on_disk) == []
     assert sorted(on_disk - linked) == []
+
+
+def test_results_index_lists_every_results_file_and_only_existing_ones():
+    """bench/results/README.md links every results file, and each link resolves; none lie beside the scripts."""
+    results_dir = os.path.join(BENCH_DIR, "results")
+    linked = _index_links(os.path.join(results_dir, "README.md"))
+    on_disk = {os.path.normpath(p) for p in glob.glob(os.path.join(results_dir, "*.md"))
+               if not p.endswith("README.md")}
+    assert sorted(linked - on_disk) == []
+    assert sorted(on_disk - linked) == []
+    assert [os.path.basename(p) for p in glob.glob(os.path.join(BENCH_DIR, "*.md"))] == ["README.md"]
+
+
+def test_results_index_gives_every_file_a_status():
+    """Each results row ends in `current`, `superseded by [file](file)` with an indexed file, or `superseded: why`."""
+    results_dir = os.path.join(BENCH_DIR, "results")
+    with open(os.path.join(results_dir, "README.md")) as f:
+        rows = [line for line in f if re.match(r"^\| \[", line)]
+    assert rows
+    indexed = _index_links(os.path.join(results_dir, "README.md"))
+    status = re.compile(r"\| (current( \([^|]+\))?|superseded by \[[^\]]+\]\(([^)]+)\): [^|]+|superseded: [^|]+) \|$")
+    for row in rows:
+        match = status.search(row.rstrip("\n"))
+        assert match, f"no status at the end of: {row[:80]}"
+        if match.group(3):
+            target = os.path.normpath(os.path.join(results_dir, match.group(3)))
+            assert target in indexed, f"{row[:60]}: superseded by a file the index lacks"
+            assert not row.startswith(f"| [{os.path.basename(target)}]"), f"{row[:60]}: superseded by itself"
 
 
 def test_resume_time_prints_a_row_per_step(monkeypatch, capsys):

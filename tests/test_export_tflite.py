@@ -12,7 +12,8 @@ from ai_edge_litert.interpreter import Interpreter
 from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf.export import export_tflite, pack_texts, tflite_metadata
 from export_fixtures import (
-    LABELS, MAX_LENGTH, MEDIAPIPE_TEXTS, classifier, config, real_texts, run_mediapipe, texts_and_pairs, tokenizer,
+    LABELS, MAX_LENGTH, MEDIAPIPE_TEXTS, classifier, config, real_texts, run_mediapipe, run_task_library, texts_and_pairs,
+    tokenizer,
 )
 from helpers import max_abs_diff, pretraining_batch
 
@@ -118,6 +119,20 @@ def test_mediapipe_text_classifier_matches_litert_on_albert_tf_ids(tmp_path):
     for row, result in enumerate(run_mediapipe(path, texts)):
         (head,) = result
         assert abs(head["scores"]["0"][1] - expected[row]) <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("quantize", ["none", "float16"])
+def test_task_library_bert_nl_classifier_matches_litert_on_albert_tf_ids(quantize, tmp_path):
+    """The TFLite Task Library reads the inputs by position and the labels from the `probability` output."""
+    path = export_tflite(classifier(), str(tmp_path), tokenizer=tokenizer(), max_length=MAX_LENGTH, quantize=quantize)
+    texts = MEDIAPIPE_TEXTS + [real_texts()[4]]
+    runner = Interpreter(model_path=path).get_signature_runner("serving_default")
+    packed = pack_texts(tokenizer(), texts, None, MAX_LENGTH, pad_to=MAX_LENGTH)
+    for row, scores in enumerate(run_task_library(path, texts)):
+        expected = runner(**{k: v[row : row + 1] for k, v in packed.items()})["probabilities"][0]
+        assert [scores[str(i)][0] for i in range(2)] == LABELS
+        assert max(abs(scores[str(i)][1] - expected[i]) for i in range(2)) <= 1e-6, texts[row]
 
 
 @pytest.mark.slow

@@ -163,6 +163,7 @@ def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
                                                  "--out", "o"],
         "--out full is not empty ": ["train-tokenizer", "--input", "t.tsv", "--out", "full"],
         "--data missing/": ["pretrain", "--data", "missing/", "--out", "o"],
+        "--eval-data missing/": ["pretrain", "--data", "t.tsv", "--eval-data", "missing/", "--out", "o"],
         "--train missing.tsv": ["finetune", "--task", "sst2", "--model", "empty", "--train", "missing.tsv",
                                 "--eval", "t.tsv", "--out", "o"],
         "--model empty holds no model": ["finetune", "--task", "sst2", "--model", "empty", "--train", "t.tsv",

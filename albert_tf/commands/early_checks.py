@@ -36,7 +36,7 @@ OUT = "out"  # an output that must be new or empty unless --overwrite ("-": stan
 FLAGS = {
     "train-tokenizer": {"--input": PATHS, "--out": OUT},
     "create-data": {"--input": PATHS, "--tokenizer": DIR, "--out": OUT},
-    "pretrain": {"--data": PATHS, "--tokenizer": DIR, "--config": FILE},
+    "pretrain": {"--data": PATHS, "--eval-data": PATHS, "--tokenizer": DIR, "--config": FILE},
     "finetune": {"--train": FILE, "--eval": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
     "predict": {"--input": FILE, "--model": DIR, "--output": OUT},
     "export": {"--calibration-text": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},

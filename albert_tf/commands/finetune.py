@@ -31,7 +31,6 @@ as a normal run's (usable by predict and export), and OUT/finetune.json says
 """
 
 import contextlib
-import os
 
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,

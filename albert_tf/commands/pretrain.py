@@ -34,6 +34,9 @@ from input_pipeline.pretraining.examples import PairStats, instances_of_document
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
 _PAIR_STATS_DOCUMENTS = 10_000
+# The seed of the held-out examples (raw text: their pairs and masks), whatever --seed is, so that
+# every evaluation of a run, and of runs with other seeds, scores the same examples.
+_EVAL_SEED = 0
 
 # Model fields a flag may override (the preset's or --config's value otherwise);
 # the vocabulary always comes from the data.
@@ -63,6 +66,10 @@ def add_parser(subparsers):
     data.add_argument("--max-seq-length", type=int, help="Raw text only (default 512).")
     data.add_argument("--max-predictions-per-seq", type=int, help="Raw text only (default 20).")
     data.add_argument("--task", choices=("sop", "nsp"), help="Raw text only (default sop).")
+    data.add_argument("--eval-data", nargs="+", metavar="PATH",
+                      help="Held-out data, as --data takes it (same tokenizer and sequence settings): its masked-LM "
+                           "and SOP accuracy every --eval-every steps, on the progress line, train_log.jsonl and "
+                           "TensorBoard.")
     data.add_argument("--data-service", metavar="grpc://HOST:PORT",
                       help="Make the batches on the workers of this tf.data service dispatcher "
                            "(docs/pretraining.md).")
@@ -80,6 +87,9 @@ def add_parser(subparsers):
 
 
 def run(args):
+    if (args.eval_data is None) != (args.eval_every is None):
+        given, missing = ("--eval-data", "--eval-every N") if args.eval_every is None else ("--eval-every", "--eval-data")
+        raise UserError(f"{given} needs {missing}: evaluations read held-out data every N steps.")
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
     if args.data_service is not None and not args.data_service.startswith("grpc://"):
         raise UserError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
@@ -103,11 +113,16 @@ def run(args):
         data_info["embedding_init"] = "ppmi-svd"
     dataset_fn = input_pipeline.pretraining_dataset_fn(source, data_config, seed=args.seed,
                                                       data_service=args.data_service)
+    run_info = {"data": data_info, "strategy": strategy_name, "replicas": strategy.num_replicas_in_sync}
+    eval_dataset_fn = None
+    if args.eval_data is not None:
+        eval_dataset_fn = _eval_dataset_fn(args, data_config, vocab_size, tokenizer)
+        # Outside "data": a resumed run may evaluate on other held-out data.
+        run_info["eval_data"] = {"paths": args.eval_data, "seed": _EVAL_SEED}
     trainer = Trainer(
         model_config, trainer_config, args.out, dataset_fn,
-        strategy=strategy, tokenizer=tokenizer,
-        run_info={"data": data_info, "strategy": strategy_name, "replicas": strategy.num_replicas_in_sync},
-        word_embeddings_init=word_embeddings_init,
+        strategy=strategy, tokenizer=tokenizer, run_info=run_info,
+        word_embeddings_init=word_embeddings_init, eval_dataset_fn=eval_dataset_fn,
     )
     # Under a mixed policy the weights, LayerNorm, softmax and losses stay float32.
     print(f"Precision: {trainer.precision.describe()}; remat: {'on' if trainer_config.remat else 'off'}; "
@@ -183,6 +198,38 @@ def _load_data(args):
     info = {"kind": "text", "paths": args.data, "config": dataclasses.asdict(data_config),
             "num_documents": corpus.num_documents}
     return corpus, data_config, tokenizer.vocab_size, tokenizer, info
+
+
+def _eval_dataset_fn(args, data_config, vocab_size, tokenizer):
+    """The `dataset_fn` of --eval-data, made like the training data's, with `_EVAL_SEED`."""
+    paths = " ".join(args.eval_data)
+    if len(args.eval_data) == 1 and files.isfile(os.path.join(args.eval_data[0], "metadata.json")):
+        metadata = read_metadata(args.eval_data[0])
+        if metadata["vocab_size"] != vocab_size or metadata["config"] != data_config:
+            raise UserError(
+                f"--eval-data {paths} was written with vocab_size={metadata['vocab_size']} and {metadata['config']}; "
+                f"the training data has vocab_size={vocab_size} and {data_config}. Make both with the same "
+                "tokenizer and settings."
+            )
+        source = args.eval_data[0]
+    elif tokenizer is None:
+        raise UserError(f"--eval-data {paths} is raw text, and the run has no tokenizer to read it with: pass "
+                         "--tokenizer DIR, or run create-data on it.")
+    else:
+        text = Corpus(args.eval_data, format=args.format, column=args.column, split_sentences=args.split_sentences)
+        try:
+            source = TokenizedCorpus.from_documents(text, tokenizer)
+        except ValueError as e:
+            raise UserError(f"--eval-data {paths}: {e}") from None
+    make = input_pipeline.pretraining_dataset_fn(source, data_config, seed=_EVAL_SEED)
+
+    def eval_dataset_fn(global_batch_size, input_context, start_step):
+        try:
+            return make(global_batch_size, input_context, start_step)
+        except ValueError as e:  # e.g. a text that makes no sentence pairs
+            raise UserError(f"--eval-data {paths}: {e}") from None
+
+    return eval_dataset_fn
 
 
 def _report_pairs(corpus, data_config, seed):

@@ -6,7 +6,6 @@ TF-Hub exports. Optimizer state (slot variables, `global_step`) is skipped
 with a note; any other variable the model does not have is an error.
 """
 
-import os
 
 import tensorflow as tf
 

@@ -1,7 +1,6 @@
 """`TrainerConfig`: how a pretraining run optimizes, checkpoints and reports."""
 
 import dataclasses
-import os
 
 from albert_tf.precision import COMPILE_STEPS, PRECISIONS
 from input_pipeline import files
@@ -66,12 +65,24 @@ class TrainerConfig(JsonConfig):
     checkpoint_every: int = doc(1000, "Steps between checkpoints (one is always written at the last step).")
     keep_checkpoints: int = doc(3, "Checkpoints kept on disk.")
     log_every: int = doc(100, "Steps between progress lines and TensorBoard points.")
+    # Evaluations land on progress lines, so their numbers share a line, a log record and a TensorBoard step.
+    eval_every: int | None = doc(None, "Steps between evaluations on held-out data (--eval-data), a multiple of "
+                                 "log_every; one more at the last step. None: no evaluation.")
+    eval_steps: int = doc(10, "Batches (of batch-size / accumulation-steps examples) each evaluation reads: the "
+                          "same examples every time.")
     seed: int = doc(0, "Seed of the weight initialization (and of the data).")
 
     def __post_init__(self):
         for name in ("global_batch_size", "num_steps", "accumulation_steps", "checkpoint_every",
-                     "keep_checkpoints", "log_every", "steps_per_loop"):
+                     "keep_checkpoints", "log_every", "steps_per_loop", "eval_steps"):
             check_positive_int(name, getattr(self, name))
+        if self.eval_every is not None:
+            check_positive_int("eval_every", self.eval_every)
+            if self.eval_every % self.log_every:
+                raise UserError(
+                    "`eval_every` must be a multiple of `log_every` (evaluations are reported on progress lines). "
+                    f"Received: eval_every={self.eval_every}, log_every={self.log_every}"
+                )
         if self.warmup_steps is not None:
             check_int_in("warmup_steps", self.warmup_steps, 0, self.num_steps, high_name="num_steps")
         check_fraction("warmup_fraction", self.warmup_fraction)

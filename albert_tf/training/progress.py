@@ -3,6 +3,7 @@
 Every `log_every` steps the metrics averaged over the steps since the last
 line are printed, written to TensorBoard (RUN_DIR/tensorboard) and appended
 to RUN_DIR/train_log.jsonl (which the demo's loss curve is drawn from).
+A held-out evaluation made at a reporting step joins its line and record.
 """
 
 import datetime
@@ -52,8 +53,12 @@ class ProgressLogger:
             kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
         files.write_text(self.log_path, "".join(kept))
 
-    def update(self, step, metrics, learning_rate, num_steps=1):
-        """Adds the mean metrics (dict of floats) of the `num_steps` steps up to `step`; reports every `log_every` steps."""
+    def update(self, step, metrics, learning_rate, num_steps=1, evaluation=None):
+        """Adds the mean metrics (dict of floats) of the `num_steps` steps up to `step`; reports every `log_every` steps.
+
+        `evaluation`: optional held-out metrics at `step` (dict of floats,
+        `Trainer.evaluate`), reported with it; `step` must then be a reporting step.
+        """
         for name in METRICS:
             self._sums[name] += metrics[name] * num_steps
         self._count += num_steps
@@ -64,6 +69,7 @@ class ProgressLogger:
         record = {"step": step, **{name: self._sums[name] / self._count for name in METRICS}}
         record["learning_rate"] = learning_rate
         record["examples_per_second"] = self.examples_per_step / seconds_per_step
+        record.update(evaluation or {})
         self._reset_window()
         if not self.enabled:
             return
@@ -72,7 +78,9 @@ class ProgressLogger:
             f"step {step:>{len(str(self.num_steps))}}/{self.num_steps} | loss {record['loss']:.4f} "
             f"(mlm {record['mlm_loss']:.4f}, sop {record['sop_loss']:.4f}) | "
             f"mlm_acc {record['mlm_accuracy']:.4f} | sop_acc {record['sop_accuracy']:.4f} | "
-            f"lr {learning_rate:.3e} | {record['examples_per_second']:.1f} ex/s | ETA {eta}",
+            f"lr {learning_rate:.3e} | {record['examples_per_second']:.1f} ex/s | ETA {eta}"
+            + (f" | eval mlm_acc {evaluation['eval_mlm_accuracy']:.4f} sop_acc {evaluation['eval_sop_accuracy']:.4f} "
+               f"mlm_loss {evaluation['eval_mlm_loss']:.4f}" if evaluation else ""),
         )
         with self._writer.as_default():
             for name, value in record.items():

@@ -20,16 +20,27 @@ strategies:
      pass of each micro-batch only.
 
 One call into TensorFlow runs a loop of up to `steps_per_loop` steps (a
-graph loop over the distributed iterator) and returns the loop's metrics in
-one tensor, so the host reads them once per loop, not once per step. A loop
-ends at every checkpoint, progress line and the last step, so checkpoints,
+graph loop over the distributed iterator). The metrics stay on the device:
+each step's are all-reduced over the replicas and added to the loop's sums
+(loop variables), and the loop returns the sums in one tensor, so the host
+reads them once per loop, not once per step. A loop ends at every
+checkpoint, progress line, evaluation and the last step, so checkpoints,
 logs, the step count and the learning-rate schedule do not depend on it.
+
+With held-out data (`eval_dataset_fn`) and `config.eval_every`, every
+`eval_every` steps and at the last step the model reads the same
+`config.eval_steps` batches of it in one graph loop under the same strategy
+(MLM and SOP sums all-reduced, read once), and the held-out MLM loss and
+accuracies join that step's progress line, log record and TensorBoard point.
 
 Runs are resumable: a `tf.train.Checkpoint` of model, optimizer and step is
 written every `checkpoint_every` steps, and a restarted run restores it and
 asks the input pipeline to skip the micro-batches already consumed (no lost
 or repeated examples). A non-finite loss stops the run with
-`TrainingDiverged`; a checkpoint is only written when every weight is finite.
+`TrainingDiverged`: the graph loop stops after the step that made it and
+returns, so the host, which reads the metrics at the end of each loop, sees
+it there with no step run after it; a checkpoint is only written when every
+weight is finite.
 Checkpoints and `final/` survive a kill at any moment (see `checkpoints`): a
 rerun resumes from the newest readable checkpoint and rebuilds a missing
 `final/`. A rerun must train the same model on the same data with the same
@@ -83,7 +94,10 @@ FINAL_STEP_FILE = "trainer_step.json"
 # under every policy, so a checkpoint restores under any of them (older runs
 # saved "float32" where the default is now "auto").
 RESUMABLE_CHANGES = ("num_steps", "learning_rate", "warmup_steps", "compile_step", "jit_compile", "steps_per_loop",
-                     "remat", "mixed_precision", "checkpoint_every", "keep_checkpoints", "log_every")
+                     "remat", "mixed_precision", "checkpoint_every", "keep_checkpoints", "log_every", "eval_every",
+                     "eval_steps")
+# The held-out metrics, in train_log.jsonl and TensorBoard under these names.
+EVAL_METRICS = ("eval_mlm_loss", "eval_mlm_accuracy", "eval_sop_loss", "eval_sop_accuracy")
 
 
 class TrainingDiverged(RuntimeError):
@@ -164,11 +178,15 @@ class Trainer:
             NumPy arrays, applied to the freshly initialized word-embedding
             table of a new run (not on resume: the checkpoint holds the
             table), e.g. `ppmi_svd_init(corpus)` (training/embedding_init.py).
+        eval_dataset_fn: optional held-out data, a `dataset_fn` as above
+            (called with start_step 0); needs `config.eval_every`. Each
+            evaluation reads its first `config.eval_steps` batches, so it
+            must give the same batches every time (a fixed seed).
         print_fn: where progress lines and messages go.
     """
 
     def __init__(self, model_config, config, run_dir, dataset_fn, *, strategy=None, tokenizer=None,
-                 run_info=None, word_embeddings_init=None, print_fn=print):
+                 run_info=None, word_embeddings_init=None, eval_dataset_fn=None, print_fn=print):
         if not isinstance(model_config, AlbertConfig):
             raise ValueError(f"`model_config` must be an AlbertConfig. Received: {type(model_config).__name__}")
         if not isinstance(config, TrainerConfig):
@@ -180,6 +198,11 @@ class Trainer:
                 "The micro-batch (global_batch_size / accumulation_steps) must split evenly over the "
                 f"{replicas} replicas. Received: global_batch_size={config.global_batch_size}, "
                 f"accumulation_steps={config.accumulation_steps}"
+            )
+        if (eval_dataset_fn is None) != (config.eval_every is None):
+            raise ValueError(
+                "`eval_dataset_fn` and `config.eval_every` go together. Received: "
+                f"eval_dataset_fn={eval_dataset_fn!r}, eval_every={config.eval_every!r}"
             )
         if tokenizer is not None:
             tokenizer.check_vocab_size(model_config.vocab_size)
@@ -195,6 +218,10 @@ class Trainer:
         self.compile_step = self.precision.compile_step
         resolved = {"mixed_precision": self.precision.precision, "compile_step": self.compile_step,
                     "reason": self.precision.reason}
+        # Made (and its errors raised) before anything is written to RUN_DIR.
+        self._eval_dataset = None if eval_dataset_fn is None else self.strategy.distribute_datasets_from_function(
+            lambda input_context: eval_dataset_fn(config.micro_batch_size, input_context, 0)
+        )
         self._write_run_files(tokenizer, {**(run_info or {}), "resolved": resolved})
 
         # === Model, optimizer and step, mirrored on every replica ===
@@ -226,6 +253,12 @@ class Trainer:
             tf.function(self._replica_step, jit_compile=True) if self.compile_step == "whole" else self._replica_step
         )
         self._train_loop = tf.function(self._loop)
+        if eval_dataset_fn is not None:
+            # Compiled inside the replica function, as "forward" is: XLA cannot compile a replica
+            # function of several CPU/GPU replicas (it reads the other devices' variables).
+            self._eval_sums = tf.function(self._eval_batch_sums, jit_compile=True) if self.compile_step != "none" \
+                else self._eval_batch_sums
+            self._eval_loop_fn = tf.function(self._eval_loop)
         self._weights_finite = tf.function(
             lambda: tf.reduce_all([tf.reduce_all(tf.math.is_finite(v)) for v in self.model.trainable_variables])
         )
@@ -291,12 +324,18 @@ class Trainer:
         step = start
         try:
             while step < c.num_steps:
-                done, means, record = self.run_loop(iterator, loop_length(step, c))
+                length = loop_length(step, c)
+                done, means, record = self.run_loop(iterator, length)
                 step += done
                 if not math.isfinite(record["loss"]):
-                    raise TrainingDiverged(self._divergence_message(step, f"the loss is {record['loss']}"))
+                    raise TrainingDiverged(self._divergence_message(
+                        step, f"the loss is {record['loss']} (found at the end of the loop of steps "
+                              f"{step - done + 1}-{step - done + length}, which stopped there: the metrics are read "
+                              "once per loop)"
+                    ))
+                evaluation = self.evaluate() if self._evaluates_at(step) else None
                 # Keras evaluates the schedule at the iteration count before the update.
-                progress.update(step, means, float(self._schedule(step - 1)), num_steps=done)
+                progress.update(step, means, float(self._schedule(step - 1)), num_steps=done, evaluation=evaluation)
                 saved = None
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     saved = self._save_checkpoint(step)
@@ -329,6 +368,29 @@ class Trainer:
         values = self._train_loop(iterator, tf.constant(num_steps, tf.int64)).numpy().tolist()
         done, sums, last = int(values[0]), values[1 : 1 + len(METRICS)], values[1 + len(METRICS) :]
         return done, {name: total / done for name, total in zip(METRICS, sums)}, dict(zip(METRICS, last))
+
+    def evaluate(self):
+        """The held-out metrics of the current weights over the first `config.eval_steps` eval batches.
+
+        Returns:
+            dict of floats named `EVAL_METRICS`: MLM loss and accuracy over
+            the real masked positions, SOP loss and accuracy over the examples.
+        """
+        if self._eval_dataset is None:
+            raise ValueError("`evaluate()` needs held-out data: pass `eval_dataset_fn` to the Trainer.")
+        # A new iterator starts the eval data over: every evaluation reads the same batches.
+        values = self._eval_loop_fn(iter(self._eval_dataset), tf.constant(self.config.eval_steps, tf.int64))
+        sums = dict(zip(SUM_NAMES, values.numpy().tolist()))
+        return {
+            "eval_mlm_loss": sums["mlm_ce"] / max(sums["mlm_weight"], 1.0),
+            "eval_mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_weight"], 1.0),
+            "eval_sop_loss": sums["sop_ce"] / sums["sop_examples"],
+            "eval_sop_accuracy": sums["sop_correct"] / sums["sop_examples"],
+        }
+
+    def _evaluates_at(self, step):
+        every = self.config.eval_every
+        return every is not None and (step % every == 0 or step == self.config.num_steps)
 
     def step_graph(self, iterator):
         """The traced graph of one training loop over `iterator` (a `tf.Graph`; the steps are a while loop in it)."""
@@ -368,6 +430,24 @@ class Trainer:
             if not tf.math.is_finite(metrics["loss"]):
                 break
         return tf.concat([[tf.cast(done, tf.float32)], sums, last], axis=0)
+
+    def _eval_loop(self, iterator, num_batches):
+        """float32 (len(SUM_NAMES),): `pretraining_sums` over `num_batches` batches, summed over the replicas."""
+        totals = tf.zeros([len(SUM_NAMES)])
+        for _ in tf.range(num_batches):
+            per_replica = self.strategy.run(self._eval_replica_step, args=(next(iterator),))
+            totals += self.strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return totals
+
+    def _eval_replica_step(self, batch):
+        """This replica's `pretraining_sums` of one eval batch, stacked in `SUM_NAMES` order."""
+        per_replica = self.config.micro_batch_size // self.strategy.num_replicas_in_sync
+        inputs, labels = tf.nest.map_structure(lambda t: tf.ensure_shape(t, [per_replica, *t.shape[1:]]), batch)
+        return self._eval_sums(inputs, labels)
+
+    def _eval_batch_sums(self, inputs, labels):
+        sums = pretraining_sums(labels, self.model(inputs, training=False))
+        return tf.stack([sums[name] for name in SUM_NAMES])
 
     def _distributed_step(self, iterator):
         """One optimizer step: k micro-batches from `iterator`, one update."""
@@ -638,6 +718,7 @@ def resolve_run_precision(config, model_config, strategy, flags=None, device=Non
 def loop_length(step, config):
     """Steps of the loop that starts after `step`: `steps_per_loop`, cut at the next checkpoint, log line or end."""
     end = min(step + config.steps_per_loop, config.num_steps)
+    # Evaluations fall on log lines (`eval_every` is a multiple of `log_every`).
     for every in (config.checkpoint_every, config.log_every):
         end = min(end, (step // every + 1) * every)
     return end - step

@@ -195,7 +195,6 @@ def tf_pack_windows(tokenizer, texts, max_length=128, max_windows=1, truncate_fr
         to the longest window, and int64 (num_windows,), the text each
         window belongs to (sorted: `tf.math.segment_mean` averages per text).
     """
-    import tensorflow as tf
 
     _check_max_length(max_length, False)
     check_truncate_from(truncate_from)
