@@ -581,7 +581,8 @@ class Trainer:
         return (
             f"Training diverged at step {step}: {what}. {kept}. Lower the learning rate "
             f"(now {self.config.learning_rate}) or lengthen the warmup (now {self.config.num_warmup_steps} steps), "
-            "then rerun the same command to resume from that checkpoint."
+            + ("then rerun the same command to resume from that checkpoint." if latest
+               else "then rerun the same command: it starts again from step 0.")
         )
 
     def _write_run_files(self, tokenizer, run_info):
