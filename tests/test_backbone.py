@@ -84,6 +84,7 @@ def test_without_the_projection_the_embeddings_feed_the_first_block(tmp_path):
     assert loaded.embedding_projection is None
 
 
+@pytest.mark.slow
 def test_a_group_no_layer_uses_is_not_built_and_saves_and_loads(tmp_path):
     # The original's formula: layer 15 of 22 goes to group 14, and no layer uses group 15.
     config = tiny_config(num_hidden_layers=22, num_hidden_groups=22, group_formula="original")
@@ -150,6 +151,7 @@ def test_too_long_sequence_is_an_error():
         backbone(backbone_batch(config, batch=1, seq=config.max_position_embeddings + 1))
 
 
+@pytest.mark.slow
 def test_save_and_reload(tmp_path):
     config = tiny_config(num_hidden_groups=2, inner_group_num=2)
     backbone = AlbertBackbone(config)
@@ -181,6 +183,7 @@ def test_jax_backend_gives_the_same_outputs(tmp_path):
     assert features.TOKEN_IDS in inputs
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dtype", [None, "mixed_bfloat16"])
 def test_an_inference_call_fuses_each_shared_attention_kernel_once(dtype):
     """The (H, 3H) query/key/value kernel: once per distinct attention layer in inference, per application in training."""

@@ -42,6 +42,7 @@ def test_benchmark_help_prints_usage(script, monkeypatch):
     assert printed.getvalue().startswith("usage:")
 
 
+@pytest.mark.slow
 def test_transfer_keys_random_init_by_config_and_tokenizer(monkeypatch):
     """Random init's cached result is found again whichever model lends the config, and only then."""
     from data_fixtures import VOCAB_SIZE, imdb_documents, small_tokenizer
@@ -253,6 +254,7 @@ def test_results_index_gives_every_file_a_status():
             assert not row.startswith(f"| [{os.path.basename(target)}]"), f"{row[:60]}: superseded by itself"
 
 
+@pytest.mark.slow
 def test_resume_time_prints_a_row_per_step(monkeypatch, capsys):
     monkeypatch.syspath_prepend(BENCH_DIR)
     monkeypatch.setattr(sys, "argv", ["resume_time.py", "--steps", "0", "5000", "--shards", "2",

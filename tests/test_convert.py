@@ -248,6 +248,7 @@ def test_convert_stages_once_and_overwrite_replaces_the_old_directory(tmp_path, 
     assert sorted(os.listdir(tmp_path)) == ["hf", "ours"]
 
 
+@pytest.mark.slow
 def test_cli_converts_in_all_three_directions(tmp_path, capsys):
     hf_model, src = hf_dir(tmp_path)
     assert main(["convert", "--from", "hf", str(src), "--out", str(tmp_path / "from_hf")]) == 0
@@ -315,6 +316,7 @@ def test_a_model_without_projection_goes_to_hf_with_an_identity_one(tmp_path):
     np.testing.assert_array_equal(tensors["albert.encoder.embedding_hidden_mapping_in.bias"], np.zeros(64))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers, groups, formula", [(44, 22, "original"), (18, 14, "exact")])
 def test_to_hf_refuses_a_grouping_hf_cannot_express(layers, groups, formula, tmp_path, capsys):
     # HF's int(i / (L / G)) puts layers 30 and 31 of 44 in group 15 (the original: 14 and 15),
@@ -331,6 +333,7 @@ def test_to_hf_refuses_a_grouping_hf_cannot_express(layers, groups, formula, tmp
     assert not (tmp_path / "hf").exists()
 
 
+@pytest.mark.slow
 def test_cli_converts_an_original_e_equal_to_h_checkpoint_with_an_unused_group_both_ways(tmp_path):
     overrides = dict(embedding_size=64, num_hidden_layers=22, num_hidden_groups=22)
     hf_model, variables = ref.original_layout(seed=5, **overrides)

@@ -38,6 +38,7 @@ def test_dynamic_batches_fixed_shapes_for_fit():
     assert inputs[features.TOKEN_IDS].dtype == tf.int32
 
 
+@pytest.mark.slow
 def test_dynamic_same_seed_same_data_and_resume():
     corpus = review_corpus()
     full = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=1, flat=True), 20)
@@ -122,6 +123,7 @@ def _warnings(done):
     return [line for line in done.stderr.splitlines() if "warning" in line]
 
 
+@pytest.mark.slow
 def test_create_data_says_what_one_text_per_line_makes_of_sop(tmp_path):
     corpus = _one_review_per_line(tmp_path)
     labels = {}

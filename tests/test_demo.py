@@ -25,6 +25,7 @@ TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "2
         "--baseline-batches", "2"]
 
 
+@pytest.mark.slow
 def test_heldout_examples_are_a_count_not_batches_of_the_training_size():
     corpus = TokenizedCorpus.from_documents(imdb_documents()[:40], small_tokenizer())
     data_config = DEMO_DATA.replace(max_seq_length=32, max_predictions_per_seq=5)

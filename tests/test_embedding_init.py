@@ -102,6 +102,7 @@ def test_initial_table_keeps_the_random_rows_of_unseen_pieces_and_the_requested_
     np.testing.assert_allclose(table[2:10] / table[2:10, :1], vectors[2:10] / vectors[2:10, :1], rtol=1e-4)
 
 
+@pytest.mark.slow
 def test_trainer_starts_from_the_given_table_and_does_not_reapply_it_on_resume(tmp_path):
     examples = synthetic_examples()
     table = np.random.default_rng(2).normal(0, 0.1, (TINY_MODEL.vocab_size, TINY_MODEL.embedding_size))

@@ -56,6 +56,7 @@ def metadata(path):
         return json.load(f)
 
 
+@pytest.mark.slow
 def test_bf16_export_runs_bfloat16_matmuls_on_constants_within_bfloat16_error_of_float32():
     path = exported_bf16_classifier()
     nodes = graph_nodes(path)
@@ -127,6 +128,7 @@ def test_export_auto_says_float32_and_why(cpuinfo, reason, monkeypatch, tmp_path
     assert metadata(os.path.join(base, "1"))["precision"] == "float32"
 
 
+@pytest.mark.slow
 def test_precision_is_refused_for_tflite(tmp_path):
     # A real model directory: a missing one is reported first, before the flags are read.
     model_dir = str(tmp_path / "model")

@@ -33,6 +33,7 @@ def test_truncation_closed_form_matches_the_loop():
                 assert truncated_lengths(la, lb, budget) == (len(a), len(b)), (la, lb, budget)
 
 
+@pytest.mark.slow
 def test_classifier_ids_and_text_signatures_match_keras():
     base, path = exported_classifier()
     assert path == os.path.join(base, "1")
@@ -92,6 +93,7 @@ def test_bad_inputs_give_clear_errors():
         text(text=tf.constant([["a", "b"]]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truncate_from", ["end", "middle"])
 def test_windowed_serve_text_averages_the_windows_as_the_python_reference(tmp_path, truncate_from):
     from albert_tf.export import pack_windows, tf_pack_windows
@@ -150,6 +152,7 @@ def test_a_model_without_an_export_kind_is_refused(tmp_path):
         export_saved_model(Unregistered(backbone), str(tmp_path))
 
 
+@pytest.mark.slow
 def test_question_answering_text_signature_returns_a_span_in_the_context(tmp_path):
     model = AlbertQuestionAnswerer(AlbertBackbone(config()))
     loaded = tf.saved_model.load(export_saved_model(model, str(tmp_path), tokenizer=tokenizer(), max_length=32))
@@ -164,6 +167,7 @@ def test_question_answering_text_signature_returns_a_span_in_the_context(tmp_pat
     assert out["answer"][0].decode() == tokenizer().decode(packed["token_ids"][0, start : end + 1])
 
 
+@pytest.mark.slow
 def test_cli_backbone_versions_and_pretrainer_without_tokenizer(tmp_path):
     from albert_tf import cli
 

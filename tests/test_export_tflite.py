@@ -28,6 +28,7 @@ def _ops(path):
     return interpreter, {op["op_name"] for op in interpreter._get_ops_details()}
 
 
+@pytest.mark.slow
 def test_float_classifier_matches_keras_with_builtin_ops_only(tmp_path):
     path = export_tflite(classifier(), str(tmp_path), tokenizer=tokenizer(), max_length=MAX_LENGTH)
     interpreter, ops = _ops(path)

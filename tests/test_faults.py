@@ -84,6 +84,7 @@ def test_kill_during_a_checkpoint_write_then_rerun_resumes_from_the_previous_one
     assert not debris(run_dir)
 
 
+@pytest.mark.slow
 def test_garbage_state_file_does_not_restart_from_step_zero(tmp_path):
     trainer(tmp_path, num_steps=4).train()
     checkpoints = tmp_path / "checkpoints"
@@ -105,6 +106,7 @@ def test_garbage_state_file_does_not_restart_from_step_zero(tmp_path):
         "ckpt-2.index", "ckpt-4.index", "ckpt-6.index"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("damage", ["index", "data"])
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
     first = trainer(tmp_path, num_steps=2)
@@ -132,6 +134,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, dama
         trainer(tmp_path, num_steps=4).restore()
 
 
+@pytest.mark.slow
 def test_resuming_with_a_different_setup_is_refused_field_by_field(tmp_path):
     data = {"data": {"kind": "tfrecords", "paths": ["/data/a"], "config": {"max_seq_length": 32}}}
     Trainer(TINY_MODEL, tiny_trainer_config(num_steps=2), str(tmp_path), array_dataset_fn(EXAMPLES),

@@ -39,6 +39,7 @@ def finetune(model_dir, out, train, evaluation, *extra):
                  "--learning-rate", "1e-3", *extra])
 
 
+@pytest.mark.slow
 def test_finetune_then_predict_from_file_and_stdin(model_dir, tmp_path, capsys, monkeypatch):
     everything = movie_reviews.rotten_tomatoes_sentences()
     sentences = [everything[i] for i in np.random.default_rng(0).permutation(len(everything))[:48]]
@@ -62,6 +63,7 @@ def test_finetune_then_predict_from_file_and_stdin(model_dir, tmp_path, capsys, 
     assert len(capsys.readouterr().out.splitlines()) == 2
 
 
+@pytest.mark.slow
 def test_bad_input_is_reported_with_file_and_line(model_dir, tmp_path, capsys):
     train = write_csv(tmp_path / "train.csv", [("good", "pos"), ("bad", "neg")])
     evaluation = write_csv(tmp_path / "eval.csv", [("fine", "pos"), ("meh", "neutral")])
@@ -75,6 +77,7 @@ def test_bad_input_is_reported_with_file_and_line(model_dir, tmp_path, capsys):
     assert "1 example, 1 skipped (first:" in capsys.readouterr().out
 
 
+@pytest.mark.slow
 def test_squad_v2_end_to_end(model_dir, tmp_path, capsys):
     context = "The film opened in Paris in 1990 and closed in Berlin a year later."
     qas = [{"id": "a", "question": "Where did it open?",
@@ -111,6 +114,7 @@ def test_default_pooling_and_width_rule_reach_the_run(model_dir, tmp_path, capsy
     assert model.pooling == "mean"
 
 
+@pytest.mark.slow
 def test_best_holds_the_weights_only(model_dir, tmp_path):
     import h5py
 

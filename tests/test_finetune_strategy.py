@@ -54,6 +54,7 @@ def test_fixed_shape_batches_are_static_and_drop_or_pad_the_remainder():
         make_dataset(inputs, batch_size=3, remainder="pad")
 
 
+@pytest.mark.slow
 def test_fixed_shape_prediction_scores_every_example_as_per_batch_padding_does():
     inputs = examples([3, 9, 5, 16, 4, 7, 2])
     model = AlbertTagger(AlbertBackbone(tiny_config(vocab_size=120)), 3)
@@ -134,6 +135,7 @@ def test_strategy_flag_errors_are_one_line(data):
     assert "TF_CONFIG naming the cluster" in help_text and "--fixed-shapes" in help_text
 
 
+@pytest.mark.slow
 def test_custom_loop_takes_the_steps_fit_takes_on_one_device():
     def model_and_dataset():
         keras.utils.set_random_seed(0)

@@ -77,6 +77,7 @@ def test_missing_input_is_named():
         forward(inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("pad_to", [None, 16])
 def test_predict_examples_gives_the_task_model_outputs(pad_to):
     config = tiny_config()

@@ -95,6 +95,7 @@ ORIGINAL_LAYOUTS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ORIGINAL_LAYOUTS))
 def test_from_tf1_of_the_originals_layouts_matches_transformers(case, tmp_path):
     overrides = ORIGINAL_LAYOUTS[case]
@@ -116,6 +117,7 @@ def test_from_tf1_of_the_originals_layouts_matches_transformers(case, tmp_path):
     assert_close(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs), inputs)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(ORIGINAL_LAYOUTS))
 def test_to_hf_of_the_originals_layouts_loads_in_transformers_and_matches(case, tmp_path):
     overrides = ORIGINAL_LAYOUTS[case]

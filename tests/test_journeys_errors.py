@@ -67,6 +67,7 @@ def test_a_mistyped_flag_is_named_before_a_missing_required_one(tmp_path):
     assert "required: --train, --eval, --out" in line, line
 
 
+@pytest.mark.slow
 def test_verbose_after_the_command_is_the_switch_before_it(tmp_path):
     # convert loads TensorFlow before it finds the missing model: --verbose shows TensorFlow's start-up
     # lines, written before or after the command alike; without it the error is the one line.

@@ -47,6 +47,7 @@ def sentiment(n):
 # ---- the layer --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_preprocessor_matches_the_python_packer_eagerly_in_tf_data_and_in_a_model():
     texts, pairs = texts_and_pairs()
     layer = preprocessor()
@@ -159,6 +160,7 @@ def test_fit_on_raw_strings_lowers_the_loss_and_datasets_work():
     )
 
 
+@pytest.mark.slow
 def test_fit_does_not_warn_about_the_pooler_that_mean_pooling_leaves_untrained():
     texts, labels = sentiment(8)
     model = AlbertClassifier(backbone(), 2, pooling="mean", preprocessor=preprocessor())
@@ -221,6 +223,7 @@ def test_raw_text_errors():
 # ---- saving and loading -------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_keras_archive_and_save_pretrained_keep_the_preprocessor(tmp_path):
     texts, pairs = texts_and_pairs()
     model = AlbertClassifier(backbone(), 2, label_names=["neg", "pos"], preprocessor=preprocessor())

@@ -151,6 +151,7 @@ def test_byte_fallback_round_trips_every_line_in_python_and_in_graph(language, s
         [tokenizer.decode(ids) for ids in cut]
 
 
+@pytest.mark.slow
 def test_byte_fallback_in_the_preprocessor_layer_and_serve_text(small_tokenizers, tmp_path):
     from albert_tf import AlbertBackbone, AlbertPreprocessor
     from albert_tf.export import export_saved_model, pack_texts

@@ -81,6 +81,7 @@ def test_outputs_are_unchanged_right_after_enable_lora():
     assert max_abs_diff(before, backbone(inputs)) == 0.0
 
 
+@pytest.mark.slow
 def test_training_changes_only_factors_and_head():
     model = lora_classifier()
     inputs = backbone_batch(model.backbone.config, batch=4)
@@ -94,6 +95,7 @@ def test_training_changes_only_factors_and_head():
     assert any("lora_kernel_b" in p for p in changed) and any(p.startswith("classifier/") for p in changed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("embedding_rank", [0, 2])
 def test_merged_model_equals_the_unmerged_one(embedding_rank):
     model = lora_classifier(embedding_rank=embedding_rank, num_hidden_groups=3)
@@ -112,6 +114,7 @@ def test_merged_model_equals_the_unmerged_one(embedding_rank):
     assert count(model.backbone.trainable_weights) == model.backbone.count_params()
 
 
+@pytest.mark.slow
 def test_predict_after_merge_lora_runs_the_merged_model():
     model = lora_classifier()
     backbone = model.backbone
@@ -124,6 +127,7 @@ def test_predict_after_merge_lora_runs_the_merged_model():
     assert max_abs_diff(backbone.predict(inputs, verbose=0), backbone(inputs)) <= 1e-5
 
 
+@pytest.mark.slow
 def test_evaluate_predict_and_fit_after_enable_lora_use_the_factors():
     model = AlbertClassifier(AlbertBackbone(tiny_config(classifier_dropout=0.0)), CLASSES)
     inputs = backbone_batch(model.backbone.config, batch=4)
@@ -143,6 +147,7 @@ def test_evaluate_predict_and_fit_after_enable_lora_use_the_factors():
     assert max_abs_diff(model(inputs)["logits"], logits) > 1e-3
 
 
+@pytest.mark.slow
 def test_merge_uses_the_alpha_over_rank_scale():
     backbone = AlbertBackbone(tiny_config())
     backbone.enable_lora(RANK, lora_alpha=2 * RANK)
@@ -153,6 +158,7 @@ def test_merge_uses_the_alpha_over_rank_scale():
     np.testing.assert_allclose(np.array(query.kernel), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("embedding_rank", [0, 3])
 def test_save_and_reload_keep_the_factors_exactly(tmp_path, embedding_rank):
     model = lora_classifier(embedding_rank=embedding_rank, num_hidden_groups=2)

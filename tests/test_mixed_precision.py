@@ -69,6 +69,7 @@ def outputs_and_gradients(backbone, weights, inputs, training=None):
 GROUPED = dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("sharing", [dict(num_hidden_layers=4), GROUPED, dict(num_hidden_layers=4, sharing="ffn")])
 def test_shared_weights_are_cast_once_per_call_with_the_per_use_results(sharing):
     """mixed_bfloat16: one cast per weight, the same outputs, gradients within bfloat16 rounding."""
@@ -94,6 +95,7 @@ def test_shared_weights_are_cast_once_per_call_with_the_per_use_results(sharing)
                                    err_msg=path)
 
 
+@pytest.mark.slow
 def test_training_calls_cast_at_every_use_as_keras_does():
     """In training the L gradients of a shared weight are summed in float32, exactly Keras' own."""
     config = tiny_config(num_hidden_layers=4, hidden_dropout=0.0, attention_dropout=0.0)
@@ -109,6 +111,7 @@ def test_training_calls_cast_at_every_use_as_keras_does():
         np.testing.assert_array_equal(train_grads[path], gradient, err_msg=path)
 
 
+@pytest.mark.slow
 def test_float32_and_remat_read_the_weights_as_keras_does():
     """float32 casts nothing; under remat each application reads (and casts) the weights itself, gradients intact."""
     config = tiny_config(num_hidden_layers=3)
@@ -164,6 +167,7 @@ def optimizer_state(optimizer):
     return {v.path.split("/", 1)[-1]: v.numpy() for v in inner.variables}
 
 
+@pytest.mark.slow
 def test_a_float32_run_resumes_under_mixed_bfloat16(tmp_path):
     # Older runs saved mixed_precision "float32"; the weights and optimizer
     # slots are float32 under every policy, so the checkpoint restores as is.
@@ -194,6 +198,7 @@ def test_a_float32_run_resumes_under_mixed_bfloat16(tmp_path):
     assert run["resolved"]["mixed_precision"] == "mixed_bfloat16"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("before, after", [("float32", "mixed_float16"), ("mixed_float16", "mixed_bfloat16")])
 def test_a_resume_into_or_out_of_mixed_float16_is_refused_before_anything_changes(tmp_path, before, after):
     # The loss-scaled optimizer checkpoints its slots under other names: the

@@ -34,6 +34,7 @@ def _texts(length, first_id):
     return list(range(first_id, first_id + length))  # distinct ids show which pieces survive
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("truncate_from", TRUNCATE_FROM)
 def test_pairs_agree_on_thousands_of_lengths(truncate_from):
     checked = 0

@@ -16,6 +16,7 @@ from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synth
 EXIT_PREEMPTED = 143
 
 
+@pytest.mark.slow
 def test_a_stop_request_saves_the_step_of_the_loop_boundary_and_a_rerun_resumes(tmp_path):
     def trainer(run_dir):
         return Trainer(TINY_MODEL, tiny_trainer_config(num_steps=8, steps_per_loop=3), str(run_dir),

@@ -58,6 +58,7 @@ def test_losses_match_a_numpy_reference():
     np.testing.assert_allclose(float(sop), sop_ref, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_fit_lowers_the_pretraining_loss():
     keras.utils.set_random_seed(0)
     model = make_pretrainer()

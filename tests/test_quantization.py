@@ -32,6 +32,7 @@ def test_named_tflite_command_parses():
     assert (args.format, args.quantize) == ("tflite", "dynamic")
 
 
+@pytest.mark.slow
 def test_layers_under_keras_int8_match_float():
     # Keras' own quantize, bypassing our refusal (as bench/keras_quantize.py
     # does), reaches every Dense and Embedding. The attention's query/key/value

@@ -44,6 +44,7 @@ def _direct(signature, **arrays):
     return {k: v.numpy() for k, v in loaded.signatures[signature](**{k: tf.constant(v) for k, v in arrays.items()}).items()}
 
 
+@pytest.mark.slow
 def test_status_and_metadata(server):
     assert _request(server.url) == (200, {"model_version_status": [
         {"version": "1", "state": "AVAILABLE", "status": {"error_code": "OK", "error_message": ""}}]})
@@ -56,6 +57,7 @@ def test_status_and_metadata(server):
     assert defs["serve_text"]["outputs"]["labels"]["tensor_shape"]["dim"] == [{"size": "-1", "name": ""}]
 
 
+@pytest.mark.slow
 def test_predict_rows_and_columns_match_direct_calls(server):
     batch = backbone_batch(config())
     expected = _direct("serving_default", **batch)

@@ -69,6 +69,7 @@ def test_output_shapes_and_contract(kind):
     assert "label_names" in model.get_config()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(CASES))
 def test_loss_falls_when_fitting(kind):
     model, inputs, _ = make(kind)

@@ -25,6 +25,7 @@ def test_accumulating_micro_batches_equals_one_big_batch(tmp_path):
     assert max_difference(weights_of(big.model), weights_of(accumulated.model)) < 1e-5
 
 
+@pytest.mark.slow
 def test_xla_compiled_steps_match_the_plain_steps(tmp_path):
     plain, plain_record = train(tmp_path / "plain", global_batch_size=8, accumulation_steps=2, compile_step="none")
     compiled, compiled_record = train(tmp_path / "xla", global_batch_size=8, accumulation_steps=2,
@@ -43,6 +44,7 @@ def test_mixed_bfloat16_step_runs_on_cpu_with_finite_loss(tmp_path):
     assert np.isfinite(record["loss"]) and record["loss"] > 0
 
 
+@pytest.mark.slow
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     train(tmp_path, num_steps=2, checkpoint_every=2)
     with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*ckpt-2, is kept.*resume from that checkpoint"):
@@ -54,6 +56,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert all(np.isfinite(w).all() for w in weights_of(resumed.model))
 
 
+@pytest.mark.slow
 def test_resuming_a_different_model_is_an_error(tmp_path):
     train(tmp_path, num_steps=1)
     with pytest.raises(ValueError, match="different model"):

@@ -116,6 +116,7 @@ def get_next_ops(graph):
     return {name: found for name, found in ops.items() if found}, compiled
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("compile_step", ["whole", "forward", "none"])
 def test_the_traced_training_loop_holds_no_host_op(tmp_path, compile_step):
     run = trainer(tmp_path, compile_step=compile_step, accumulation_steps=2)
@@ -132,6 +133,7 @@ def test_the_traced_training_loop_holds_no_host_op(tmp_path, compile_step):
 WRITE_OPS = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accumulation_steps", [1, 2])
 def test_the_whole_compiled_step_holds_the_update_and_only_metrics_leave_it(tmp_path, accumulation_steps):
     run = trainer(tmp_path, compile_step="whole", accumulation_steps=accumulation_steps)
@@ -192,6 +194,7 @@ def test_loops_end_at_checkpoints_logs_and_the_last_step():
     assert ends == [3, 4, 5, 8, 10]
 
 
+@pytest.mark.slow
 def test_steps_per_loop_changes_neither_weights_nor_logs_nor_checkpoints(tmp_path):
     one = trainer(tmp_path / "one", num_steps=8, steps_per_loop=1, log_every=1, checkpoint_every=6)
     one.train()
@@ -215,6 +218,7 @@ def test_steps_per_loop_changes_neither_weights_nor_logs_nor_checkpoints(tmp_pat
         assert record["learning_rate"] == pytest.approx(per_step[record["step"]]["learning_rate"])
 
 
+@pytest.mark.slow
 def test_old_run_directories_with_jit_compile_resume(tmp_path):
     trainer(tmp_path, num_steps=2, checkpoint_every=2).train()
     path = tmp_path / TRAINING_CONFIG_FILE

@@ -44,6 +44,7 @@ def test_metrics_are_read_once_per_loop_however_many_steps_it_runs(tmp_path, mon
                                                                                           monkeypatch)
 
 
+@pytest.mark.slow
 def test_a_non_finite_loss_stops_the_graph_loop_and_is_reported_at_its_end(tmp_path):
     run = trainer(tmp_path, num_steps=8, steps_per_loop=8, log_every=8, checkpoint_every=8, learning_rate=1e30,
                   compile_step="none")
@@ -58,6 +59,7 @@ def test_a_non_finite_loss_stops_the_graph_loop_and_is_reported_at_its_end(tmp_p
 
 
 # ------------------------------------------------------------ held-out evaluation
+@pytest.mark.slow
 def test_evaluation_reads_the_same_batches_each_time_and_matches_evaluate_pretraining(tmp_path):
     # 2 of the 4 held-out batches: an evaluation that went on where the last stopped would score others.
     run = trainer(tmp_path, HELD_OUT, eval_every=100, eval_steps=2)
