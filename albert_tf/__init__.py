@@ -26,7 +26,7 @@ _EXPORTS = {
     "FrozenForward": "albert_tf.inference",
     "export_saved_model": "albert_tf.export.saved_model",
     "export_tflite": "albert_tf.export.tflite",
-    "load_pretrained": "albert_tf.saving",
+    "load_pretrained": "albert_tf.loading",
     "save_pretrained": "albert_tf.models.pretrained",
 }
 # Submodules reached as attributes (`albert_tf.optimizers.AdamW`).

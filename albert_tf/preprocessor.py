@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from input_pipeline.finetuning import text_inputs
 from input_pipeline.packing import check_truncate_from
-from input_pipeline.preprocessing import Preprocessing
+from input_pipeline.text_normalization import Preprocessing
 from input_pipeline.tokenizer import AlbertTokenizer
 
 # Longest packed sequence when `sequence_length` is None: the released

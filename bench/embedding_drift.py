@@ -44,7 +44,7 @@ def linear_map_r2(start, table):
 def drift(run_dir, cache):
     """The drift figures of one demo run directory (see the module docstring)."""
     from albert_tf.config import AlbertConfig
-    from albert_tf.saving import load_pretrained
+    from albert_tf.loading import load_pretrained
     from albert_tf.training.embedding_init import ppmi_svd_vectors
     from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
 

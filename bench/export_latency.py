@@ -111,7 +111,7 @@ def runner(key, workdir, threads):
     x = inputs()
     if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
         from albert_tf.models.pretrained import with_dtype_policy
-        from albert_tf.saving import load_pretrained
+        from albert_tf.loading import load_pretrained
 
         model = load_pretrained(os.path.join(workdir, "model"))
         if key.startswith("keras-bf16"):

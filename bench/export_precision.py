@@ -42,7 +42,7 @@ def finetune_classifier(pretrained, out, split, args):
     """Fine-tunes `pretrained` on the split's train part (best epoch on dev); returns the run directory."""
     from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
-    from albert_tf.tasks import FinetuneConfig, finetune
+    from albert_tf.recipes import FinetuneConfig, finetune
 
     os.makedirs(out, exist_ok=True)
     paths = {name: write_csv(os.path.join(out, f"{name}.csv"), rows) for name, rows in split.items()}

@@ -39,7 +39,7 @@ def main():
 
     from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
-    from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
 
     os.makedirs(args.out, exist_ok=True)
     split = split_rows(task_rows("rt"), args.split_seed, limit=args.limit)

@@ -2,7 +2,7 @@
 
 The split, data files and baselines are bench/transfer.py's (8,530 sentences,
 seeded 80/10/10 train / dev / test; majority label; TF-IDF + logistic
-regression). Each configuration runs `albert_tf.tasks.finetune` in its own
+regression). Each configuration runs `albert_tf.recipes.finetune` in its own
 process (so its peak RSS is its own) from the same pretrained directory with
 the CLI's defaults (3 epochs, batch 32, pooling "cls" unless --pooling, the default learning
 rate of each mode unless --lora-learning-rate is given); the best epoch on
@@ -42,7 +42,7 @@ def run_one(args):
     """One fine-tuning run in this process; prints its result as one JSON line."""
     from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
-    from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
 
     config = FinetuneConfig(
         task="classification", truncate=True, label_names=("negative", "positive"), lora_rank=args.one_rank,

@@ -88,7 +88,7 @@ def pretrain(out, precision, compile_step, args, print_fn):
 def finetune_sentiment(out, precision, paths, args, print_fn):
     """Fine-tunes `out/precision/final` in `precision` (skipped when done); returns {dev, test, best_epoch, seconds}."""
     from albert_tf.models import AlbertBackbone
-    from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
     from albert_tf.model_dirs import find_tokenizer
 
     run_dir = os.path.join(out, precision, "sentiment")

@@ -27,7 +27,7 @@ from benchlib.output import emit_table
 
 from albert_tf.export import QUANTIZE_MODES, export_tflite, pack_texts
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
-from albert_tf.saving import load_pretrained
+from albert_tf.loading import load_pretrained
 
 
 def test_set(dataset, limit, label_names):

@@ -101,7 +101,7 @@ def main():
     from albert_tf.export import export_tflite
     from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
     from albert_tf.models import AlbertClassifier
-    from albert_tf.saving import load_pretrained
+    from albert_tf.loading import load_pretrained
 
     if args.preset:
         tokenizer = AlbertTokenizer.load(args.tokenizer)

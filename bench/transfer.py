@@ -89,7 +89,7 @@ def model_window(rows, tokenizer, max_length, truncate_from, max_windows=1):
 
 # ----------------------------------------------------------------------------- fine-tuning
 def finetune_and_test(name, backbone, tokenizer, paths, args, out):
-    from albert_tf.tasks import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
 
     config = FinetuneConfig(
         task="classification", truncate=True, label_names=("negative", "positive"),

@@ -24,7 +24,7 @@ import numpy as np
 from sentencepiece import sentencepiece_model_pb2
 
 from input_pipeline.errors import UserError
-from input_pipeline.preprocessing import character_class
+from input_pipeline.text_normalization import character_class
 
 # Supplementary Private Use Area-A: no text means anything by these, and a
 # model never has them as pieces unless trained on them (checked below).

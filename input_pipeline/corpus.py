@@ -26,7 +26,7 @@ import re
 from input_pipeline import files
 from input_pipeline.errors import UserError
 from input_pipeline.jsonl import read_jsonl
-from input_pipeline.preprocessing import UNSPACED_SCRIPT_CHARS
+from input_pipeline.text_normalization import UNSPACED_SCRIPT_CHARS
 
 FORMATS = ("auto", "sentences", "text", "csv", "jsonl")
 

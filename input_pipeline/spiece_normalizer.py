@@ -36,7 +36,7 @@ import unicodedata
 from sentencepiece import SentencePieceNormalizer, sentencepiece_model_pb2
 
 from input_pipeline.errors import UserError
-from input_pipeline.preprocessing import is_digit_comma_piece
+from input_pipeline.text_normalization import is_digit_comma_piece
 
 # The NormalizerSpec name of a model that carries albert-tf's preprocessing.
 NORMALIZER_NAME = "albert_tf"

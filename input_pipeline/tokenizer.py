@@ -33,7 +33,7 @@ import sentencepiece as spm
 from input_pipeline import byte_fallback as byte_fallback_lib
 from input_pipeline import files
 from input_pipeline import spiece_normalizer
-from input_pipeline.preprocessing import (
+from input_pipeline.text_normalization import (
     DEFAULT_BYTE_FALLBACK,
     DEFAULT_CHARACTER_COVERAGE,
     UNSPACED_SCRIPT_CHARS,

@@ -14,7 +14,7 @@ import tensorflow as tf
 from albert_tf.commands import outputs
 from albert_tf.export import saved_model, tflite
 from albert_tf.model_dirs import ENTRY_FILES
-from albert_tf.tasks.finetune import RUN_FILE
+from albert_tf.recipes.finetune import RUN_FILE
 from cli_helpers import user_environment
 from input_pipeline import files, movie_reviews, tokenizer
 from input_pipeline.pretraining import tfrecord_shards as tfrecord

@@ -4,7 +4,7 @@ import json
 import pytest
 
 from albert_tf.config import PRESETS, AlbertConfig
-from albert_tf.tasks.config import FinetuneConfig
+from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import PretrainingDataConfig
 

@@ -17,7 +17,7 @@ from albert_tf.convert import (
     from_hf,
     to_hf,
 )
-from albert_tf.saving import load_hf
+from albert_tf.loading import load_hf
 import hf_reference as ref
 from cli_helpers import run_cli
 

@@ -13,7 +13,7 @@ from albert_tf import AlbertConfig, cli
 from albert_tf.apps.demo import DemoInterrupted, heldout_examples
 from albert_tf.apps.demo_config import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config
 from albert_tf.commands.demo import config_from_args
-from albert_tf.saving import load_pretrained
+from albert_tf.loading import load_pretrained
 from input_pipeline import TokenizedCorpus
 from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
 from data_fixtures import imdb_documents, small_tokenizer

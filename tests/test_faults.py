@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.saving import load_pretrained
+from albert_tf.loading import load_pretrained
 from albert_tf.training import Trainer
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
 

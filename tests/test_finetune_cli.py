@@ -8,8 +8,8 @@ import pytest
 
 from albert_tf import AlbertBackbone
 from albert_tf.cli import main
-from albert_tf.tasks import load_run
-from albert_tf.tasks.config import default_learning_rate
+from albert_tf.recipes import load_run
+from albert_tf.recipes.config import default_learning_rate
 from cli_helpers import run_cli
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config

@@ -1,8 +1,8 @@
 import pytest
 
 from albert_tf import AlbertConfig
-from albert_tf.tasks import FinetuneConfig
-from albert_tf.tasks.config import default_learning_rate
+from albert_tf.recipes import FinetuneConfig
+from albert_tf.recipes.config import default_learning_rate
 
 
 @pytest.mark.parametrize("hidden_size, expected", [
@@ -58,7 +58,7 @@ def test_bad_settings_are_named(bad, message):
 def test_a_runs_truncate_from_is_found_beside_its_model_and_old_runs_read_as_end(tmp_path):
     import json
 
-    from albert_tf.tasks import run_truncate_from
+    from albert_tf.recipes import run_truncate_from
 
     run = tmp_path / "run"
     (run / "best").mkdir(parents=True)
@@ -78,7 +78,7 @@ def test_a_runs_truncate_from_is_found_beside_its_model_and_old_runs_read_as_end
 def test_a_runs_max_windows_is_found_beside_its_model_and_old_runs_read_one(tmp_path):
     import json
 
-    from albert_tf.tasks import run_max_windows
+    from albert_tf.recipes import run_max_windows
 
     run = tmp_path / "run"
     (run / "best").mkdir(parents=True)

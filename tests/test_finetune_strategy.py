@@ -18,8 +18,8 @@ from albert_tf import AlbertBackbone
 from albert_tf.distribute import clip_after_all_reduce
 from albert_tf.models import AlbertClassifier, AlbertTagger
 from albert_tf.optimizers import build_optimizer
-from albert_tf.tasks import load_run, predict_examples
-from albert_tf.tasks.custom_loop import CustomLoop, _replica_rows
+from albert_tf.recipes import load_run, predict_examples
+from albert_tf.recipes.custom_loop import CustomLoop, _replica_rows
 from cli_helpers import free_ports, run_cli, user_environment
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from albert_tf.tasks import metrics
+from albert_tf.recipes import metrics
 from input_pipeline import features
 from input_pipeline.features import IGNORE_LABEL
 from data_fixtures import small_tokenizer
@@ -145,7 +145,7 @@ def test_metrics_against_references():
 
 
 def test_a_label_set_of_one_is_refused_before_training(tmp_path):
-    from albert_tf.tasks import TASKS, FinetuneConfig
+    from albert_tf.recipes import TASKS, FinetuneConfig
 
     one = write(tmp_path, "one.csv", ["text,label", "good,pos", "fine,pos"])
     two = write(tmp_path, "two.csv", ["text,label", "good,pos", "awful,neg"])
@@ -190,9 +190,9 @@ def test_text_encoder_windows_split_long_texts_and_refuse_pairs():
 
 
 def test_the_task_names_read_before_tensorflow_are_the_registrys():
-    from albert_tf.tasks import TASKS
-    from albert_tf.tasks.names import SENTENCE_TASK_NAMES, TASK_NAMES
-    from albert_tf.tasks.sentence_task import SentenceTask
+    from albert_tf.recipes import TASKS
+    from albert_tf.recipes.names import SENTENCE_TASK_NAMES, TASK_NAMES
+    from albert_tf.recipes.sentence import SentenceTask
 
     assert list(TASKS) == list(TASK_NAMES)
     assert [name for name, task in TASKS.items() if isinstance(task, SentenceTask)] == list(SENTENCE_TASK_NAMES)

@@ -7,7 +7,7 @@ import pytest
 from albert_tf import AlbertBackbone, AlbertTagger, FrozenForward
 from albert_tf import inference
 from albert_tf.inference import FrozenPredictions
-from albert_tf.tasks.prediction import predict_examples
+from albert_tf.recipes.prediction import predict_examples
 from helpers import backbone_batch, max_abs_diff, tiny_config
 
 # Measured 5e-7 (float32 reassociation after constant folding).

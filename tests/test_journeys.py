@@ -121,7 +121,7 @@ def test_export_tflite_calibrated_on_a_text_file(tour, finetuned, quantize, tole
     from ai_edge_litert.interpreter import Interpreter
 
     from albert_tf.export import pack_texts
-    from albert_tf.saving import load_pretrained
+    from albert_tf.loading import load_pretrained
     from input_pipeline import AlbertTokenizer
 
     runner = Interpreter(model_path=str(folder / "model.tflite")).get_signature_runner("serving_default")
@@ -177,7 +177,7 @@ def test_lora_and_truncation_carry_from_finetune_to_predict_and_export(tour, pre
 
     from albert_tf.export import pack_texts
     from albert_tf.export.saved_model import load_saved_model
-    from albert_tf.saving import load_pretrained
+    from albert_tf.loading import load_pretrained
     from input_pipeline.tokenizer import AlbertTokenizer
 
     loaded = load_saved_model(str(tour / "saved_models" / "sst2_lora" / "1"))
@@ -205,7 +205,7 @@ def test_long_text_windows_carry_from_finetune_to_predict_and_export(tour, pretr
     expected = json.loads(predicted.stdout.splitlines()[0])["probabilities"]
 
     from albert_tf.export import pack_windows
-    from albert_tf.saving import load_pretrained
+    from albert_tf.loading import load_pretrained
     from input_pipeline.tokenizer import AlbertTokenizer
 
     best = str(tour / "runs" / "sst2_windows" / "best")

@@ -17,7 +17,7 @@ from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.corpus import split_paragraphs_into_sentences, split_sentences
 from input_pipeline.pretraining.examples import PretrainingDataConfig, mask_tokens
 from input_pipeline.byte_fallback import parse
-from input_pipeline.preprocessing import (
+from input_pipeline.text_normalization import (
     DEFAULT_BYTE_FALLBACK, DEFAULT_CHARACTER_COVERAGE, LANGUAGES, AccentStrippingGuard,
 )
 from input_pipeline.tokenizer import CLS_ID, NUM_SPECIAL_IDS, SEP_ID, WORD_START

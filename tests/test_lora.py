@@ -8,8 +8,8 @@ import pytest
 
 from albert_tf import AlbertBackbone, load_pretrained
 from albert_tf.models import AlbertClassifier
-from albert_tf.tasks import FinetuneConfig
-from albert_tf.tasks.config import LORA_LEARNING_RATE_FACTOR, default_learning_rate
+from albert_tf.recipes import FinetuneConfig
+from albert_tf.recipes.config import LORA_LEARNING_RATE_FACTOR, default_learning_rate
 from helpers import assert_keras_archive_round_trip, assert_pretrained_round_trip, backbone_batch, max_abs_diff
 from helpers import run_on_jax, tiny_config
 

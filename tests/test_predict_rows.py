@@ -11,7 +11,7 @@ import json
 import sys
 
 from albert_tf.commands import predict
-from albert_tf.tasks import FinetuneConfig, get_task
+from albert_tf.recipes import FinetuneConfig, get_task
 
 
 def _records(path, task_name, label_names=("0", "1"), **config):

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from albert_tf.tasks.squad import (
+from albert_tf.recipes.squad_answers import (
     SpanPrediction, best_null_threshold, exact_match, f1_score, normalize_answer, squad_predictions, squad_scores,
 )
 from data_fixtures import small_tokenizer

@@ -102,8 +102,8 @@ def run(args):
     from albert_tf.export import export_saved_model, export_tflite, version_dirs
     from albert_tf.export.signatures import describe_model
     from albert_tf.export.tflite import METADATA_OUTPUTS
-    from albert_tf.saving import load_pretrained
-    from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
+    from albert_tf.loading import load_pretrained
+    from albert_tf.recipes.finetune import run_max_windows, run_truncate_from
 
     if args.format == "saved_model" and (args.quantize != "none" or args.dynamic_batch or args.calibration_text):
         raise UserError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
@@ -206,8 +206,8 @@ def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from
 
 def _run_reads_pairs(model_dir):
     """Whether the fine-tuning run that wrote `model_dir` (its best/) read text pairs."""
-    from albert_tf.tasks.finetune import RUN_FILE
-    from albert_tf.tasks.registry import TASKS
+    from albert_tf.recipes.finetune import RUN_FILE
+    from albert_tf.recipes.registry import TASKS
 
     path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
     if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
@@ -220,7 +220,7 @@ def _run_reads_pairs(model_dir):
 def default_max_length(model_dir, model):
     """--max-length's default: the fine-tuning run's max_seq_length; else DEFAULT_MAX_LENGTH, within the model's
     max_position_embeddings."""
-    from albert_tf.tasks.finetune import run_max_seq_length
+    from albert_tf.recipes.finetune import run_max_seq_length
 
     run_length = run_max_seq_length(model_dir)
     if run_length is not None:

@@ -38,8 +38,8 @@ from albert_tf.commands.flags import (
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
-from albert_tf.tasks.config import FinetuneConfig
-from albert_tf.tasks.names import TASK_NAMES
+from albert_tf.recipes.config import FinetuneConfig
+from albert_tf.recipes.names import TASK_NAMES
 from input_pipeline.errors import Interrupted
 
 
@@ -70,7 +70,7 @@ def run(args):
     # reported) before.
     from albert_tf.distribute import is_chief
     from albert_tf.models import AlbertBackbone
-    from albert_tf.tasks.finetune import finetune
+    from albert_tf.recipes.finetune import finetune
 
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
@@ -107,7 +107,7 @@ def run(args):
 
 
 def _kept(error):
-    from albert_tf.tasks.finetune import FinetuneInterrupted
+    from albert_tf.recipes.finetune import FinetuneInterrupted
 
     return isinstance(error, FinetuneInterrupted) and error.best_epoch is not None
 
@@ -117,7 +117,7 @@ def _interrupted(error, args, worker=None):
 
     `worker`: the task id of a worker other than the chief, which keeps nothing.
     """
-    from albert_tf.tasks.finetune import FinetuneInterrupted
+    from albert_tf.recipes.finetune import FinetuneInterrupted
 
     where = str(error) if isinstance(error, FinetuneInterrupted) else "interrupted before training"
     if worker is not None:

@@ -58,7 +58,7 @@ def run(args):
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf.inference import FrozenPredictions
     from albert_tf.models.pretrained import with_dtype_policy
-    from albert_tf.tasks import get_task, load_run
+    from albert_tf.recipes import get_task, load_run
 
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(args.model)

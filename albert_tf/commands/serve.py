@@ -55,8 +55,8 @@ def run(args):
 def _export(path, base_path):
     from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_saved_model
-    from albert_tf.saving import load_pretrained
-    from albert_tf.tasks.finetune import run_max_windows, run_truncate_from
+    from albert_tf.loading import load_pretrained
+    from albert_tf.recipes.finetune import run_max_windows, run_truncate_from
 
     model_dir = resolve_model_dir(path)
     tokenizer = find_tokenizer(model_dir, required=False)

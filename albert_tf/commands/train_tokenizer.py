@@ -17,7 +17,7 @@ from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
 from input_pipeline.errors import UserError
-from input_pipeline.preprocessing import LANGUAGES
+from input_pipeline.text_normalization import LANGUAGES
 
 
 def add_parser(subparsers):

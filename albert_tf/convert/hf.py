@@ -2,7 +2,7 @@
 
 `convert_from_hf` writes the albert-tf directory of a HF `save_pretrained`
 directory of AlbertModel, AlbertForPreTraining or AlbertForMaskedLM (read by
-`albert_tf.hf_checkpoint`, loaded by `albert_tf.saving.load_hf`).
+`albert_tf.hf_checkpoint`, loaded by `albert_tf.loading.load_hf`).
 `to_hf` / `convert_to_hf` write one that `AlbertForPreTraining.from_pretrained`
 (or `AlbertModel.from_pretrained`, for a backbone) loads with no missing or
 unexpected keys, with the safetensors numpy API.
@@ -22,14 +22,14 @@ import keras
 import numpy as np
 from safetensors.numpy import save
 
-from albert_tf.convert.output import check_output_dir, write_dir
+from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.hf_checkpoint import BACKBONE_PREFIX
 from albert_tf.model_dirs import (
     CONFIG_FILE, SAFETENSORS_FILE, SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_DIR, hf_tokenizer,
 )
 from albert_tf.models import AlbertPretrainer, checkpoint_weights
 from albert_tf.models.pretrained import save_pretrained
-from albert_tf.saving import load_hf, load_pretrained
+from albert_tf.loading import load_hf, load_pretrained
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE
 from input_pipeline import files
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE

@@ -10,7 +10,7 @@ with a note; any other variable the model does not have is an error.
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.convert.output import check_output_dir, write_dir
+from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.checkpoint_weights import TF1_PROJECTION, load_checkpoint, tf1_scheme
 from albert_tf.models.pretrained import save_pretrained

@@ -24,7 +24,7 @@ class GlueTask:
             single-sentence tasks).
         label: header name of the label column.
         label_names: the label set, or None for regression (STS-B).
-        metrics: names from `albert_tf.tasks.metrics`; the first picks the best epoch.
+        metrics: names from `albert_tf.recipes.metrics`; the first picks the best epoch.
         implicit_header: column names for files without a header row (CoLA).
     """
 

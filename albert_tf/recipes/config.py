@@ -4,7 +4,7 @@ import dataclasses
 
 from albert_tf.pooling import POOLINGS, resolve_pooling
 from albert_tf.precision import PRECISIONS
-from albert_tf.tasks.names import SENTENCE_TASK_NAMES, TASK_NAMES
+from albert_tf.recipes.names import SENTENCE_TASK_NAMES, TASK_NAMES
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
 from input_pipeline.errors import UserError
@@ -58,7 +58,7 @@ class FinetuneConfig(JsonConfig):
     Each field's meaning is its `help` below (also the command line's help).
     """
 
-    task: str = doc(dataclasses.MISSING, "A name from albert_tf.tasks.TASKS.")
+    task: str = doc(dataclasses.MISSING, "A name from albert_tf.recipes.TASKS.")
     max_seq_length: int = doc(128, "Longest input in pieces (batches are padded only to their longest, unless "
                               "fixed-shapes).")
     batch_size: int = doc(32, "Examples per training batch.")

@@ -29,11 +29,11 @@ from albert_tf.models import AlbertBackbone
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.optimizers import build_optimizer
 from albert_tf.precision import device_kind, resolve_precision
-from albert_tf.saving import load_pretrained
-from albert_tf.tasks.config import FinetuneConfig
-from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
-from albert_tf.tasks.registry import get_task
-from albert_tf.tasks.sentence_task import SentenceTask
+from albert_tf.loading import load_pretrained
+from albert_tf.recipes.config import FinetuneConfig
+from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
+from albert_tf.recipes.registry import get_task
+from albert_tf.recipes.sentence import SentenceTask
 from input_pipeline import files
 from input_pipeline.errors import Interrupted, UserError
 from input_pipeline.finetuning import make_dataset

@@ -3,9 +3,9 @@
 import numpy as np
 
 from albert_tf.models import AlbertClassifier, AlbertRegressor
-from albert_tf.tasks import metrics as metric_fns
-from albert_tf.tasks.encoded import Encoded, check_label_set, notes_for
-from albert_tf.tasks.prediction import predict_examples
+from albert_tf.recipes import metrics as metric_fns
+from albert_tf.recipes.encoded import Encoded, check_label_set, notes_for
+from albert_tf.recipes.prediction import predict_examples
 from input_pipeline import finetuning as data
 
 class SentenceTask:

@@ -6,10 +6,10 @@ formats that model's outputs: `SentenceTask`, `TaggingTask`, `SquadTask`,
 `ChoiceTask`, one module each.
 """
 
-from albert_tf.tasks.choice_task import ChoiceTask
-from albert_tf.tasks.sentence_task import SentenceTask
-from albert_tf.tasks.squad_task import SquadTask
-from albert_tf.tasks.tagging_task import TaggingTask
+from albert_tf.recipes.choice import ChoiceTask
+from albert_tf.recipes.sentence import SentenceTask
+from albert_tf.recipes.squad import SquadTask
+from albert_tf.recipes.tagging import TaggingTask
 from input_pipeline import finetuning as data
 from input_pipeline.errors import UserError
 

@@ -4,9 +4,9 @@ import numpy as np
 
 from albert_tf.models import AlbertQuestionAnswerer
 from albert_tf.models.question_answering import END_POSITIONS, START_POSITIONS
-from albert_tf.tasks.encoded import Encoded, notes_for
-from albert_tf.tasks.prediction import predict_examples
-from albert_tf.tasks.squad import best_null_threshold, squad_predictions, squad_scores
+from albert_tf.recipes.encoded import Encoded, notes_for
+from albert_tf.recipes.prediction import predict_examples
+from albert_tf.recipes.squad_answers import best_null_threshold, squad_predictions, squad_scores
 from input_pipeline import finetuning as data
 from input_pipeline.errors import UserError
 

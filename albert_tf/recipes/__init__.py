@@ -1,0 +1,24 @@
+"""Fine-tuning: task registry, metrics, SQuAD post-processing and the training loop.
+
+The names load on first use (PEP 562), so that `recipes.config` and
+`recipes.names` load without TensorFlow: `albert-tf finetune` builds its flags
+from them and reports a bad one before TensorFlow loads.
+"""
+
+from input_pipeline.lazy import lazy_names
+
+# Public name -> module that defines it.
+_EXPORTS = {
+    "FinetuneConfig": "albert_tf.recipes.config",
+    "FinetuneInterrupted": "albert_tf.recipes.finetune",
+    "finetune": "albert_tf.recipes.finetune",
+    "load_run": "albert_tf.recipes.finetune",
+    "run_max_seq_length": "albert_tf.recipes.finetune",
+    "run_max_windows": "albert_tf.recipes.finetune",
+    "run_truncate_from": "albert_tf.recipes.finetune",
+    "predict_examples": "albert_tf.recipes.prediction",
+    "TASKS": "albert_tf.recipes.registry",
+    "get_task": "albert_tf.recipes.registry",
+}
+
+__all__, __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)
