@@ -39,7 +39,7 @@ def main():
 
     from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
-    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_recipe, load_run
 
     os.makedirs(args.out, exist_ok=True)
     split = split_rows(task_rows("rt"), args.split_seed, limit=args.limit)
@@ -64,9 +64,9 @@ def main():
         run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], out)
         seconds = time.perf_counter() - start
         _, model, _, _ = load_run(out)
-        task = get_task("classification")
-        test = task.encode(paths["test"], tokenizer, config, model.label_names)
-        scores = task.evaluate(model, test, config)
+        recipe = get_recipe("classification")
+        test = recipe.encode(paths["test"], tokenizer, config, model.label_names)
+        scores = recipe.evaluate(model, test, config)
         results.append((init, run["best_epoch"], run["best"]["accuracy"], scores["accuracy"], seconds))
         print(f"{init}: test accuracy {scores['accuracy']:.4f}")
 

@@ -42,7 +42,7 @@ def run_one(args):
     """One fine-tuning run in this process; prints its result as one JSON line."""
     from albert_tf.model_dirs import find_tokenizer
     from albert_tf.models import AlbertBackbone
-    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_recipe, load_run
 
     config = FinetuneConfig(
         task="classification", truncate=True, label_names=("negative", "positive"), lora_rank=args.one_rank,
@@ -57,13 +57,13 @@ def run_one(args):
     seconds = time.perf_counter() - start
     # The reloaded best model has the run's LoRA state, so its trainable set is the run's.
     resolved, model, _, _ = load_run(args.one_out)
-    task = get_task("classification")
-    test = task.encode(paths["test"], tokenizer, resolved, model.label_names)
+    recipe = get_recipe("classification")
+    test = recipe.encode(paths["test"], tokenizer, resolved, model.label_names)
     with open(paths["train"], encoding="utf-8") as f:
         steps = math.ceil((sum(1 for _ in f) - 1) / config.batch_size)
     epoch_seconds = [h["train_seconds"] for h in run["history"]]
     print(json.dumps({
-        "test": task.evaluate(model, test, resolved)["accuracy"], "dev": run["best"]["accuracy"],
+        "test": recipe.evaluate(model, test, resolved)["accuracy"], "dev": run["best"]["accuracy"],
         "epoch": run["best_epoch"], "learning_rate": resolved.learning_rate,
         "trainable": sum(math.prod(v.shape) for v in model.trainable_weights), "total": model.count_params(),
         "step_ms": statistics.median(epoch_seconds[1:] or epoch_seconds) / steps * 1000, "seconds": seconds,

@@ -88,7 +88,7 @@ def pretrain(out, precision, compile_step, args, print_fn):
 def finetune_sentiment(out, precision, paths, args, print_fn):
     """Fine-tunes `out/precision/final` in `precision` (skipped when done); returns {dev, test, best_epoch, seconds}."""
     from albert_tf.models import AlbertBackbone
-    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_recipe, load_run
     from albert_tf.model_dirs import find_tokenizer
 
     run_dir = os.path.join(out, precision, "sentiment")
@@ -107,10 +107,10 @@ def finetune_sentiment(out, precision, paths, args, print_fn):
     run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], run_dir, log=print_fn)
     seconds = time.perf_counter() - start
     _, model, _, _ = load_run(run_dir)
-    task = get_task("classification")
-    test = task.encode(paths["test"], tokenizer, config, model.label_names)
+    recipe = get_recipe("classification")
+    test = recipe.encode(paths["test"], tokenizer, config, model.label_names)
     result = {"best_epoch": run["best_epoch"], "dev": run["best"]["accuracy"],
-              "test": task.evaluate(model, test, config)["accuracy"], "seconds": seconds,
+              "test": recipe.evaluate(model, test, config)["accuracy"], "seconds": seconds,
               "policy": precision}
     with open(result_path, "w") as f:
         json.dump(result, f, indent=2)

@@ -89,7 +89,7 @@ def model_window(rows, tokenizer, max_length, truncate_from, max_windows=1):
 
 # ----------------------------------------------------------------------------- fine-tuning
 def finetune_and_test(name, backbone, tokenizer, paths, args, out):
-    from albert_tf.recipes import FinetuneConfig, finetune, get_task, load_run
+    from albert_tf.recipes import FinetuneConfig, finetune, get_recipe, load_run
 
     config = FinetuneConfig(
         task="classification", truncate=True, label_names=("negative", "positive"),
@@ -102,9 +102,9 @@ def finetune_and_test(name, backbone, tokenizer, paths, args, out):
     run = finetune(config, backbone, tokenizer, paths["train"], paths["dev"], out, log=lambda line: None)
     seconds = time.perf_counter() - start
     resolved, model, _, _ = load_run(out)
-    task = get_task("classification")
-    test = task.encode(paths["test"], tokenizer, resolved, model.label_names)
-    accuracy = task.evaluate(model, test, resolved)["accuracy"]
+    recipe = get_recipe("classification")
+    test = recipe.encode(paths["test"], tokenizer, resolved, model.label_names)
+    accuracy = recipe.evaluate(model, test, resolved)["accuracy"]
     print(f"  {name}: dev {run['best']['accuracy']:.4f} (epoch {run['best_epoch']}), test {accuracy:.4f}, "
           f"lr {resolved.learning_rate:.3g}, {seconds:.0f}s")
     return {"dev": run["best"]["accuracy"], "test": accuracy, "epoch": run["best_epoch"], "seconds": seconds,

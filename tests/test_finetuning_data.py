@@ -145,20 +145,20 @@ def test_metrics_against_references():
 
 
 def test_a_label_set_of_one_is_refused_before_training(tmp_path):
-    from albert_tf.recipes import TASKS, FinetuneConfig
+    from albert_tf.recipes import RECIPES, FinetuneConfig
 
     one = write(tmp_path, "one.csv", ["text,label", "good,pos", "fine,pos"])
     two = write(tmp_path, "two.csv", ["text,label", "good,pos", "awful,neg"])
-    classification = TASKS["classification"]
+    classification = RECIPES["classification"]
     with pytest.raises(ValueError, match=r"one.csv's column 'label' has a single label, 'pos'; a classifier needs"):
         classification.label_names(one, FinetuneConfig(task="classification"))
     assert classification.label_names(two, FinetuneConfig(task="classification")) == ["neg", "pos"]
     with pytest.raises(ValueError, match=r"--label-names has a single label, 'pos'"):
         classification.label_names(two, FinetuneConfig(task="classification", label_names=("pos",)))
-    assert TASKS["regression"].label_names(one, FinetuneConfig(task="regression")) is None
+    assert RECIPES["regression"].label_names(one, FinetuneConfig(task="regression")) is None
     tags = write(tmp_path, "o.conll", ["Paris NNP O", "", "filmed VBD O"])
     with pytest.raises(ValueError, match=r"o.conll has a single tag, 'O'"):
-        TASKS["tagging"].label_names(tags, FinetuneConfig(task="tagging"))
+        RECIPES["tagging"].label_names(tags, FinetuneConfig(task="tagging"))
 
 
 def test_counts_read_as_english():
@@ -190,9 +190,9 @@ def test_text_encoder_windows_split_long_texts_and_refuse_pairs():
 
 
 def test_the_task_names_read_before_tensorflow_are_the_registrys():
-    from albert_tf.recipes import TASKS
+    from albert_tf.recipes import RECIPES
     from albert_tf.recipes.names import SENTENCE_TASK_NAMES, TASK_NAMES
-    from albert_tf.recipes.sentence import SentenceTask
+    from albert_tf.recipes.sentence import SentenceRecipe
 
-    assert list(TASKS) == list(TASK_NAMES)
-    assert [name for name, task in TASKS.items() if isinstance(task, SentenceTask)] == list(SENTENCE_TASK_NAMES)
+    assert list(RECIPES) == list(TASK_NAMES)
+    assert [name for name, task in RECIPES.items() if isinstance(task, SentenceRecipe)] == list(SENTENCE_TASK_NAMES)

@@ -11,13 +11,13 @@ import json
 import sys
 
 from albert_tf.commands import predict
-from albert_tf.recipes import FinetuneConfig, get_task
+from albert_tf.recipes import FinetuneConfig, get_recipe
 
 
 def _records(path, task_name, label_names=("0", "1"), **config):
     """predict's records for `path`, each example answered by {"p": k}, the k-th prediction."""
     config = FinetuneConfig(task=task_name, skip_invalid=True, **config)
-    result = predict._read(path, get_task(task_name), config, list(label_names))
+    result = predict._read(path, get_recipe(task_name), config, list(label_names))
     predictions = iter({"p": k} for k in range(len(result.examples)))
     return [{"index": i, **predict._record(row, predictions)} for i, row in enumerate(predict._answered(result.rows))]
 

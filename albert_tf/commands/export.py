@@ -207,13 +207,13 @@ def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from
 def _run_reads_pairs(model_dir):
     """Whether the fine-tuning run that wrote `model_dir` (its best/) read text pairs."""
     from albert_tf.recipes.finetune import RUN_FILE
-    from albert_tf.recipes.registry import TASKS
+    from albert_tf.recipes.registry import RECIPES
 
     path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
     if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
         return False
     config = json.loads(files.read_text(path)).get("config", {})
-    glue = getattr(TASKS.get(config.get("task")), "glue", None)
+    glue = getattr(RECIPES.get(config.get("task")), "glue", None)
     return bool(config.get("text_pair_column") or (glue is not None and glue.text_b))
 
 

@@ -58,7 +58,7 @@ def run(args):
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf.inference import FrozenPredictions
     from albert_tf.models.pretrained import with_dtype_policy
-    from albert_tf.recipes import get_task, load_run
+    from albert_tf.recipes import get_recipe, load_run
 
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(args.model)
@@ -66,14 +66,14 @@ def run(args):
     choice = resolve_precision(args.mixed_precision, "none", model.backbone.config.hidden_size, device_kind())
     # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.
     model = FrozenPredictions(with_dtype_policy(model, choice.precision))
-    task = get_task(config.task)
+    recipe = get_recipe(config.task)
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.
     config = config.replace(eval_batch_size=args.batch_size, skip_invalid=True, truncate=True, fixed_shapes=False,
                             null_score_diff_threshold=_threshold(args, config, record))
-    result = _read(args.input, task, config, model.label_names)
-    encoded = task.encode_read(result, tokenizer, config, model.label_names, labelled=False)
-    predictions = iter(task.predictions(model, encoded, config) if encoded.inputs else [])
+    result = _read(args.input, recipe, config, model.label_names)
+    encoded = recipe.encode_read(result, tokenizer, config, model.label_names, labelled=False)
+    predictions = iter(recipe.predictions(model, encoded, config) if encoded.inputs else [])
     records = [{"index": index, **_record(row, predictions)} for index, row in enumerate(_answered(result.rows))]
     if args.output == "-":
         _write(sys.stdout, records)
@@ -108,13 +108,13 @@ def _input_lines(path):
     return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
-def _is_table(task, config, lines):
+def _is_table(recipe, config, lines):
     """Whether `lines` are the task's table: a CSV/TSV header naming its text column(s) comes first.
 
     CoLA's files have no header; its rows are recognized by their field count.
     """
     first = next((line for line in lines if line.strip()), "")
-    glue = getattr(task, "glue", None)
+    glue = getattr(recipe, "glue", None)
     if glue is not None:
         if glue.implicit_header and len(first.split("\t")) == len(glue.implicit_header):
             return True
@@ -133,26 +133,26 @@ def _threshold(args, config, record):
     return config.null_score_diff_threshold if found is None else found
 
 
-def _read(path, task, config, label_names):
+def _read(path, recipe, config, label_names):
     """The rows of --input as the task reads them (a `ReadResult`), in input order."""
     if config.task in _FILE_ONLY_TASKS:
         if path == "-":
             raise UserError(f"--task {config.task} reads JSON: pass --input FILE.")
-        return task.read(path, config, labelled=False, label_names=label_names)
+        return recipe.read(path, config, labelled=False, label_names=label_names)
     if config.task == "tagging":
         if path == "-":
             return _plain_rows(_input_lines("-"), "<stdin>", tagging=True)
-        return task.read(path, config, labelled=False, label_names=label_names)
+        return recipe.read(path, config, labelled=False, label_names=label_names)
     if path != "-" and os.path.splitext(path)[1].lower() in (".json", ".jsonl"):
-        return task.read(path, config, labelled=False, label_names=label_names)
+        return recipe.read(path, config, labelled=False, label_names=label_names)
     lines = _input_lines(path)
     name = "<stdin>" if path == "-" else path
-    if not _is_table(task, config, lines):
+    if not _is_table(recipe, config, lines):
         return _plain_rows(lines, name)
     # A table (a file, or a file piped in): read like the task's training data; piped in, a tab in
     # its first line makes it a TSV.
     fmt = ("tsv" if "\t" in lines[0] else "csv") if path == "-" else None
-    return task.read(name, config, labelled=False, label_names=label_names, lines=lines, fmt=fmt)
+    return recipe.read(name, config, labelled=False, label_names=label_names, lines=lines, fmt=fmt)
 
 
 def _plain_rows(lines, name, tagging=False):

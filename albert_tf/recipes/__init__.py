@@ -1,4 +1,9 @@
-"""Fine-tuning: task registry, metrics, SQuAD post-processing and the training loop.
+"""Fine-tuning recipes: what each `--task` reads, builds, trains and scores.
+
+A recipe is the fine-tuning side of a task: it reads a file, builds the Keras
+task model of `albert_tf.models` (classifier, tagger, question answerer,
+multiple choice), trains it (`finetune`) and scores it. Also here: the
+recipe registry, metrics, SQuAD post-processing and the training loop.
 
 The names load on first use (PEP 562), so that `recipes.config` and
 `recipes.names` load without TensorFlow: `albert-tf finetune` builds its flags
@@ -17,8 +22,8 @@ _EXPORTS = {
     "run_max_windows": "albert_tf.recipes.finetune",
     "run_truncate_from": "albert_tf.recipes.finetune",
     "predict_examples": "albert_tf.recipes.prediction",
-    "TASKS": "albert_tf.recipes.registry",
-    "get_task": "albert_tf.recipes.registry",
+    "RECIPES": "albert_tf.recipes.registry",
+    "get_recipe": "albert_tf.recipes.registry",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

@@ -8,7 +8,7 @@ from albert_tf.recipes.encoded import Encoded, notes_for
 from albert_tf.recipes.prediction import predict_examples
 from input_pipeline import finetuning as data
 
-class ChoiceTask:
+class ChoiceRecipe:
     name = "race"
     metrics = ("accuracy",)
     label_pad = 0

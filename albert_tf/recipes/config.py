@@ -58,7 +58,7 @@ class FinetuneConfig(JsonConfig):
     Each field's meaning is its `help` below (also the command line's help).
     """
 
-    task: str = doc(dataclasses.MISSING, "A name from albert_tf.recipes.TASKS.")
+    task: str = doc(dataclasses.MISSING, "A name from albert_tf.recipes.RECIPES.")
     max_seq_length: int = doc(128, "Longest input in pieces (batches are padded only to their longest, unless "
                               "fixed-shapes).")
     batch_size: int = doc(32, "Examples per training batch.")

@@ -1,4 +1,4 @@
-"""What every fine-tuning task produces from a file: `Encoded` data, with its notes and checks."""
+"""What every fine-tuning recipe produces from a file: `Encoded` data, with its notes and checks."""
 
 import dataclasses
 

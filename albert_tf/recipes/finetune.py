@@ -32,8 +32,8 @@ from albert_tf.precision import device_kind, resolve_precision
 from albert_tf.loading import load_pretrained
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
-from albert_tf.recipes.registry import get_task
-from albert_tf.recipes.sentence import SentenceTask
+from albert_tf.recipes.registry import get_recipe
+from albert_tf.recipes.sentence import SentenceRecipe
 from input_pipeline import files
 from input_pipeline.errors import Interrupted, UserError
 from input_pipeline.finetuning import make_dataset
@@ -120,14 +120,14 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if config.fixed_shapes:
         log(f"fixed shapes: batches of ({config.batch_size}, {config.max_seq_length}); the partial last training "
             "batch is dropped")
-    task = get_task(config.task)
-    if isinstance(task, SentenceTask):  # the heads that read one vector per example
+    recipe = get_recipe(config.task)
+    if isinstance(recipe, SentenceRecipe):  # the heads that read one vector per example
         log(f"pooling {config.pooling}")
     keras.utils.set_random_seed(config.seed)
 
-    label_names = task.label_names(train_path, config)
-    train = task.encode(train_path, tokenizer, config, label_names)
-    evaluation = task.encode(eval_path, tokenizer, config, label_names)
+    label_names = recipe.label_names(train_path, config)
+    train = recipe.encode(train_path, tokenizer, config, label_names)
+    evaluation = recipe.encode(eval_path, tokenizer, config, label_names)
     for name, encoded in (("train", train), ("eval", evaluation)):
         log(f"{name}: " + "; ".join(encoded.notes))
     if not train.inputs or not evaluation.inputs:
@@ -138,7 +138,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         raise UserError(f"`fixed_shapes` must be on under {type(strategy).__name__}: its step splits each "
                          "batch across the workers by shape. Received: fixed_shapes=False")
     with strategy.scope():
-        model, steps_per_epoch = _build(config, task, backbone, label_names, len(train.inputs), log)
+        model, steps_per_epoch = _build(config, recipe, backbone, label_names, len(train.inputs), log)
     loop = CustomLoop(model, strategy, config.batch_size) if custom else None
     # Non-chief workers of a cluster train and evaluate as the chief does, and write nothing.
     writes = is_chief(strategy)
@@ -146,13 +146,13 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     def epoch_dataset(epoch):
         # One dataset per epoch, for a new order each: see make_dataset's `shuffle`.
         return make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True, seed=config.seed + epoch - 1,
-                            bucket=config.bucket and not config.fixed_shapes, label_pad=task.label_pad,
+                            bucket=config.bucket and not config.fixed_shapes, label_pad=recipe.label_pad,
                             pad_to=config.pad_to, remainder="drop" if config.fixed_shapes else "keep")
 
     if writes:
         files.makedirs(out_dir)
         tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
-    main_metric = task.metrics[0]
+    main_metric = recipe.metrics[0]
     history, best, best_epoch, epoch, finished = [], None, None, 1, 0
     try:
         for epoch in range(1, config.epochs + 1):
@@ -164,7 +164,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             else:
                 train_loss, trained = loop.train_epoch(lambda: epoch_dataset(epoch)), loop.local_model()
             train_seconds = time.perf_counter() - start
-            scores = task.evaluate(trained, evaluation, config)
+            scores = recipe.evaluate(trained, evaluation, config)
             record = {"epoch": epoch, "train_loss": train_loss, "train_seconds": round(train_seconds, 2), **scores}
             history.append(record)
             improved = best is None or scores[main_metric] > best[main_metric]
@@ -190,13 +190,13 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     return {"history": history, "best_epoch": best_epoch, "best": best}
 
 
-def _build(config, task, backbone, label_names, num_examples, log):
+def _build(config, recipe, backbone, label_names, num_examples, log):
     """(compiled task model, steps per epoch); call under the strategy's scope."""
     if backbone.lora_rank is not None:
         # A LoRA fine-tuned model fine-tunes on from its merged weights, so
         # `lora_rank` alone says what trains.
         backbone.merge_lora()
-    model = task.build_model(backbone, label_names, config)
+    model = recipe.build_model(backbone, label_names, config)
     if config.lora_rank:
         # Before compile: the optimizer takes the trainable variables as they are then.
         backbone.enable_lora(config.lora_rank, embedding_rank=config.lora_embedding_rank)

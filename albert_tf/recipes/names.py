@@ -1,4 +1,4 @@
-"""Each `--task` name, without TensorFlow (`registry.TASKS` holds the tasks themselves).
+"""Each `--task` name, without TensorFlow (`registry.RECIPES` holds the tasks themselves).
 
 `albert-tf finetune` reads these, and `FinetuneConfig` checks its task with
 them, before TensorFlow loads.
@@ -6,6 +6,6 @@ them, before TensorFlow loads.
 
 from input_pipeline.finetuning.glue import GLUE_TASKS
 
-# The tasks `SentenceTask` reads: classification and regression on sentences and pairs.
+# The `--task` names `SentenceRecipe` reads: classification and regression on sentences and pairs.
 SENTENCE_TASK_NAMES = (*GLUE_TASKS, "classification", "regression")
 TASK_NAMES = (*SENTENCE_TASK_NAMES, "tagging", "squad", "squad_v2", "race")

@@ -8,7 +8,7 @@ from albert_tf.recipes.encoded import Encoded, check_label_set, notes_for
 from albert_tf.recipes.prediction import predict_examples
 from input_pipeline import finetuning as data
 
-class SentenceTask:
+class SentenceRecipe:
     """Sentence or sentence-pair classification / regression (GLUE or a generic table)."""
 
     label_pad = 0

@@ -10,7 +10,7 @@ from albert_tf.recipes.squad_answers import best_null_threshold, squad_predictio
 from input_pipeline import finetuning as data
 from input_pipeline.errors import UserError
 
-class SquadTask:
+class SquadRecipe:
     metrics = ("f1", "exact_match")
     label_pad = 0
 

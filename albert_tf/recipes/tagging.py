@@ -9,7 +9,7 @@ from albert_tf.recipes.prediction import predict_examples
 from input_pipeline import finetuning as data
 from input_pipeline.features import IGNORE_LABEL
 
-class TaggingTask:
+class TaggingRecipe:
     name = "tagging"
     metrics = ("accuracy",)
     label_pad = IGNORE_LABEL
