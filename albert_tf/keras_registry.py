@@ -26,7 +26,7 @@ import sys
 
 PACKAGE = "albert_tf"
 
-# Every class albert-tf registers with Keras (tests/test_keras_archives.py keeps this in step).
+# Every class albert-tf registers with Keras (tests/models/test_keras_archives.py keeps this in step).
 SERIALIZABLE = (
     "AdamW", "AlbertBackbone", "AlbertClassifier", "AlbertEmbedding", "AlbertMultipleChoice", "AlbertPreprocessor",
     "AlbertPretrainer", "AlbertQuestionAnswerer", "AlbertRegressor", "AlbertTagger", "FeedForward", "FoldChoices",

@@ -1,4 +1,4 @@
-"""tests/training_worker.py with a save that SIGKILLs its own process midway, for tests/test_faults.py.
+"""tests/training_worker.py with a save that SIGKILLs its own process midway, for tests/training/test_faults.py.
 
     python tests/fault_worker.py --kill-in final          [training_worker.py args]
     python tests/fault_worker.py --kill-in checkpoint-4   [training_worker.py args]

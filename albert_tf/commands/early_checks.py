@@ -31,7 +31,7 @@ MODEL = "model"  # a model directory, a run holding one, or a HF directory (`mod
 OUT = "out"  # an output that must be new or empty unless --overwrite ("-": standard output)
 
 # Command -> {flag: kind}, in the order the flags are checked (the first
-# problem is reported). tests/test_journeys_errors.py checks that every flag
+# problem is reported). tests/commands/test_journeys_errors.py checks that every flag
 # is the command's own, with the number of values it takes.
 FLAGS = {
     "train-tokenizer": {"--input": PATHS, "--out": OUT},

@@ -24,7 +24,7 @@ SentencePieceTokenizerOptions and input process units (nothing newer is used).
 The metadata flatbuffer is written here with the `flatbuffers` package (a
 TensorFlow dependency) from the schema's tables and field slots; maintained
 writers ship only inside MediaPipe or tflite-support, which albert-tf does not
-depend on. tests/test_export_tflite.py reads it back with MediaPipe's own
+depend on. tests/export/test_export_tflite.py reads it back with MediaPipe's own
 reader and runs MediaPipe's TextClassifier on it.
 """
 

@@ -1,7 +1,7 @@
 """What a light import loads: the command line, the tokenizer and the data writers start without Keras.
 
 The floors themselves (which module may import which) are checked in
-tests/test_import_floors.py against docs/architecture.md.
+tests/project/test_import_floors.py against docs/architecture.md.
 """
 
 import os

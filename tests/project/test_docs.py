@@ -18,7 +18,7 @@ import pytest
 
 from cli_helpers import user_environment
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # ---- The one place where the docs' runs are made small ---------------------------------------
 # The README's main job pretrains for 3,000 steps on 19,928 reviews (minutes). Here it pretrains a

@@ -14,7 +14,7 @@ from data_fixtures import small_tokenizer
 from input_pipeline import AlbertTokenizer, Preprocessing, movie_reviews
 from input_pipeline.spiece_normalizer import embed_preprocessing
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "original_tokenizer"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "original_tokenizer"
 EDGE_CASES = [
     "Café CRÈME brûlée, Zoë's naïve résumé, Ångström, Dvořák, São Paulo",
     "ＦＵＬＬ－ＷＩＤＴＨ ＡＢＣ １２３，４５６ and ｈａｌｆ",

@@ -1,7 +1,7 @@
 """The README's road in one quick run: each command in its own process, its output fed to the next.
 
 The quick loop (`pytest -m "not slow"`) keeps this one end-to-end journey;
-tests/test_journeys.py walks every branch of it with larger data.
+tests/commands/test_journeys.py walks every branch of it with larger data.
 """
 
 import json

@@ -16,7 +16,7 @@ import sys
 import numpy as np
 import pytest
 
-BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "bench")
+BENCH_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
 SCRIPTS = sorted(os.path.basename(p) for p in glob.glob(os.path.join(BENCH_DIR, "*.py")))
 
 

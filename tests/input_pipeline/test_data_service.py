@@ -11,7 +11,7 @@ from cli_helpers import free_ports, run_cli
 from data_fixtures import imdb_documents, small_tokenizer
 from journey_fixtures import TINY_MODEL, assert_one_line_error, write_sentences_corpus
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data_service_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data_service_worker.py")
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from albert_tf.loading import load_pretrained
 from albert_tf.training import Trainer
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
 
-TESTS = pathlib.Path(__file__).parent
+TESTS = pathlib.Path(__file__).parents[1]
 EXAMPLES = synthetic_examples()
 
 

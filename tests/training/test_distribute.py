@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from albert_tf.distribute import configure_logical_cpus, get_strategy, tpu_cluster_resolver
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_default_is_the_current_strategy():

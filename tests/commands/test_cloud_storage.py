@@ -20,7 +20,7 @@ from input_pipeline import files, movie_reviews, tokenizer
 from input_pipeline.pretraining import tfrecord_shards as tfrecord
 from journey_fixtures import write_sentences_corpus, write_sst2
 
-WORKER = os.path.join(os.path.dirname(__file__), "cloud_storage_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cloud_storage_worker.py")
 
 
 @pytest.fixture

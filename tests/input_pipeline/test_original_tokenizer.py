@@ -14,7 +14,7 @@ from albert_tf import AlbertPreprocessor
 from input_pipeline import AlbertTokenizer, Preprocessing
 from input_pipeline.finetuning.squad import ContextPieces
 
-FIXTURES = pathlib.Path(__file__).parent / "fixtures" / "original_tokenizer"
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "original_tokenizer"
 
 
 def golden_lines():

@@ -22,8 +22,8 @@ from training_helpers import (
     weights_of,
 )
 
-WORKER = str(pathlib.Path(__file__).with_name("training_worker.py"))
-REPO_ROOT = str(pathlib.Path(__file__).resolve().parents[1])
+WORKER = str(pathlib.Path(__file__).parents[1] / "training_worker.py")
+REPO_ROOT = str(pathlib.Path(__file__).resolve().parents[2])
 TOLERANCE = 1e-5
 
 

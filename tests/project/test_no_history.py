@@ -8,7 +8,7 @@ import re
 import subprocess
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 # A numbered session, issue or round, in any of the forms below; not a flag such as `--rounds 3`.
 HISTORY = re.compile(r"(?i)(?<!--)\b(sessions?|issues?|rounds?)[\s-]+[0-9]")

@@ -23,7 +23,7 @@ from training_helpers import (
 )
 
 EXAMPLES = synthetic_examples()
-TESTS = pathlib.Path(__file__).parent
+TESTS = pathlib.Path(__file__).parents[1]
 
 
 def trainer(run_dir, strategy=None, **overrides):

@@ -20,7 +20,7 @@ from source_scan import modules
 
 pytestmark = pytest.mark.slow
 
-WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "keras_archive_worker.py")
+WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "keras_archive_worker.py")
 CLASSES = ("AlbertBackbone", "AlbertPretrainer", "AlbertClassifier", "AlbertRegressor", "AlbertTagger",
            "AlbertQuestionAnswerer", "AlbertMultipleChoice")
 ORDERS = ("albert_tf_first", "keras_first")

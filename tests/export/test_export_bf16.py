@@ -24,7 +24,7 @@ from export_fixtures import LABELS, MAX_LENGTH, classifier, exported_classifier,
 from helpers import max_abs_diff
 from test_export_saved_model import SAVED_MODEL_CLI_WITH_TF_TEXT
 
-# As tests/test_frozen_inference.py: the frozen bfloat16 graph rounds in its own
+# As tests/models/test_frozen_inference.py: the frozen bfloat16 graph rounds in its own
 # order, so what must hold is that it is about as close to float32 as Keras'
 # own mixed_bfloat16 model (variables) is.
 BFLOAT16_ERROR_RATIO = 1.25

@@ -14,7 +14,7 @@ from albert_tf.accumulation import GradientAccumulator
 from albert_tf.optimizers import AdamW, Lamb
 from albert_tf.schedules import WarmupLinearDecay
 
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NUM_STEPS = 6
 EXCLUDE = ("LayerNorm", "layer_norm", "bias")
 
