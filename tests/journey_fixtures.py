@@ -1,9 +1,7 @@
-"""The README tour's working directory, built once per test module with the CLI itself.
+"""What the CLI journeys share: the README tour's inputs, the tiny model's flags, and checks of outputs.
 
-`tour` holds what a user brings (an IMDB corpus, SST-2 train/dev files);
-`pretrained` runs train-tokenizer -> create-data -> pretrain with tiny sizes,
-`finetuned` fine-tunes SST-2 on it. Import the fixtures into a test module to
-use them there (each module builds its own, in its own tmp directory).
+The tour's fixtures themselves (`tour`, `pretrained`, `finetuned`) live in
+tests/commands/conftest.py, built once per test process.
 """
 
 import csv
@@ -12,11 +10,8 @@ import os
 import subprocess
 import urllib.request
 
-import numpy as np
-import pytest
 
-from cli_helpers import albert_tf_command, run_cli, user_environment
-from input_pipeline import movie_reviews
+from cli_helpers import albert_tf_command, user_environment
 
 # Shrinks the README's `--preset base` to a model that trains in seconds.
 TINY_MODEL = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "2",
@@ -81,39 +76,3 @@ class Server:
     def stop(self):
         self.process.terminate()
         self.process.wait(timeout=30)
-
-
-@pytest.fixture(scope="module")
-def tour(tmp_path_factory):
-    """The working directory of a user following the README, with the inputs they bring."""
-    root = tmp_path_factory.mktemp("tour")
-    write_sentences_corpus(root / "corpus", movie_reviews.imdb_documents("pretrain", limit=300))
-    everything = movie_reviews.rotten_tomatoes_sentences()
-    order = np.random.default_rng(0).permutation(len(everything))
-    rows = [(everything[i][0], everything[i][1]) for i in order[:96]]
-    write_sst2(str(root / "SST-2" / "train.tsv"), rows[:64])
-    write_sst2(str(root / "SST-2" / "dev.tsv"), rows[64:])
-    return root
-
-
-@pytest.fixture(scope="module")
-def pretrained(tour):
-    """train-tokenizer -> create-data -> pretrain, the README's order and flags."""
-    run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "400", "--out", "tok/", cwd=tour)
-    run_cli("create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", "data/",
-            "--max-seq-length", "64", "--dupe-factor", "1", cwd=tour)
-    # No --tokenizer and no --warmup-steps: the data directory carries the
-    # tokenizer, and warmup is a fraction of the steps.
-    run_cli("pretrain", "--preset", "base", *TINY_MODEL, "--data", "data/", "--out", "runs/base",
-            "--strategy", "mirrored", "--batch-size", "8", "--steps", "6", cwd=tour)
-    return tour / "runs" / "base"
-
-
-@pytest.fixture(scope="module")
-def finetuned(tour, pretrained):
-    # --pooling cls: the export tolerances below were set on the pooled-[CLS] head; with this tiny
-    # model's default (mean) one 16x8 row missed its 0.05 by 0.024 (test_finetune_cli covers "auto").
-    run_cli("finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
-            "--eval", "SST-2/dev.tsv", "--out", "runs/sst2", "--batch-size", "16", "--epochs", "1",
-            "--pooling", "cls", cwd=tour)
-    return tour / "runs" / "sst2"

@@ -14,9 +14,9 @@ import subprocess
 import pytest
 
 from cli_helpers import albert_tf_command, user_environment
-from journey_fixtures import TINY_MODEL, pretrained, tour  # noqa: F401 - fixtures
+from journey_fixtures import TINY_MODEL
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli_chain")]
 
 
 def _commands(tag):
