@@ -34,11 +34,12 @@ DEMO_MODEL = AlbertConfig(vocab_size=30000, embedding_size=64, hidden_size=128, 
 # 3,000 moves it far from its PPMI-SVD start and the model fine-tunes worse;
 # with 30,000 pieces a quarter scored best on dev of 0.25 / 0.5 / 1 on both
 # fine-tuning tasks (docs/pretraining.md).
-# XLA on the forward and backward pass: 371 against 271 examples/s plain on 2
-# cores; the whole step under XLA measured the same (372), and forward keeps
-# the weights of earlier versions bit for bit (bench/results/pretrain_throughput.md).
+# XLA on the forward and backward pass: faster than the plain step on 2 cores,
+# as fast as the whole step under XLA, and it keeps the weights of earlier
+# versions bit for bit (bench/results/pretrain_throughput.md).
 # Precision is left to "auto": float32 for this H 128 model, where bfloat16
-# measured 0.70x even on a CPU with bfloat16 units (albert_tf.precision);
+# measured slower even on a CPU with bfloat16 units (albert_tf.precision,
+# bench/results/pretrain_widths.md);
 # with an explicit XLA compile step "auto" stays float32 at any width.
 # Checkpoints and progress lines are spaced for a 3,000-step run.
 DEMO_TRAINER = TrainerConfig(global_batch_size=16, num_steps=3000, learning_rate=0.005, warmup_fraction=0.02,

@@ -9,9 +9,8 @@ into the graph as constants (`albert_tf.inference.FrozenForward`): every
 signature runs its matmuls in bfloat16, and the graph optimizer folds the
 weights' casts to bfloat16 once when the server loads the model instead of
 redoing them on every request. Constants, not bfloat16 variables: Keras'
-mixed_bfloat16 keeps float32 variables, and frozen ALBERT-base took 51.5 ms
-at batch 1 x 128 against 56.7 ms on its variables (in Keras,
-bench/results/export_latency.md). Such a SavedModel has no variables, which
+mixed_bfloat16 keeps float32 variables, and frozen ALBERT-base runs batch 1
+faster than on its variables (bench/results/export_latency.md). Such a SavedModel has no variables, which
 TF-Serving accepts. A model too large for one GraphDef
 (`FrozenForward`'s limit) keeps float32 variables, cast on every call.
 """

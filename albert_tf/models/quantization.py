@@ -9,9 +9,8 @@ class TFLiteQuantizationOnly:
     Keras 3's `Model.quantize("int8")` swaps Dense/Embedding kernels for int8
     ones that quantize their inputs per token on every call. On the
     TensorFlow backend (bench/keras_quantize.py, bench/results/keras_quantize.md)
-    ALBERT-base then runs 6-7x slower than float32 without XLA, and with XLA
-    no faster than float32 with XLA (0.95x at batch 1, 1.02x at batch 8 on a
-    quiet AVX2 CPU); outputs move by ~2%. ALBERT's shared weights are small (~12M parameters for base), so
+    ALBERT-base then runs several times slower than float32 without XLA, and
+    with XLA no faster than float32 with XLA; outputs move by ~2%. ALBERT's shared weights are small (~12M parameters for base), so
     the 4x smaller kernels buy little memory. The TFLite export's
     dynamic-range int8 runs LiteRT's integer GEMMs and is the CPU path to use.
     """
