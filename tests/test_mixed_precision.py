@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras import ops
 
 from albert_tf import AlbertBackbone
-from albert_tf.training.trainer import build_pretrainer
+from albert_tf.training.step_runner import build_pretrainer
 from helpers import backbone_batch, pretraining_batch, tiny_config
 
 # bfloat16 keeps 8 significant bits (relative rounding 2^-9 per op); the
