@@ -28,7 +28,7 @@ from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_toke
 from albert_tf.models import AlbertBackbone
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.optimizers import build_optimizer
-from albert_tf.precision import device_kind, resolve_precision
+from albert_tf.precision import choose_precision
 from albert_tf.saving import load_pretrained
 from albert_tf.tasks.config import FinetuneConfig
 from albert_tf.tasks.custom_loop import CustomLoop, needs_custom_loop
@@ -109,9 +109,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         distributed = tf.distribute.has_strategy()
     config = config.resolved(backbone.config, distributed=distributed)
     # `fit` runs without XLA (see `_build`); TPUStrategy compiles the whole step.
-    device = device_kind(strategy)
-    choice = resolve_precision(config.mixed_precision, "whole" if device == "tpu" else "none",
-                               backbone.config.hidden_size, device)
+    choice = choose_precision("finetune", config.mixed_precision, backbone.config.hidden_size, strategy=strategy)
     config = config.replace(mixed_precision=choice.precision)  # finetune.json records what ran
     log(f"Precision: {choice.describe()}")
     with strategy.scope():

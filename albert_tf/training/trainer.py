@@ -39,7 +39,7 @@ import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
 from albert_tf.distribute import is_chief, num_workers
-from albert_tf.precision import device_kind, resolve_precision
+from albert_tf.precision import choose_precision
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
 from albert_tf.training.config import TrainerConfig
@@ -308,21 +308,8 @@ class Trainer:
 def resolve_run_precision(config, model_config, strategy, flags=None, device=None):
     """The precision and compile step a run of `config` uses under `strategy` ("auto" resolved).
 
-    See `albert_tf.precision.resolve_precision` for the precision rule. XLA
-    compiles TPUStrategy's replica step, and that of a single replica, with
-    two exceptions where the compiled replica step cannot run:
-      - several replicas outside a TPU: XLA runs each replica's program on
-        one device, and it cannot reach the variables other devices hold
-        ("Trying to access resource ... located in device CPU:1 from device
-        CPU:0");
-      - MirroredStrategy or MultiWorkerMirroredStrategy on a GPU: Keras'
-        `optimizer.apply` increments its iteration counter (an
-        ONLY_FIRST_REPLICA variable) with a `merge_call`, which TensorFlow
-        refuses inside a compiled replica function on GPUs ("merge_call
-        called while defining a new graph", keras-team/keras#17187). On CPUs
-        TensorFlow keeps merge calls outside XLA, and the default strategy
-        makes none.
-    Those runs get "forward", which holds no variable write and no all-reduce.
+    `albert_tf.precision.choose_precision` for the "pretrain" job: see there
+    where XLA can compile the whole step.
 
     Args:
         config: a `TrainerConfig`.
@@ -336,24 +323,10 @@ def resolve_run_precision(config, model_config, strategy, flags=None, device=Non
         An `albert_tf.precision.PrecisionChoice`.
 
     Raises:
-        ValueError: "whole" under a strategy where the compiled step cannot run.
+        UserError: "whole" under a strategy where the compiled step cannot run.
     """
-    device = device or device_kind(strategy)
-    on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
-    merge_calls = device == "gpu" and isinstance(
-        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
-    )
-    whole_compiles = on_tpu or (strategy.num_replicas_in_sync == 1 and not merge_calls)
-    if config.compile_step == "whole" and not whole_compiles:
-        why = ("Keras' optimizer makes a merge call that TensorFlow refuses inside XLA on GPUs under "
-               f"{type(strategy).__name__} (run one GPU without --strategy)" if merge_calls else
-               "XLA compiles the all-reduce only under TPUStrategy and with one replica")
-        raise UserError(
-            f"compile_step='whole' cannot run here: {why}. Received: {type(strategy).__name__} with "
-            f"{strategy.num_replicas_in_sync} replicas on {device.upper()}; use 'forward'."
-        )
-    return resolve_precision(config.mixed_precision, config.compile_step, model_config.hidden_size,
-                             device, whole_compiles, flags)
+    return choose_precision("pretrain", config.mixed_precision, model_config.hidden_size,
+                            compile_step=config.compile_step, strategy=strategy, device=device, flags=flags)
 
 
 def loop_length(step, config):
