@@ -15,12 +15,19 @@ memory, and tensorflow/models pretrains BERT/ALBERT on TPUs in bfloat16 by
 default. Not measured here (no TPU). Nothing was measured on GPUs: "auto"
 stays float32 there, and mixed_bfloat16 / mixed_float16 are one flag away.
 
+Every command resolves its precision here, in `choose_precision`, naming
+the job it runs (pretraining under its strategy, fine-tuning, predictions,
+an export): each job has its own compile step, and the one rule above. The
+`--mixed-precision` flag of every command reads `MIXED_PRECISION_HELP`.
+
 This module imports neither TensorFlow nor Keras at load time: commands
 print their choice and tests check the rule without them.
 """
 
 import dataclasses
 import os
+
+from input_pipeline.errors import UserError
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 # What XLA compiles of a training step (see `TrainerConfig.compile_step`).
@@ -33,6 +40,15 @@ BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 # width whose pretraining step ran faster in bfloat16 (bench/results/pretrain_widths.md).
 BF16_MIN_HIDDEN_SIZE = 512
 CPUINFO = "/proc/cpuinfo"
+# What a precision is chosen for: each runs under its own compile step (see `choose_precision`).
+JOBS = ("pretrain", "finetune", "predict", "export")
+# The help of every command's --mixed-precision flag (the config fields' and predict's).
+MIXED_PRECISION_HELP = (
+    "float32, mixed_bfloat16 (TPU, CPU) or mixed_float16 (GPU; training scales the loss dynamically); auto: "
+    f"mixed_bfloat16 on a TPU, and without XLA on a CPU with bfloat16 units ({', '.join(BF16_CPU_FLAGS)}) for "
+    f"H >= {BF16_MIN_HIDDEN_SIZE}, where it measured faster; else float32 (on GPUs nothing was measured). The "
+    "weights are kept and saved in float32 either way."
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +115,7 @@ def resolve_precision(precision, compile_step, hidden_size, device="cpu", whole_
         hidden_size: the model's H.
         device: what runs the model, one of `DEVICE_KINDS`.
         whole_compiles: whether XLA can compile the whole step (a TPU, or one
-            replica; see `albert_tf.training.trainer.resolve_run_precision`).
+            replica; see `choose_precision`).
         flags: the CPU's flags (`cpu_flags()` when None).
 
     Returns:
@@ -133,6 +149,82 @@ def resolve_precision(precision, compile_step, hidden_size, device="cpu", whole_
                                f"backend does not use {units[0]}")
     return PrecisionChoice("mixed_bfloat16", "none",
                            f"auto: this CPU has {units[0]}, H {hidden_size} >= {BF16_MIN_HIDDEN_SIZE}")
+
+
+def choose_precision(job, precision, hidden_size, *, compile_step="auto", strategy=None, device=None, flags=None):
+    """The precision and compile step of `job`, "auto" resolved: what every command runs in and prints.
+
+    Each job has its compile step; the precision rule is `resolve_precision`'s.
+      - "pretrain": `compile_step` under `strategy`. XLA compiles
+        TPUStrategy's replica step, and that of a single replica, with two
+        exceptions where the compiled replica step cannot run:
+          - several replicas outside a TPU: XLA runs each replica's program
+            on one device, and it cannot reach the variables other devices
+            hold ("Trying to access resource ... located in device CPU:1
+            from device CPU:0");
+          - MirroredStrategy or MultiWorkerMirroredStrategy on a GPU: Keras'
+            `optimizer.apply` increments its iteration counter (an
+            ONLY_FIRST_REPLICA variable) with a `merge_call`, which
+            TensorFlow refuses inside a compiled replica function on GPUs
+            ("merge_call called while defining a new graph",
+            keras-team/keras#17187). On CPUs TensorFlow keeps merge calls
+            outside XLA, and the default strategy makes none.
+        Those runs get "forward", which holds no variable write and no all-reduce.
+      - "finetune": Keras `fit` runs without XLA ("none"); TPUStrategy
+        compiles the whole step ("whole").
+      - "predict": forward passes without XLA: batches padded to their own
+        longest have a new shape nearly every batch.
+      - "export": the serving graph, without XLA, for this machine's CPU,
+        which stands for the serving machine's.
+
+    Args:
+        job: one of `JOBS`.
+        precision: one of `PRECISIONS`.
+        hidden_size: the model's H.
+        compile_step: pretraining's `TrainerConfig.compile_step`; the other
+            jobs have theirs fixed and take "auto" only.
+        strategy: the `tf.distribute.Strategy` of a "pretrain" or "finetune"
+            job; None uses the current one.
+        device: "cpu", "gpu" or "tpu", what runs the model
+            (`device_kind(strategy)` when None; an export's is the CPU).
+        flags: the CPU's flags (`cpu_flags()` when None).
+
+    Returns:
+        A `PrecisionChoice`.
+
+    Raises:
+        UserError: pretraining's compile_step "whole" under a strategy where
+            the compiled step cannot run.
+    """
+    if job not in JOBS:
+        raise ValueError(f"`job` must be one of {JOBS}. Received: job={job!r}")
+    if job != "pretrain" and compile_step != "auto":
+        raise ValueError(f"`compile_step` is pretraining's; {job} has its own. Received: compile_step={compile_step!r}")
+    if job == "export":
+        return resolve_precision(precision, "none", hidden_size, device or "cpu", flags=flags)
+    if job == "predict":
+        return resolve_precision(precision, "none", hidden_size, device or device_kind(), flags=flags)
+    # Imported on use, as in `device_kind`: the rule and the commands' --help need no TensorFlow.
+    import tensorflow as tf
+
+    strategy = strategy or tf.distribute.get_strategy()
+    device = device or device_kind(strategy)
+    if job == "finetune":
+        return resolve_precision(precision, "whole" if device == "tpu" else "none", hidden_size, device, flags=flags)
+    on_tpu = isinstance(strategy, tf.distribute.TPUStrategy)
+    merge_calls = device == "gpu" and isinstance(
+        strategy, (tf.distribute.MirroredStrategy, tf.distribute.MultiWorkerMirroredStrategy)
+    )
+    whole_compiles = on_tpu or (strategy.num_replicas_in_sync == 1 and not merge_calls)
+    if compile_step == "whole" and not whole_compiles:
+        why = ("Keras' optimizer makes a merge call that TensorFlow refuses inside XLA on GPUs under "
+               f"{type(strategy).__name__} (run one GPU without --strategy)" if merge_calls else
+               "XLA compiles the all-reduce only under TPUStrategy and with one replica")
+        raise UserError(
+            f"compile_step='whole' cannot run here: {why}. Received: {type(strategy).__name__} with "
+            f"{strategy.num_replicas_in_sync} replicas on {device.upper()}; use 'forward'."
+        )
+    return resolve_precision(precision, compile_step, hidden_size, device, whole_compiles, flags)
 
 
 def device_kind(strategy=None):

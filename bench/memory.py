@@ -50,7 +50,7 @@ def run_one(preset, num_layers, seq, batch, remat, steps, jit):
     import keras
 
     from albert_tf import AlbertConfig
-    from albert_tf.training.trainer import build_pretrainer
+    from albert_tf.training.step_runner import build_pretrainer
 
     overrides = {"num_hidden_layers": num_layers} if num_layers else {}
     config = AlbertConfig.from_preset(preset, max_position_embeddings=max(512, seq), **overrides)

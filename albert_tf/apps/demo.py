@@ -36,7 +36,7 @@ from albert_tf.training import (
     ppmi_svd_init,
     read_log,
 )
-from albert_tf.training.trainer import CHECKPOINT_DIR
+from albert_tf.training.run_directory import CHECKPOINT_DIR
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews, make_pretraining_dataset
 from input_pipeline import files
 from input_pipeline.errors import Interrupted, UserError

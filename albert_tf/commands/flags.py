@@ -13,6 +13,7 @@ import sys
 import types
 
 from albert_tf.commands import COMMANDS
+from albert_tf.precision import MIXED_PRECISION_HELP, PRECISIONS
 from input_pipeline.errors import UserError
 
 
@@ -186,6 +187,11 @@ def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
             parser.add_argument(flag, type=kind, choices=field.metadata.get("choices"), required=required,
                                 metavar=_METAVARS.get(kind) if "choices" not in field.metadata else None,
                                 **options)
+
+
+def add_mixed_precision_flag(parser):
+    """--mixed-precision, for a command without a config field of that name, with the help every command shares."""
+    parser.add_argument("--mixed-precision", choices=PRECISIONS, default="auto", help=MIXED_PRECISION_HELP)
 
 
 def add_split_sentences_flag(parser):

@@ -26,9 +26,9 @@ import math
 import os
 import sys
 
-from albert_tf.commands.flags import add_command
+from albert_tf.commands.flags import add_command, add_mixed_precision_flag
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
-from albert_tf.precision import PRECISIONS, device_kind, resolve_precision
+from albert_tf.precision import choose_precision
 from input_pipeline import files
 from input_pipeline.errors import UserError
 from input_pipeline.finetuning.examples import BlankLine, ReadResult, Skipped, TextExample
@@ -44,10 +44,7 @@ def add_parser(subparsers):
     parser.add_argument("--output", default="-", metavar="FILE", help="JSON-lines output, or - for stdout.")
     add_overwrite_flag(parser)
     parser.add_argument("--batch-size", type=int, default=64, help="Examples per forward pass.")
-    parser.add_argument("--mixed-precision", choices=PRECISIONS, default="auto",
-                        help="Precision of the forward passes; auto: mixed_bfloat16 on a CPU with bfloat16 units "
-                        "(avx512_bf16, amx_bf16) for H >= 512, else float32 (also on GPUs and TPUs, where nothing "
-                        "was measured).")
+    add_mixed_precision_flag(parser)
     parser.add_argument("--null-score-diff-threshold", type=float, metavar="X",
                         help="squad_v2: answer \"\" when the null score beats the best span by more than this "
                         "(default: the best_f1_threshold finetune found on dev, else the run's setting).")
@@ -62,8 +59,7 @@ def run(args):
 
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(args.model)
-    # Forward passes without XLA: batches padded to their own longest have a new shape nearly every batch.
-    choice = resolve_precision(args.mixed_precision, "none", model.backbone.config.hidden_size, device_kind())
+    choice = choose_precision("predict", args.mixed_precision, model.backbone.config.hidden_size)
     # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.
     model = FrozenPredictions(with_dtype_policy(model, choice.precision))
     recipe = get_recipe(config.task)

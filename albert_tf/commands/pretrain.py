@@ -98,7 +98,8 @@ def run(args):
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
     from albert_tf.training import checkpoints
-    from albert_tf.training.trainer import CHECKPOINT_DIR, TrainingStopped
+    from albert_tf.training.run_directory import CHECKPOINT_DIR
+    from albert_tf.training.trainer import TrainingStopped
 
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
     model_config = _model_config(args, vocab_size, data_config.max_seq_length)

@@ -39,8 +39,8 @@ SAVED_MODEL_FILE = "saved_model.pb"
 def resolve_export_precision(precision, hidden_size, flags=None):
     """The precision an export runs in, "auto" resolved, and why.
 
-    "auto" is bf16 where `albert_tf.precision.resolve_precision` picks
-    mixed_bfloat16 for inference without XLA on this CPU (bfloat16 units, and
+    "auto" is bf16 where `albert_tf.precision.choose_precision` picks
+    mixed_bfloat16 for an export (inference without XLA) on this CPU (bfloat16 units, and
     H >= its width threshold), else float32. This machine's CPU stands for
     the serving machine's: a bf16 export runs emulated, slowly, on a CPU
     without bfloat16 units.
@@ -58,7 +58,7 @@ def resolve_export_precision(precision, hidden_size, flags=None):
         raise ValueError(f"`precision` must be one of {EXPORT_PRECISIONS}. Received: precision={precision!r}")
     if precision != "auto":
         return precision, "requested"
-    choice = precision_lib.resolve_precision("auto", "none", hidden_size, device="cpu", flags=flags)
+    choice = precision_lib.choose_precision("export", "auto", hidden_size, flags=flags)
     return ("bf16" if choice.precision == "mixed_bfloat16" else "float32"), choice.reason
 
 

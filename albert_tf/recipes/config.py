@@ -3,7 +3,7 @@
 import dataclasses
 
 from albert_tf.pooling import POOLINGS, resolve_pooling
-from albert_tf.precision import PRECISIONS
+from albert_tf.precision import MIXED_PRECISION_HELP, PRECISIONS
 from albert_tf.recipes.names import SENTENCE_TASK_NAMES, TASK_NAMES
 from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from input_pipeline.config_base import check_choice, check_positive_int, doc
@@ -78,10 +78,7 @@ class FinetuneConfig(JsonConfig):
     lora_embedding_rank: int = doc(2, "With --lora-rank: rank of a LoRA update of the word-embedding table "
                                    "(0: the table stays frozen). Rank 2 brought rank-8 LoRA from 3.1 to 0.2 points "
                                    "below full fine-tuning on the demo model (bench/results/lora.md).")
-    mixed_precision: str = doc("auto", "float32, mixed_bfloat16 or mixed_float16 (GPU); auto: mixed_bfloat16 on a "
-                               "CPU with bfloat16 units (avx512_bf16, amx_bf16) for H >= 512, else float32 (also "
-                               "on GPUs and TPUs, where nothing was measured). The saved weights are float32 "
-                               "either way.", choices=PRECISIONS)
+    mixed_precision: str = doc("auto", MIXED_PRECISION_HELP, choices=PRECISIONS)
     seed: int = doc(0, "Weight init of the head, shuffling and dropout.")
     truncate: bool = doc(False, "Cut texts longer than max-seq-length (counted) instead of failing.")
     truncate_from: str = doc("end", "Which pieces truncation drops (here and in the exported serve_text): end "

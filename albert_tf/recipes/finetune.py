@@ -24,12 +24,12 @@ import keras
 import tensorflow as tf
 
 from albert_tf.distribute import clip_after_all_reduce, is_chief
+from albert_tf.loading import load_pretrained
 from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.optimizers import build_optimizer
-from albert_tf.precision import device_kind, resolve_precision
-from albert_tf.loading import load_pretrained
+from albert_tf.precision import choose_precision
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.recipes.registry import get_recipe
@@ -109,9 +109,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         distributed = tf.distribute.has_strategy()
     config = config.resolved(backbone.config, distributed=distributed)
     # `fit` runs without XLA (see `_build`); TPUStrategy compiles the whole step.
-    device = device_kind(strategy)
-    choice = resolve_precision(config.mixed_precision, "whole" if device == "tpu" else "none",
-                               backbone.config.hidden_size, device)
+    choice = choose_precision("finetune", config.mixed_precision, backbone.config.hidden_size, strategy=strategy)
     config = config.replace(mixed_precision=choice.precision)  # finetune.json records what ran
     log(f"Precision: {choice.describe()}")
     with strategy.scope():

@@ -18,8 +18,8 @@ _EXPORTS = {
     "read_log": "albert_tf.training.progress",
     "Trainer": "albert_tf.training.trainer",
     "TrainingDiverged": "albert_tf.training.trainer",
-    "build_pretrainer": "albert_tf.training.trainer",
-    "trainer_optimizer": "albert_tf.training.trainer",
+    "build_pretrainer": "albert_tf.training.step_runner",
+    "trainer_optimizer": "albert_tf.training.step_runner",
 }
 
 __all__, __getattr__, __dir__ = lazy_names(__name__, _EXPORTS)

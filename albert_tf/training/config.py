@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from albert_tf.precision import COMPILE_STEPS, PRECISIONS
+from albert_tf.precision import COMPILE_STEPS, MIXED_PRECISION_HELP, PRECISIONS
 from input_pipeline import files
 from input_pipeline.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_non_negative, check_positive_int, doc,
@@ -44,13 +44,10 @@ class TrainerConfig(JsonConfig):
     clip_norm: float = doc(1.0, "Clip the all-reduced gradient to this global norm; 0 turns clipping off.")
     accumulation_steps: int = doc(1, "k: each step consumes k micro-batches of batch-size/k examples; the "
                                   "update equals one step on the whole batch.")
-    # "auto" is resolved with compile_step by `albert_tf.precision.resolve_precision`.
-    mixed_precision: str = doc("auto", "float32, mixed_bfloat16 (TPU, CPU) or mixed_float16 (GPU, with dynamic "
-                               "loss scaling); auto: mixed_bfloat16 without XLA on a CPU with bfloat16 units "
-                               "(avx512_bf16, amx_bf16) for H >= 512, where it measured faster, else float32 "
-                               "(also on GPUs and TPUs, where nothing was measured).", choices=PRECISIONS)
+    # "auto" is resolved with compile_step by `albert_tf.precision.choose_precision`.
+    mixed_precision: str = doc("auto", MIXED_PRECISION_HELP, choices=PRECISIONS)
     # Runs with different settings agree only to float tolerance: XLA's
-    # kernels round differently. "auto" picks by strategy and precision in `Trainer`.
+    # kernels round differently. "auto" picks by strategy and precision (`choose_precision`).
     compile_step: str = doc("auto", "What XLA compiles: whole (a replica's forward, backward, all-reduce, "
                             "clipping, accumulation and LAMB update as one program), forward (each micro-batch's "
                             "forward and backward pass only), none, or auto: none for mixed_bfloat16 on a CPU with "

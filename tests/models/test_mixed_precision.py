@@ -8,7 +8,7 @@ import tensorflow as tf
 from keras import ops
 
 from albert_tf import AlbertBackbone
-from albert_tf.training.trainer import build_pretrainer
+from albert_tf.training.step_runner import build_pretrainer
 from helpers import backbone_batch, pretraining_batch, tiny_config
 
 # bfloat16 keeps 8 significant bits (relative rounding 2^-9 per op); the
@@ -214,3 +214,28 @@ def test_a_resume_into_or_out_of_mixed_float16_is_refused_before_anything_change
         Trainer(TINY_MODEL, tiny_trainer_config(num_steps=3, checkpoint_every=2, mixed_precision=after),
                 str(tmp_path), array_dataset_fn(examples), print_fn=lambda *_: None)
     assert {p.relative_to(tmp_path): p.read_bytes() for p in sorted(tmp_path.rglob("*")) if p.is_file()} == saved
+
+
+def test_loss_scaling_follows_the_resolved_precision_not_the_config():
+    from albert_tf.precision import PrecisionChoice
+    from albert_tf.training.step_runner import StepRunner
+    from training_helpers import TINY_MODEL, tiny_trainer_config
+
+    strategy = tf.distribute.get_strategy()
+    # The config says "auto" (or another precision); the run trains in what "auto" resolved to.
+    scaled = StepRunner(TINY_MODEL, tiny_trainer_config(), strategy, PrecisionChoice("mixed_float16", "none", "auto"))
+    assert isinstance(scaled.optimizer, keras.optimizers.LossScaleOptimizer)
+    assert scaled.model.backbone.dtype_policy.name == "mixed_float16"
+    plain = StepRunner(TINY_MODEL, tiny_trainer_config(mixed_precision="mixed_float16"), strategy,
+                       PrecisionChoice("float32", "none", "auto"))
+    assert not isinstance(plain.optimizer, keras.optimizers.LossScaleOptimizer)
+
+
+def test_finetuning_compiles_the_whole_step_on_a_tpu_and_nothing_elsewhere():
+    from albert_tf.precision import choose_precision
+
+    bf16_cpu = frozenset({"avx512_bf16"})
+    assert choose_precision("finetune", "auto", 768, device="tpu", flags=bf16_cpu).compile_step == "whole"
+    for device in ("cpu", "gpu"):
+        assert choose_precision("finetune", "float32", 768, device=device, flags=bf16_cpu).compile_step == "none"
+    assert choose_precision("finetune", "auto", 768, device="cpu", flags=bf16_cpu).precision == "mixed_bfloat16"

@@ -1,8 +1,15 @@
 """The "auto" precision and compile-step rule (`albert_tf.precision`), branch by branch, with given CPU flags."""
 
-import pytest
+import argparse
+import ast
 
-from albert_tf.precision import BF16_MIN_HIDDEN_SIZE, cpu_flags, resolve_precision
+import pytest
+from source_scan import ROOT, modules
+
+from albert_tf.cli import build_parser
+from albert_tf.precision import (
+    BF16_MIN_HIDDEN_SIZE, MIXED_PRECISION_HELP, PrecisionChoice, choose_precision, cpu_flags, resolve_precision,
+)
 
 BF16_CPU = frozenset({"avx512f", "avx512_bf16", "avx512_vnni"})
 AMX_CPU = frozenset({"avx512f", "amx_bf16", "amx_tile"})
@@ -77,3 +84,41 @@ def test_explicit_precision_is_kept():
 def test_bad_arguments_are_named(kwargs, fragment):
     with pytest.raises(ValueError, match=fragment):
         choose(**kwargs)
+
+
+# ------------------------------------------------- one place resolves it for every command
+def test_no_module_resolves_precision_but_albert_tf_precision():
+    # A command that calls the rule (or asks for the device) itself picks its own compile step:
+    # every job goes through `choose_precision`, which knows each one's.
+    own = {}
+    for path in modules("albert_tf"):
+        if path.name == "precision.py" and path.parent.name == "albert_tf":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            name = node.id if isinstance(node, ast.Name) else node.attr if isinstance(node, ast.Attribute) else None
+            names = [a.name for a in node.names] if isinstance(node, ast.ImportFrom) else [name]
+            for found in set(names) & {"resolve_precision", "device_kind"}:
+                own.setdefault(str(path.relative_to(ROOT)), set()).add(found)
+    assert own == {}
+
+
+def test_each_job_runs_under_its_own_compile_step():
+    # Predictions and exports run without XLA; only pretraining takes a compile step.
+    for job in ("predict", "export"):
+        assert choose_precision(job, "auto", WIDE, device="cpu", flags=BF16_CPU) == PrecisionChoice(
+            "mixed_bfloat16", "none", "auto: this CPU has avx512_bf16, H 512 >= 512")
+        assert choose_precision(job, "float32", WIDE, device="cpu", flags=BF16_CPU).compile_step == "none"
+        with pytest.raises(ValueError, match="`compile_step` is pretraining's; .*compile_step='whole'"):
+            choose_precision(job, "auto", WIDE, compile_step="whole", device="cpu", flags=BF16_CPU)
+    # An export is resolved for this machine's CPU, whatever else it has.
+    assert choose_precision("export", "auto", WIDE, flags=PLAIN_CPU).precision == "float32"
+    with pytest.raises(ValueError, match="`job` must be one of .*job='serve'"):
+        choose_precision("serve", "auto", WIDE)
+
+
+def test_every_commands_mixed_precision_flag_has_the_one_help():
+    subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {name: action.help for name, parser in subparsers.choices.items() for action in parser._actions
+             if "--mixed-precision" in action.option_strings}
+    assert set(helps) == {"pretrain", "demo", "finetune", "predict"}
+    assert set(helps.values()) == {MIXED_PRECISION_HELP}

@@ -30,7 +30,7 @@ def test_xla_compiled_steps_match_the_plain_steps(tmp_path):
     plain, plain_record = train(tmp_path / "plain", global_batch_size=8, accumulation_steps=2, compile_step="none")
     compiled, compiled_record = train(tmp_path / "xla", global_batch_size=8, accumulation_steps=2,
                                       compile_step="forward")
-    assert compiled._forward_backward is not compiled._micro_step
+    assert compiled.runner._forward_backward is not compiled.runner._micro_step
     assert max_difference(weights_of(plain.model), weights_of(compiled.model)) < 1e-5
     assert compiled_record["loss"] == pytest.approx(plain_record["loss"], rel=1e-5)
     # The weights moved: equal weights are not two runs that did nothing.
@@ -108,7 +108,7 @@ def test_evaluate_pretraining_matches_numpy_over_all_batches():
 
 @pytest.mark.parametrize("optimizer", ["lamb", "adamw"])
 def test_word_embedding_lr_scale_reaches_the_word_table_alone(optimizer):
-    from albert_tf.training.trainer import build_pretrainer, trainer_optimizer
+    from albert_tf.training.step_runner import build_pretrainer, trainer_optimizer
 
     model = build_pretrainer(TINY_MODEL)
     config = TrainerConfig(word_embedding_lr_scale=0.25, optimizer=optimizer, num_steps=10)

@@ -17,7 +17,8 @@ import tensorflow as tf
 
 from albert_tf.training import Trainer, read_log
 from albert_tf.training.progress import METRICS
-from albert_tf.training.trainer import TRAINING_CONFIG_FILE, loop_length, resolve_run_precision
+from albert_tf.training.run_directory import TRAINING_CONFIG_FILE
+from albert_tf.training.trainer import loop_length, resolve_run_precision
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
 )
@@ -200,8 +201,8 @@ def test_steps_per_loop_changes_neither_weights_nor_logs_nor_checkpoints(tmp_pat
     one.train()
     four = trainer(tmp_path / "four", num_steps=8, steps_per_loop=4, log_every=3, checkpoint_every=6)
     loops = []
-    loop = four._train_loop
-    four._train_loop = lambda iterator, steps: loops.append(int(steps)) or loop(iterator, steps)
+    loop = four.runner._train_loop
+    four.runner._train_loop = lambda iterator, steps: loops.append(int(steps)) or loop(iterator, steps)
     four.train()
 
     assert loops == [3, 3, 2]

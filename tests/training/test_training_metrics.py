@@ -8,7 +8,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops
 
 from albert_tf.training import Trainer, TrainingDiverged, evaluate_pretraining, read_log
-from albert_tf.training.trainer import EVAL_METRICS
+from albert_tf.training.step_runner import EVAL_METRICS
 from cli_helpers import run_cli
 from data_fixtures import imdb_documents, small_tokenizer
 from journey_fixtures import TINY_MODEL as TINY_FLAGS, assert_one_line_error, write_sentences_corpus
