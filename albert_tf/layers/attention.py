@@ -87,6 +87,11 @@ class SelfAttention(keras.layers.Layer):
     def call(self, x, attention_bias, training=None):
         batch, seq = ops.shape(x)[0], ops.shape(x)[1]
         heads, head_size = self.num_heads, self.head_size
+        # The projections run on (batch * seq, H) rows: a 2-D matmul followed by
+        # its bias is what TensorFlow's oneDNN graph rewrite fuses into one op;
+        # on (batch, seq, H) Keras' matmul is a tensordot (reshape, matmul,
+        # reshape), which leaves the bias add as a separate pass over the output.
+        rows = ops.reshape(x, (-1, self.hidden_size))  # (batch * seq, H)
         # One (H, 3H) matmul instead of three (H, H) ones: larger GEMMs, and the
         # backward pass gets dx from one matmul too. The query, key and value
         # Dense layers only hold the variables, under the checkpoints' names.
@@ -94,11 +99,11 @@ class SelfAttention(keras.layers.Layer):
             # Once per backbone call where it keeps a cache (inference): the L
             # applications of a shared layer would each copy the 3H^2 values.
             kernel, bias = computed_once_per_call(("qkv", id(self)), self._fused_qkv)
-            qkv = ops.matmul(x, kernel) + bias
+            qkv = ops.add(ops.matmul(rows, kernel), bias)  # (batch * seq, 3H)
         else:
             # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
             # kernels plus scales that only their own call applies.
-            qkv = ops.concatenate([self.query(x), self.key(x), self.value(x)], axis=-1)
+            qkv = ops.concatenate([self.query(rows), self.key(rows), self.value(rows)], axis=-1)
         # split (whose gradient is a concat), not slices (whose gradients are zero-padded copies).
         q, k, v = (
             ops.reshape(t, (batch, seq, heads, head_size)) for t in ops.split(qkv, 3, axis=-1)
@@ -112,9 +117,9 @@ class SelfAttention(keras.layers.Layer):
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.attention_dropout(probs, training=training)
         context = ops.einsum("bnqk,bknd->bqnd", probs, v)  # (batch, seq, heads, head_size)
-        context = ops.reshape(context, (batch, seq, self.hidden_size))
+        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, H)
         out = self.output_dropout(self.output_dense(context), training=training)
-        return self.layer_norm(x + out)
+        return ops.reshape(self.layer_norm(rows + out), (batch, seq, self.hidden_size))
 
     def _fused_qkv(self):
         """The query, key and value kernels side by side, (H, 3H), and their biases, (3H,), in the compute dtype."""
