@@ -104,19 +104,24 @@ class SelfAttention(keras.layers.Layer):
             # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
             # kernels plus scales that only their own call applies.
             qkv = ops.concatenate([self.query(rows), self.key(rows), self.value(rows)], axis=-1)
+        # One transpose puts every head's queries, keys and values in
+        # (seq, head_size) blocks; a split along the first axis then shares its
+        # buffer, and the key transpose folds into the matmul. (Einsums over the
+        # (batch, seq, heads, head_size) layout transpose q, k and v apart.)
+        qkv = ops.transpose(ops.reshape(qkv, (batch, seq, 3, heads, head_size)), (2, 0, 3, 1, 4))
+        # qkv: (3, batch, heads, seq, head_size)
         # split (whose gradient is a concat), not slices (whose gradients are zero-padded copies).
         q, k, v = (
-            ops.reshape(t, (batch, seq, heads, head_size)) for t in ops.split(qkv, 3, axis=-1)
-        )  # each (batch, seq, heads, head_size)
-        # The einsums read the heads in place: no split/merge transposes.
-        scores = ops.einsum("bqnd,bknd->bnqk", q, k)  # (batch, heads, seq, seq)
+            ops.reshape(t, (batch, heads, seq, head_size)) for t in ops.split(qkv, 3, axis=0)
+        )  # each (batch, heads, seq, head_size)
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, seq, seq)
         # Softmax in float32: under float16 the -1e4 bias and large scores overflow.
         scores = ops.cast(scores, "float32") / math.sqrt(head_size)
         # Keras casts `attention_bias` to the compute dtype under a mixed policy.
         scores = scores + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.attention_dropout(probs, training=training)
-        context = ops.einsum("bnqk,bknd->bqnd", probs, v)  # (batch, seq, heads, head_size)
+        context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, H)
         out = self.output_dropout(self.output_dense(context), training=training)
         return ops.reshape(self.layer_norm(rows + out), (batch, seq, self.hidden_size))

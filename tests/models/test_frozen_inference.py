@@ -132,3 +132,5 @@ def test_every_block_matmul_runs_fused_with_its_bias_and_gelu(dtype):
     assert (fused, unfused) == (4 * config.num_hidden_layers + 1, 1), ops
     # The tanh GELU ("gelu_new") runs inside the fused FFN matmul.
     assert ops["Tanh"] == 0, ops
+    # Attention moves its heads with two transposes per layer: q, k and v together, then the context.
+    assert sum(n for op, n in ops.items() if op.endswith("Transpose")) == 2 * config.num_hidden_layers, ops
