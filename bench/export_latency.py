@@ -9,7 +9,10 @@ SavedModel (`serving_default`; float32, and where the CPU has bf16 units the
 it), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
 and 16x8 with --tokenizer: they calibrate on real text), HF transformers
 AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
-weights: latency does not depend on them. Every row runs in its own
+weights, every one moved off its initial value as training moves it: a graph
+with the weights frozen in drops an all-zero bias (the initializer's), and
+with it the fusion of the FFN's matmul, bias and GELU into one op, so an
+untrained model would time a graph no trained one runs. Every row runs in its own
 subprocess (no shared thread pools), with the same thread count, and the
 rows are timed in turns for `--rounds` rounds (benchlib.timing.alternate), so
 the ratios to the fastest float peer hold under a changing load. The table
@@ -81,6 +84,8 @@ def prepare(workdir, tokenizer_dir, bf16=False):
     from input_pipeline import AlbertTokenizer
 
     model = AlbertBackbone(AlbertConfig.from_preset("base"))
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(0.0, 0.02, w.shape).astype(w.dtype) for w in model.get_weights()])
     model.save_pretrained(os.path.join(workdir, "model"))
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
     if bf16:

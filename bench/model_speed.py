@@ -32,6 +32,8 @@ tf.function.
 """
 
 import argparse
+import importlib
+import importlib.util
 import os
 import statistics
 
@@ -249,18 +251,24 @@ def main():
     args = parser.parse_args()
     if args.worker:
         return run_worker(args.worker, args.warmup, args.steps)
+    keras_hub_installed = importlib.util.find_spec("keras_hub") is not None
+    if not keras_hub_installed and any(IMPLEMENTATIONS[k].implementation == "keras-hub" for k in args.only or ()):
+        parser.error("--only names keras-hub rows, but keras-hub is not installed (pip install -e .[bench])")
 
     ceilings = measure_ceilings()
     flags = ceilings["flags"]
     bf16 = args.bf16 or bool(bf16_units(flags))
     keys = args.only or [k for k, row in IMPLEMENTATIONS.items() if bf16 or row.precision == "fp32"]
+    if not keras_hub_installed and not args.only:
+        keys = [k for k in keys if IMPLEMENTATIONS[k].implementation != "keras-hub"]
+        print("keras-hub is not installed: its rows are left out (pip install -e .[bench] installs it).")
     results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--warmup", str(args.warmup)])
 
     import tensorflow as tf
     import torch
     import transformers
-    import keras_hub
 
+    keras_hub_version = importlib.import_module("keras_hub").__version__ if keras_hub_installed else "not installed"
     flops = {
         "train": albert_flops(768, 12, 3072, 128, 30000, BATCH, SEQ, PREDICTIONS, train=True),
         "infer": albert_flops(768, 12, 3072, 128, 30000, 1, SEQ),
@@ -270,7 +278,7 @@ def main():
     table = [
         f"ALBERT-base; {machine_line(ceilings)}",
         f"Median of {args.steps} steps (inference {3 * args.steps}) per round, {args.rounds} rounds in turns. "
-        f"TensorFlow {tf.__version__}, keras-hub {keras_hub.__version__}, transformers "
+        f"TensorFlow {tf.__version__}, keras-hub {keras_hub_version}, transformers "
         f"{transformers.__version__}, torch {torch.__version__}. Vs fastest peer: time / the time of the "
         "fastest of keras-hub and HF transformers at the row's precision; speed-up: the time of the "
         "implementation's fastest fp32 row / time (both median over rounds, [min, max]); ceiling: model "

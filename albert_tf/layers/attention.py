@@ -87,6 +87,11 @@ class SelfAttention(keras.layers.Layer):
     def call(self, x, attention_bias, training=None):
         batch, seq = ops.shape(x)[0], ops.shape(x)[1]
         heads, head_size = self.num_heads, self.head_size
+        # The projections run on (batch * seq, H) rows: a 2-D matmul followed by
+        # its bias is what TensorFlow's oneDNN graph rewrite fuses into one op;
+        # on (batch, seq, H) Keras' matmul is a tensordot (reshape, matmul,
+        # reshape), which leaves the bias add as a separate pass over the output.
+        rows = ops.reshape(x, (-1, self.hidden_size))  # (batch * seq, H)
         # One (H, 3H) matmul instead of three (H, H) ones: larger GEMMs, and the
         # backward pass gets dx from one matmul too. The query, key and value
         # Dense layers only hold the variables, under the checkpoints' names.
@@ -94,27 +99,32 @@ class SelfAttention(keras.layers.Layer):
             # Once per backbone call where it keeps a cache (inference): the L
             # applications of a shared layer would each copy the 3H^2 values.
             kernel, bias = computed_once_per_call(("qkv", id(self)), self._fused_qkv)
-            qkv = ops.matmul(x, kernel) + bias
+            qkv = ops.add(ops.matmul(rows, kernel), bias)  # (batch * seq, 3H)
         else:
             # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
             # kernels plus scales that only their own call applies.
-            qkv = ops.concatenate([self.query(x), self.key(x), self.value(x)], axis=-1)
+            qkv = ops.concatenate([self.query(rows), self.key(rows), self.value(rows)], axis=-1)
+        # One transpose puts every head's queries, keys and values in
+        # (seq, head_size) blocks; a split along the first axis then shares its
+        # buffer, and the key transpose folds into the matmul. (Einsums over the
+        # (batch, seq, heads, head_size) layout transpose q, k and v apart.)
+        qkv = ops.transpose(ops.reshape(qkv, (batch, seq, 3, heads, head_size)), (2, 0, 3, 1, 4))
+        # qkv: (3, batch, heads, seq, head_size)
         # split (whose gradient is a concat), not slices (whose gradients are zero-padded copies).
         q, k, v = (
-            ops.reshape(t, (batch, seq, heads, head_size)) for t in ops.split(qkv, 3, axis=-1)
-        )  # each (batch, seq, heads, head_size)
-        # The einsums read the heads in place: no split/merge transposes.
-        scores = ops.einsum("bqnd,bknd->bnqk", q, k)  # (batch, heads, seq, seq)
+            ops.reshape(t, (batch, heads, seq, head_size)) for t in ops.split(qkv, 3, axis=0)
+        )  # each (batch, heads, seq, head_size)
+        scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, seq, seq)
         # Softmax in float32: under float16 the -1e4 bias and large scores overflow.
         scores = ops.cast(scores, "float32") / math.sqrt(head_size)
         # Keras casts `attention_bias` to the compute dtype under a mixed policy.
         scores = scores + ops.cast(attention_bias, "float32")
         probs = ops.cast(ops.softmax(scores, axis=-1), self.compute_dtype)
         probs = self.attention_dropout(probs, training=training)
-        context = ops.einsum("bnqk,bknd->bqnd", probs, v)  # (batch, seq, heads, head_size)
-        context = ops.reshape(context, (batch, seq, self.hidden_size))
+        context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # (batch, seq, heads, head_size)
+        context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, H)
         out = self.output_dropout(self.output_dense(context), training=training)
-        return self.layer_norm(x + out)
+        return ops.reshape(self.layer_norm(rows + out), (batch, seq, self.hidden_size))
 
     def _fused_qkv(self):
         """The query, key and value kernels side by side, (H, 3H), and their biases, (3H,), in the compute dtype."""

@@ -1,6 +1,7 @@
 """The transformer block ALBERT shares across layers: attention, then FFN."""
 
 import keras
+from keras import ops
 
 from albert_tf.layers.common import dense, get_activation, layer_norm
 
@@ -59,8 +60,12 @@ class FeedForward(keras.layers.Layer):
         self.built = True
 
     def call(self, x, training=None):
-        y = self.dropout(self.output_dense(self.intermediate(x)), training=training)
-        return self.layer_norm(x + y)
+        # Both matmuls on (batch * seq, H) rows: TensorFlow's oneDNN graph rewrite
+        # fuses a 2-D matmul with its bias and GELU into one op, which it cannot
+        # do through the reshapes of Keras' 3-D matmul (a tensordot).
+        rows = ops.reshape(x, (-1, self.hidden_size))  # (batch * seq, H)
+        y = self.dropout(self.output_dense(self.intermediate(rows)), training=training)
+        return ops.reshape(self.layer_norm(rows + y), ops.shape(x))
 
     def compute_output_shape(self, input_shape):
         return input_shape

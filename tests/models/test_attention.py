@@ -1,4 +1,4 @@
-"""The fused-QKV / einsum attention computes what the per-head transpose formulation did."""
+"""The fused-QKV attention (one transpose for the heads) computes what the per-head transpose formulation did."""
 
 import keras
 import numpy as np

@@ -1,8 +1,11 @@
 """FrozenForward: the model's outputs with its weights baked in as constants, for any shapes, in any precision."""
 
+import collections
+
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 from albert_tf import AlbertBackbone, AlbertTagger, FrozenForward
 from albert_tf import inference
@@ -21,6 +24,20 @@ BFLOAT16_ERROR_RATIO = 1.25
 
 def variable_reads(function):
     return [op for op in function.graph.get_operations() if op.type in ("ReadVariableOp", "VarHandleOp")]
+
+
+def optimized_op_counts(function, inputs):
+    """{op type: count} of a concrete function's graph as TensorFlow runs it, after grappler and oneDNN's rewrites."""
+    graph = tf.Graph()
+    with graph.as_default():
+        tf.graph_util.import_graph_def(function.graph.as_graph_def(), name="")
+    metadata = tf.compat.v1.RunMetadata()
+    with tf.compat.v1.Session(graph=graph) as session:
+        # The frozen function takes its inputs in sorted-name order.
+        feeds = {t.name: inputs[name] for t, name in zip(function.inputs, sorted(inputs))}
+        session.run([t.name for t in function.outputs], feeds,
+                    options=tf.compat.v1.RunOptions(output_partition_graphs=True), run_metadata=metadata)
+    return collections.Counter(node.op for graph in metadata.partition_graphs for node in graph.node)
 
 
 def test_first_shape_is_traced_exactly_then_one_function_serves_every_other_shape():
@@ -92,3 +109,28 @@ def test_predict_examples_gives_the_task_model_outputs(pad_to):
     for want, got, example in zip(expected, frozen, examples):
         assert got["logits"].shape == (len(example["token_ids"]), 5)
         np.testing.assert_allclose(got["logits"], want["logits"], atol=FLOAT32_ATOL)
+
+
+@pytest.mark.parametrize("dtype", [None, "mixed_bfloat16"])
+def test_every_block_matmul_runs_fused_with_its_bias_and_gelu(dtype):
+    # Random weights, as a trained model has: grappler drops an all-zero bias
+    # (the initializer's), and then there is no bias to fuse.
+    keras.utils.set_random_seed(0)
+    config = tiny_config(num_hidden_layers=2)
+    backbone = AlbertBackbone(config, dtype=dtype)
+    rng = np.random.default_rng(0)
+    backbone.set_weights([w + rng.normal(0.0, 0.02, w.shape).astype(w.dtype) for w in backbone.get_weights()])
+    inputs = backbone_batch(config, batch=1, seq=8, pad=False)
+    forward = FrozenForward(backbone)
+    forward(inputs)
+    ops = optimized_op_counts(forward.functions[0], inputs)
+    fused = sum(n for op, n in ops.items() if op.endswith("FusedMatMul"))
+    unfused = sum(n for op, n in ops.items() if op.endswith("MatMul") and not op.endswith("FusedMatMul"))
+    # Per layer the (H, 3H) query-key-value projection, the output projection
+    # and the FFN's two matmuls, plus the pooler's (with its tanh); only the
+    # embedding projection, once on (batch, seq, E), stays a plain matmul.
+    assert (fused, unfused) == (4 * config.num_hidden_layers + 1, 1), ops
+    # The tanh GELU ("gelu_new") runs inside the fused FFN matmul.
+    assert ops["Tanh"] == 0, ops
+    # Attention moves its heads with two transposes per layer: q, k and v together, then the context.
+    assert sum(n for op, n in ops.items() if op.endswith("Transpose")) == 2 * config.num_hidden_layers, ops

@@ -127,10 +127,18 @@ def test_float32_and_remat_read_the_weights_as_keras_does():
     remat_out, remat_grads, _ = outputs_and_gradients(
         AlbertBackbone(config, dtype="mixed_bfloat16", remat=True), weights, inputs)
     use_out, use_grads, _ = outputs_and_gradients(PerUseBackbone(config, dtype="mixed_bfloat16"), weights, inputs)
-    np.testing.assert_array_equal(remat_out, use_out)
+    # Not bit for bit: under remat the forward pass keeps nothing for the
+    # backward pass, so TensorFlow's graph rewrite fuses the FFN's matmul, bias
+    # and GELU into one oneDNN op that rounds to bfloat16 once; per use the
+    # GELU's input is kept for its gradient and the GELU runs apart, rounding
+    # each step. Measured: 0.2% of the largest output (about one bfloat16 ulp).
+    np.testing.assert_allclose(remat_out, use_out, rtol=0, atol=0.01 * np.abs(use_out).max())
     for path, gradient in use_grads.items():
         assert np.abs(remat_grads[path]).max() > 0, path
-        np.testing.assert_allclose(remat_grads[path], gradient, rtol=0, atol=0.03 * np.abs(gradient).max(),
+        # The key bias's gradient is zero in exact arithmetic (softmax ignores a
+        # constant added to a row of scores): what it holds is rounding noise
+        # (~1e-7), which the two forward passes' roundings change; hence the floor.
+        np.testing.assert_allclose(remat_grads[path], gradient, rtol=0, atol=0.03 * np.abs(gradient).max() + 1e-6,
                                    err_msg=path)
 
 

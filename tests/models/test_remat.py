@@ -24,8 +24,12 @@ def test_weights_are_equal_with_and_without_remat_after_optimizer_steps():
     plain, remat = weights_after_steps(False), weights_after_steps(True)
     assert len(plain) == len(remat)
     for a, b in zip(plain, remat):
-        # Same ops on the same inputs; only the order the backward pass runs them differs.
-        np.testing.assert_allclose(a, b, atol=1e-6)
+        # Same math on the same inputs. Under remat the forward pass keeps nothing
+        # for the backward pass, so TensorFlow's graph rewrite fuses the FFN's
+        # matmul, bias and GELU into one oneDNN op, whose float32 rounding differs
+        # from the separate ops': measured 1.0e-6 after three Adam steps at 1e-2
+        # (1.3e-7 with the rewrite off).
+        np.testing.assert_allclose(a, b, atol=3e-6)
     assert not all(np.array_equal(a, b) for a, b in zip(plain, weights_after_steps(False, steps=2)))
 
 
