@@ -4,8 +4,8 @@
 `pretrained` runs train-tokenizer -> create-data -> pretrain with tiny sizes,
 `finetuned` fine-tunes SST-2 on it. Each test writes its own outputs under
 `tour` by names no other test uses, and reads the shared ones without changing
-them. The modules that use the chain carry `xdist_group("cli_chain")`, so
-pytest-xdist runs them in one process and the chain is built once per run.
+them. pytest-xdist runs each test file whole on one of its processes, so the
+chain is built at most once per process.
 """
 
 import numpy as np

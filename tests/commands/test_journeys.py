@@ -21,7 +21,7 @@ from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_envi
 from input_pipeline import movie_reviews
 from journey_fixtures import STDIN_TEXTS, TINY_MODEL, Server, assert_one_line_error, strict_json_lines
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli_chain")]
+pytestmark = pytest.mark.slow
 
 
 def test_pretraining_leaves_a_run_that_carries_its_tokenizer(tour, pretrained):

@@ -17,9 +17,6 @@ import pytest
 from cli_helpers import run_cli, user_environment
 from journey_fixtures import STDIN_TEXTS, TINY_MODEL, Server, strict_json_lines
 
-# Its journeys read the tour that tests/commands/conftest.py builds once per process.
-pytestmark = pytest.mark.xdist_group("cli_chain")
-
 # A line TensorFlow's C++ logging writes: I0000 00:00:1795.. 1234 file.cc:12] ...
 _TF_LOG_LINE = re.compile(r"^[IWE]\d{4} ")
 

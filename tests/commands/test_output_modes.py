@@ -16,7 +16,7 @@ import pytest
 from cli_helpers import albert_tf_command, user_environment
 from journey_fixtures import TINY_MODEL
 
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("cli_chain")]
+pytestmark = pytest.mark.slow
 
 
 def _commands(tag):
