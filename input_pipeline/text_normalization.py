@@ -134,7 +134,7 @@ class Preprocessing:
         import tensorflow_text as tf_text
 
         # ICU's NFKC and lowercasing (used by these ops) agree with Python's on
-        # every line of the Korean and Japanese test corpora (tests/input_pipeline/test_languages.py).
+        # every line of the Korean and Japanese test corpora (tests/pipeline/test_languages.py).
         if self.normalization:
             texts = tf_text.normalize_utf8(texts, self.normalization)
         if self.collapse_whitespace:

@@ -1,4 +1,4 @@
-"""One tf.data service process for tests/input_pipeline/test_data_service.py: a dispatcher, or a worker of one.
+"""One tf.data service process for tests/pipeline/test_data_service.py: a dispatcher, or a worker of one.
 
     python data_service_worker.py dispatcher PORT
     python data_service_worker.py worker PORT DISPATCHER_HOST:PORT
