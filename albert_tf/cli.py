@@ -97,24 +97,33 @@ class QuietStderr:
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, 2)
         os.close(write_fd)
+        self._end_mark = f"albert-tf stderr copied {os.getpid()} {id(self)}\n".encode()
+        self._drained = threading.Event()
         self._thread = threading.Thread(target=self._copy, args=(read_fd, thread_real), daemon=True)
         self._thread.start()
         return self
 
-    @staticmethod
-    def _copy(read_fd, real_fd):
+    def _copy(self, read_fd, real_fd):
         with os.fdopen(read_fd, "rb") as pipe, os.fdopen(real_fd, "wb", buffering=0) as real:
             for line in pipe:
-                if not _NOISE.match(line.decode("utf-8", "replace")):
+                if line.endswith(self._end_mark):  # after a child's last line if that had no newline
+                    line = line[: -len(self._end_mark)]
+                    self._drained.set()
+                if line and not _NOISE.match(line.decode("utf-8", "replace")):
                     real.write(line)
 
     def __exit__(self, *exc_info):
         sys.stderr.flush()
-        # Closes this process's end of the pipe: the thread ends at EOF, once
-        # no child holds it either.
+        # A mark after the last line this process wrote, then the real stderr
+        # back. The thread copies until the mark, not until EOF: a child may
+        # outlive the command with the pipe as its stderr (multiprocessing's
+        # resource tracker, which create-data's worker pool starts, lives until
+        # this process exits), so EOF comes only after exit. Lines the workers
+        # wrote came before the mark: they ended before the command did.
+        os.write(2, self._end_mark)
         os.dup2(self._real, 2)
         os.close(self._real)
-        self._thread.join(timeout=5)
+        self._drained.wait(timeout=5)
         return False
 
 

@@ -21,9 +21,9 @@ from journey_fixtures import STDIN_TEXTS, TINY_MODEL, Server, strict_json_lines
 _TF_LOG_LINE = re.compile(r"^[IWE]\d{4} ")
 
 
-def one_line_error(*args, cwd, input=None):
+def one_line_error(*args, cwd, input=None, fresh=False):
     """Runs `albert-tf ARGS`, expecting exit 2; returns its single stderr line."""
-    done = run_cli(*args, cwd=cwd, input=input, expect_rc=2)
+    done = run_cli(*args, cwd=cwd, input=input, expect_rc=2, fresh=fresh)
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in done.stderr, done.stderr
     return lines[0]
@@ -68,11 +68,12 @@ def test_a_mistyped_flag_is_named_before_a_missing_required_one(tmp_path):
 @pytest.mark.slow
 def test_verbose_after_the_command_is_the_switch_before_it(tmp_path):
     # convert loads TensorFlow before it finds the missing model: --verbose shows TensorFlow's start-up
-    # lines, written before or after the command alike; without it the error is the one line.
+    # lines, written before or after the command alike; without it the error is the one line. Fresh
+    # processes: a command forked from the tests' command server finds TensorFlow loaded already.
     command = ["convert", "--from", "hf", "--model", "missing", "--out", "o"]
-    quiet = one_line_error(*command, cwd=tmp_path)
-    before = run_cli("--verbose", *command, cwd=tmp_path, expect_rc=2).stderr.strip().splitlines()
-    after = run_cli(*command, "--verbose", cwd=tmp_path, expect_rc=2).stderr.strip().splitlines()
+    quiet = one_line_error(*command, cwd=tmp_path, fresh=True)
+    before = run_cli("--verbose", *command, cwd=tmp_path, expect_rc=2, fresh=True).stderr.strip().splitlines()
+    after = run_cli(*command, "--verbose", cwd=tmp_path, expect_rc=2, fresh=True).stderr.strip().splitlines()
     assert len(after) == len(before) > 1 and after[-1] == before[-1] == quiet, (before, after)
     # finetune's --verbose was Keras fit's verbosity (it took a number); that is --fit-verbose now.
     from albert_tf import cli
@@ -242,11 +243,12 @@ def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_pat
 @pytest.mark.slow
 def test_noise_free_stderr_for_help_tokenizer_pretrain_and_predict(tour, finetuned):
     runs = [
-        run_cli("--help", cwd=tour),
-        run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "300", "--out", "tok_quiet/", cwd=tour),
+        run_cli("--help", cwd=tour, fresh=True),
+        run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "300", "--out", "tok_quiet/", cwd=tour,
+                fresh=True),
         run_cli("pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/quiet", "--batch-size", "4",
-                "--steps", "2", cwd=tour),
-        run_cli("predict", "--model", "runs/sst2", cwd=tour, input=STDIN_TEXTS[0] + "\n"),
+                "--steps", "2", cwd=tour, fresh=True),
+        run_cli("predict", "--model", "runs/sst2", cwd=tour, input=STDIN_TEXTS[0] + "\n", fresh=True),
     ]
     for done in runs:
         noisy = [line for line in done.stderr.splitlines()

@@ -3,17 +3,16 @@
 Every output is staged beside its place and published whole
 (`input_pipeline.files.publish`); staging must not make it private (tempfile's
 0700 / 0600), or a TF-Serving process running as another user cannot read the
-export. Each command runs in its own process under the umask, as from a shell.
+export. Each command runs in its own process under the umask, as a shell's
+`umask` sets it (tests/cli_helpers.run_cli).
 """
 
 import os
-import shlex
 import stat
-import subprocess
 
 import pytest
 
-from cli_helpers import albert_tf_command, user_environment
+from cli_helpers import run_cli
 from journey_fixtures import TINY_MODEL
 
 pytestmark = pytest.mark.slow
@@ -47,10 +46,8 @@ def _modes(path):
 @pytest.mark.parametrize("umask, dir_mode, file_mode", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600)])
 def test_every_output_has_the_modes_the_umask_gives(tour, pretrained, umask, dir_mode, file_mode):
     tag = f"{umask:03o}"
-    command = " && ".join(shlex.join(albert_tf_command() + args) for args in _commands(tag))
-    done = subprocess.run(["sh", "-c", f"umask {tag} && {command}"], cwd=tour, capture_output=True, text=True,
-                          env=user_environment(), timeout=1800)
-    assert done.returncode == 0, done.stderr[-4000:]
+    for args in _commands(tag):
+        run_cli(*args, cwd=tour, umask=umask, timeout=1800)
     outputs = [f"data_{tag}", f"runs/base_{tag}", f"runs/sst2_{tag}", f"saved_models/sst2_{tag}", f"tflite_{tag}",
                f"hf_{tag}", f"predictions_{tag}.jsonl"]
     wrong = {}
