@@ -1,6 +1,8 @@
 """`albert-tf`'s stderr filter keeps every line that is not TensorFlow's start-up noise."""
 
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -35,3 +37,20 @@ def test_benign_error_lines_are_dropped_and_real_ones_kept(capfd):
     err = capfd.readouterr().err
     assert "DT_INT64" not in err and "cuInit" not in err
     assert "a real failure" in err
+
+
+def test_a_child_that_outlives_the_command_neither_delays_its_exit_nor_loses_its_lines(capfd):
+    # As create-data's worker pool leaves multiprocessing's resource tracker holding the stderr
+    # pipe until the command's process exits: EOF never comes before exit.
+    with cli.QuietStderr():
+        child = subprocess.Popen([sys.executable, "-c", "import os, time; os.write(2, b'a worker line, no newline'); "
+                                  "time.sleep(30)"])
+        time.sleep(1)  # the child has written
+        os.write(2, b"the command's last line\n")
+        started = time.monotonic()
+    ended = time.monotonic() - started
+    child.kill()
+    child.wait()
+    err = capfd.readouterr().err
+    assert ended < 2, f"the filter waited {ended:.1f} s for a pipe a child still held"
+    assert "a worker line, no newline" in err and "the command's last line" in err, err
