@@ -28,7 +28,8 @@ the same rows with the weights as variables, a plain Keras call in a
 tf.function.
 
     pip install -e .[bench]
-    python bench/model_speed.py [--steps 10] [--rounds 5] [--bf16] [--write bench/results/model_speed.md]
+    python bench/model_speed.py [--steps 10] [--inference-steps 30] [--rounds 5] [--bf16]
+        [--write bench/results/model_speed.md]
 """
 
 import argparse
@@ -52,14 +53,18 @@ def first_row(arrays):
 
 
 def measurements(train_step, infer_step, warmup, steps, **more_inference):
-    """{"train": ..., "infer": ..., **more_inference}: each times its step (median ms) when called."""
+    """{"train": ..., "infer": ..., **more_inference}: each times its step (median ms) when called.
+
+    `steps` is (training steps, inference calls) timed per round.
+    """
+    train_steps, inference_calls = steps
     inference = {"infer": infer_step, **more_inference}
     for _ in range(warmup):
         train_step()
         for step in inference.values():
             step()
-    return {"train": lambda: timed(train_step, 0, steps),
-            **{name: lambda step=step: timed(step, 0, steps * 3) for name, step in inference.items()}}
+    return {"train": lambda: timed(train_step, 0, train_steps),
+            **{name: lambda step=step: timed(step, 0, inference_calls) for name, step in inference.items()}}
 
 
 def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
@@ -171,7 +176,7 @@ class Row:
         precision: "fp32" or "bf16", the ceiling the row is measured against.
         compiler: how the step runs, as the table prints it.
         peer: whether albert-tf is compared with it.
-        bench: (arrays, warmup, steps) -> `measurements`.
+        bench: (arrays, warmup, (train steps, inference calls)) -> `measurements`.
     """
 
     def __init__(self, implementation, name, precision, compiler, peer, bench):
@@ -227,7 +232,7 @@ def _variables_share(results, key):
     return statistics.median(r["infer_variables"] / r["infer"] for r in results[key])
 
 
-def run_worker(key, warmup, steps):
+def run_worker(key, warmup, steps, inference_steps):
     """The child process of one implementation (see `benchlib.timing.Worker`)."""
     import tensorflow as tf
     import torch
@@ -235,12 +240,14 @@ def run_worker(key, warmup, steps):
     threads = os.cpu_count()
     torch.set_num_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    serve(IMPLEMENTATIONS[key].bench(pretraining_arrays(BATCH, SEQ, PREDICTIONS, 30000), warmup, steps))
+    arrays = pretraining_arrays(BATCH, SEQ, PREDICTIONS, 30000)
+    serve(IMPLEMENTATIONS[key].bench(arrays, warmup, (steps, inference_steps)))
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--steps", type=int, default=10, help="timed iterations per round (inference: 3x)")
+    parser.add_argument("--steps", type=int, default=10, help="timed training steps per round")
+    parser.add_argument("--inference-steps", type=int, help="timed inference calls per round (default: 3x --steps)")
     parser.add_argument("--rounds", type=int, default=5, help="turns of timing every implementation")
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--bf16", action="store_true",
@@ -249,8 +256,9 @@ def main():
     parser.add_argument("--worker", choices=list(IMPLEMENTATIONS), help=argparse.SUPPRESS)
     parser.add_argument("--write", help="also write the table (markdown) to this file")
     args = parser.parse_args()
+    inference_steps = args.inference_steps or 3 * args.steps
     if args.worker:
-        return run_worker(args.worker, args.warmup, args.steps)
+        return run_worker(args.worker, args.warmup, args.steps, inference_steps)
     keras_hub_installed = importlib.util.find_spec("keras_hub") is not None
     if not keras_hub_installed and any(IMPLEMENTATIONS[k].implementation == "keras-hub" for k in args.only or ()):
         parser.error("--only names keras-hub rows, but keras-hub is not installed (pip install -e .[bench])")
@@ -262,7 +270,8 @@ def main():
     if not keras_hub_installed and not args.only:
         keys = [k for k in keys if IMPLEMENTATIONS[k].implementation != "keras-hub"]
         print("keras-hub is not installed: its rows are left out (pip install -e .[bench] installs it).")
-    results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--warmup", str(args.warmup)])
+    results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--inference-steps",
+                                                      str(inference_steps), "--warmup", str(args.warmup)])
 
     import tensorflow as tf
     import torch
@@ -277,7 +286,7 @@ def main():
     rows = {key: IMPLEMENTATIONS[key] for key in keys}
     table = [
         f"ALBERT-base; {machine_line(ceilings)}",
-        f"Median of {args.steps} steps (inference {3 * args.steps}) per round, {args.rounds} rounds in turns. "
+        f"Median of {args.steps} steps (inference {inference_steps}) per round, {args.rounds} rounds in turns. "
         f"TensorFlow {tf.__version__}, keras-hub {keras_hub_version}, transformers "
         f"{transformers.__version__}, torch {torch.__version__}. Vs fastest peer: time / the time of the "
         "fastest of keras-hub and HF transformers at the row's precision; speed-up: the time of the "
