@@ -28,6 +28,7 @@ from input_pipeline import (  # noqa: E402
     make_pretraining_dataset,
     write_pretraining_tfrecords,
 )
+from benchlib.machine import cpu_flags, cpu_name  # noqa: E402
 
 
 def bench_writer(documents, tokenizer, seq, workers, dupe_factor):
@@ -104,7 +105,8 @@ def main():
 
     n = args.memory_documents
     table = "\n".join([
-        f"Data pipeline on {os.cpu_count()} CPU cores; {len(corpus.document_splits) - 1} IMDB reviews "
+        f"Data pipeline on {cpu_name()}, {os.cpu_count()} cores, flags: {' '.join(cpu_flags()) or 'none'}; "
+        f"{len(corpus.document_splits) - 1} IMDB reviews "
         f"({len(corpus.token_ids):,} tokens, tokenized once in {tokenize_seconds:.1f}s), vocab {args.vocab_size}.",
         "",
         f"| max_seq_length | static writer ({args.workers} workers, examples/s) | dynamic pipeline (examples/s) |",

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from benchlib.machine import cpu_flags, cpu_name
 from benchlib.output import emit_table
 
 
@@ -111,8 +112,8 @@ def main():
     lines = [
         f"One epoch, {len(rows)} Rotten Tomatoes sentences (a seeded subset of 8,530; mean "
         f"{np.mean(lengths):.1f} / max {max(lengths)} pieces), batch {args.batch_size}, {steps} steps; "
-        f"ALBERT E=128 H={config.hidden_size} L={config.num_hidden_layers}, {os.cpu_count()} CPU cores, "
-        "second epoch timed.",
+        f"ALBERT E=128 H={config.hidden_size} L={config.num_hidden_layers}; {cpu_name()}, {os.cpu_count()} cores, "
+        f"flags: {' '.join(cpu_flags()) or 'none'}; second epoch timed.",
         "",
         "| pipeline | epoch time (s) | padded tokens | vs per-batch bucketed |",
         "|---|---|---|---|",

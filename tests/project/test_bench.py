@@ -226,6 +226,22 @@ def test_scripts_index_lists_every_script_and_only_existing_ones():
     assert sorted(on_disk - linked) == []
 
 
+def test_every_speed_and_memory_benchmark_prints_the_cpu_flags():
+    """Machines differ between runs: each script under the index's speed and memory heading names the CPU's flags."""
+    with open(os.path.join(BENCH_DIR, "README.md")) as f:
+        index = f.read()
+    section = index.split("## Speed and memory benchmarks", 1)[1].split("\n## ", 1)[0]
+    scripts = re.findall(r"^\| \[[^\]]+\]\(([^)]+\.py)\)", section, re.MULTILINE)
+    assert len(scripts) >= 10, scripts
+    silent = []
+    for script in scripts:
+        with open(os.path.join(BENCH_DIR, script)) as f:
+            source = f.read()
+        if not re.search(r"\b(cpu_flags|machine_line)\(", source):
+            silent.append(script)
+    assert not silent, f"speed tables without the CPU flags: {silent}"
+
+
 def test_results_index_lists_every_results_file_and_only_existing_ones():
     """bench/results/README.md links every results file, and each link resolves; none lie beside the scripts."""
     results_dir = os.path.join(BENCH_DIR, "results")
