@@ -44,8 +44,8 @@ def test_a_child_that_outlives_the_command_neither_delays_its_exit_nor_loses_its
     # pipe until the command's process exits: EOF never comes before exit.
     with cli.QuietStderr():
         child = subprocess.Popen([sys.executable, "-c", "import os, time; os.write(2, b'a worker line, no newline'); "
-                                  "time.sleep(30)"])
-        time.sleep(1)  # the child has written
+                                  "print('written', flush=True); time.sleep(30)"], stdout=subprocess.PIPE, text=True)
+        assert child.stdout.readline() == "written\n"
         os.write(2, b"the command's last line\n")
         started = time.monotonic()
     ended = time.monotonic() - started
