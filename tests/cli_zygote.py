@@ -1,37 +1,69 @@
-"""A process that has imported TensorFlow and nothing else, and forks a fresh `albert-tf` per request.
+"""A process that has imported TensorFlow and nothing else, and forks a fresh program per request.
 
-Every `albert-tf` command that does work imports TensorFlow first (about 4.5 s
-of one core here); the CLI tests run it more than a hundred times. This server
-pays for the import once per test process, then forks: each command still runs
-in a process of its own, with its own working directory, environment, stdin,
-stdout, stderr, exit status and signals, and imports `albert_tf` itself. What
-the fork shares with the server is TensorFlow's and Keras' modules, loaded
-under the user's environment (tests/cli_helpers.user_environment) before any
-op ran, as the command's own import would have loaded them.
+Every `albert-tf` command that does work, and every worker script the tests
+start, imports TensorFlow first (about 4.5 s of one core here); the tests start
+such programs a few hundred times. This server pays for the import once per
+test process, then forks: each program still runs in a process of its own,
+with its own working directory, environment, umask, stdin, stdout, stderr,
+exit status and signals, and imports `albert_tf` itself. What the fork shares
+with the server is TensorFlow's and Keras' modules, loaded under the user's
+environment (tests/cli_helpers.user_environment) before any op ran, as the
+program's own import would have loaded them. tests/cli_helpers.py decides
+which programs may start this way (not those whose environment TensorFlow or
+Keras would read differently at import).
 
     python tests/cli_zygote.py SOCKET_PATH      (tests/cli_helpers.py starts it)
 
-Per request on the Unix socket: a JSON line {"argv", "cwd", "env", "umask"} with three
-file descriptors (stdin, stdout, stderr). A monitor process forks the command,
-answers "pid N", then "exit N" or "signal N" when it ends. The server exits
-when its own stdin closes (the test process ended).
+Per request on the Unix socket: a JSON line {"run", "cwd", "env", "umask"} with
+three file descriptors (stdin, stdout, stderr). "run" is one of
+["albert-tf", ARG...] (the console script), ["script", PATH, ARG...]
+(`python PATH ARG...`) and ["code", CODE, ARG...] (`python -c CODE ARG...`).
+A monitor process forks the program, answers "pid N", then "exit N" or
+"signal N" when it ends. The server exits when its own stdin closes (the test
+process ended).
 """
 
+import builtins
+import io
 import json
 import os
+import runpy
 import select
 import signal
 import socket
 import sys
+import tempfile
+import traceback
 
-# As the console script's: the directory of the interpreter first, not tests/.
+# The directories every program's path ends with: the interpreter's own, not
+# tests/ (sys.path[0] here) and not the server's PYTHONPATH.
+_SERVER_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+_BASE_PATH = [p for p in sys.path[1:] if p not in _SERVER_PYTHONPATH]
 sys.path[0] = os.path.dirname(sys.executable)
 
-import tensorflow  # noqa: E402,F401  (the import every working command makes first)
+import tensorflow  # noqa: E402,F401  (the import every working program makes first)
 
 
-def _run_command(request, fds):
-    """In the forked command: the request's stdio, directory and environment, then the CLI's main."""
+def _stdio(unbuffered):
+    """sys.stdin/stdout/stderr on fds 0-2, as Python's start-up opens them (PYTHONUNBUFFERED honoured)."""
+    sys.stdin = open(0, "r", closefd=False)
+    if unbuffered:
+        sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False), write_through=True)
+    else:
+        sys.stdout = open(1, "w", closefd=False)
+    sys.stderr = open(2, "w", closefd=False, errors="backslashreplace", buffering=1)
+
+
+def _exit_status(exit):
+    """The status `raise SystemExit(code)` gives a Python program (a message goes to stderr, status 1)."""
+    if exit.code is None or isinstance(exit.code, int):
+        return exit.code or 0
+    print(exit.code, file=sys.stderr)
+    return 1
+
+
+def _run_program(request, fds):
+    """In the forked program: the request's stdio, directory, environment and path, then the program."""
     for target, fd in enumerate(fds):
         os.dup2(fd, target)
         os.close(fd)
@@ -43,30 +75,55 @@ def _run_command(request, fds):
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
-    sys.argv = ["albert-tf", *request["argv"]]
-    sys.stdin = open(0, "r", closefd=False)
-    sys.stdout = open(1, "w", closefd=False)
-    sys.stderr = open(2, "w", closefd=False)
+    tempfile.tempdir = None  # found again from this environment's TMPDIR
+    _stdio(bool(os.environ.get("PYTHONUNBUFFERED")))
+    kind, *args = request["run"]
+    target = None if kind == "albert-tf" else args.pop(0)
+    first = {"albert-tf": os.path.dirname(sys.executable), "script": os.path.dirname(os.path.abspath(target or "")),
+             "code": ""}[kind]
+    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    sys.path[:] = [first, *pythonpath, *[p for p in _BASE_PATH if p not in pythonpath]]
     code = 1
     try:
-        from albert_tf.cli import main
+        if kind == "albert-tf":
+            sys.argv = ["albert-tf", *args]
+            from albert_tf.cli import main
 
-        code = main()
+            code = main()
+        elif kind == "script":
+            sys.argv = [target, *args]
+            runpy.run_path(target, run_name="__main__")
+            code = 0
+        else:
+            sys.argv = ["-c", *args]
+            exec(compile(target, "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+            code = 0
     except SystemExit as exit:
-        code = exit.code if isinstance(exit.code, int) else (0 if exit.code is None else 1)
-    finally:
-        sys.stdout.flush()
+        code = _exit_status(exit)
+    except KeyboardInterrupt:
+        traceback.print_exc()
         sys.stderr.flush()
+        signal.signal(signal.SIGINT, signal.SIG_DFL)  # as Python does: the process dies of the SIGINT
+        os.kill(os.getpid(), signal.SIGINT)
+    except BaseException:
+        traceback.print_exc()
+        code = 1
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         os._exit(code or 0)
 
 
 def _monitor(connection, request, fds):
-    """Forks the command, tells the client its pid, waits for it and tells how it ended."""
+    """Forks the program, tells the client its pid, waits for it and tells how it ended."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
         connection.close()
-        _run_command(request, fds)
+        _run_program(request, fds)
     for fd in fds:
         os.close(fd)
     connection.sendall(f"pid {pid}\n".encode())

@@ -12,6 +12,8 @@ import os
 import shutil
 import tempfile
 
+from cli_helpers import XLA_CACHE_FLAG
+
 # Quiet TensorFlow's start-up chatter in test logs; set before TF is imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
@@ -21,7 +23,6 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 # compiled program itself, so a hit returns what the compile would have built.
 # The first test process to load this file (pytest's controller, before the
 # xdist workers start) makes the directory; the others inherit the variable.
-XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory="
 if XLA_CACHE_FLAG not in os.environ.get("TF_XLA_FLAGS", ""):
     _xla_cache = tempfile.mkdtemp(prefix="albert-tf-tests-xla-")
     os.environ["TF_XLA_FLAGS"] = f"{os.environ.get('TF_XLA_FLAGS', '')} {XLA_CACHE_FLAG}{_xla_cache}".strip()

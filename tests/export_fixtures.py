@@ -14,6 +14,7 @@ import sys
 import tempfile
 
 from helpers import tiny_config
+from cli_helpers import run_program
 
 VOCAB_SIZE = 300
 MAX_LENGTH = 24
@@ -86,8 +87,7 @@ MEDIAPIPE_TEXTS = [
 def run_mediapipe(model_path, texts):
     """MediaPipe's TextClassifier on `texts`, in its own process (tests/mediapipe_worker.py)."""
     worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "mediapipe_worker.py")
-    done = subprocess.run([sys.executable, worker, model_path], input=json.dumps(texts), capture_output=True,
-                          text=True, timeout=300)
+    done = run_program([sys.executable, worker, model_path], input=json.dumps(texts), timeout=300)
     if done.returncode != 0:
         raise AssertionError(f"MediaPipe's TextClassifier failed on {model_path}:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout)

@@ -11,7 +11,7 @@ import subprocess
 import urllib.request
 
 
-from cli_helpers import albert_tf_command, user_environment
+from cli_helpers import albert_tf_command, start_program, user_environment
 
 # Shrinks the README's `--preset base` to a model that trains in seconds.
 TINY_MODEL = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "2",
@@ -57,10 +57,8 @@ class Server:
     """`albert-tf serve` in its own process; the model URL is read from its first line."""
 
     def __init__(self, *args, cwd):
-        self.process = subprocess.Popen(
-            albert_tf_command() + ["serve", *args, "--port", "0"], cwd=cwd,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=user_environment(),
-        )
+        self.process = start_program(albert_tf_command() + ["serve", *args, "--port", "0"], cwd=cwd,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment())
         line = self.process.stdout.readline()
         if " at http" not in line:
             self.process.kill()

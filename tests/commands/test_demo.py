@@ -15,7 +15,7 @@ from albert_tf.apps.demo_config import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, Demo
 from albert_tf.commands.demo import config_from_args
 from albert_tf.loading import load_pretrained
 from input_pipeline import TokenizedCorpus
-from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, start_program, user_environment
 from data_fixtures import imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
@@ -94,8 +94,8 @@ def test_rerunning_a_finished_demo_keeps_the_timings_of_the_work_that_made_it(tm
 
 def _interrupt_demo(command, cwd, ready):
     """Starts `command`, sends SIGINT once `ready(output so far, last line)`; returns (stdout, stderr, exit code)."""
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=user_environment(PYTHONUNBUFFERED="1"), preexec_fn=ctrl_c_reaches_it)
+    process = start_program(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    env=user_environment(PYTHONUNBUFFERED="1"), preexec_fn=ctrl_c_reaches_it)
     printed = ""
     for line in process.stdout:
         printed += line

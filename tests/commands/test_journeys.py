@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pytest
 
-from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, start_program, user_environment
 from input_pipeline import movie_reviews
 from journey_fixtures import STDIN_TEXTS, TINY_MODEL, Server, assert_one_line_error, strict_json_lines
 
@@ -320,8 +320,8 @@ def test_ctrl_c_in_pretrain_says_where_it_stopped_and_resumes(tour, pretrained):
     command = albert_tf_command() + ["pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/interrupted",
                                      "--batch-size", "8", "--steps", "400", "--log-every", "1",
                                      "--checkpoint-every", "2"]
-    process = subprocess.Popen(command, cwd=tour, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=user_environment(), preexec_fn=ctrl_c_reaches_it)
+    process = start_program(command, cwd=tour, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment(),
+                    preexec_fn=ctrl_c_reaches_it)
     for line in process.stdout:
         if line.startswith("step") and int(line.split()[1].split("/")[0]) >= 3:
             break

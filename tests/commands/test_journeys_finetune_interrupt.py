@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from albert_tf import AlbertBackbone
-from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, start_program, user_environment
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
 from input_pipeline import movie_reviews
@@ -39,8 +39,8 @@ def interrupted_finetune(cwd, out, after_line):
     command = albert_tf_command() + ["finetune", "--task", "classification", "--model", "pretrained/final",
                                      "--train", "train.csv", "--eval", "eval.csv", "--out", out,
                                      "--max-seq-length", "64", "--batch-size", "8", "--epochs", "6", "--truncate"]
-    process = subprocess.Popen(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               env=user_environment(), preexec_fn=ctrl_c_reaches_it)
+    process = start_program(command, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment(),
+                    preexec_fn=ctrl_c_reaches_it)
     seen = []
     for line in process.stdout:
         seen.append(line)

@@ -4,7 +4,6 @@
 import functools
 import json
 import os
-import subprocess
 import sys
 
 import keras
@@ -19,7 +18,7 @@ from albert_tf.export import export_saved_model, load_saved_model, pack_texts
 from albert_tf.export.saved_model import METADATA_FILE, resolve_export_precision
 from albert_tf.models import AlbertClassifier
 from albert_tf.models.pretrained import with_dtype_policy
-from cli_helpers import run_cli, serving
+from cli_helpers import run_cli, run_program, serving
 from export_fixtures import LABELS, MAX_LENGTH, classifier, exported_classifier, real_texts, scratch_dir, tokenizer
 from helpers import max_abs_diff
 from test_export_saved_model import SAVED_MODEL_CLI_WITH_TF_TEXT
@@ -158,8 +157,8 @@ def test_cli_bf16_export_is_served_by_a_fresh_process(tmp_path):
     assert 1e-5 < max_abs_diff(served, reference) <= BFLOAT16_ERROR_RATIO * max_abs_diff(keras_bf16, reference)
 
     # TF-Serving's loader (a TF1 session restoring `variables/`), as `saved_model_cli run` uses it.
-    ran = subprocess.run([sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", str(base / "1"),
-                          "--tag_set", "serve", "--signature_def", "serve_text", "--input_exprs",
-                          "text=['A great movie!', 'Dull.']"], capture_output=True, text=True, timeout=600)
+    ran = run_program([sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", str(base / "1"),
+                       "--tag_set", "serve", "--signature_def", "serve_text", "--input_exprs",
+                       "text=['A great movie!', 'Dull.']"], timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]
     assert "Result for output key labels" in ran.stdout and "probabilities" in ran.stdout

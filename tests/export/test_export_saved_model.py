@@ -2,7 +2,6 @@
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -19,6 +18,7 @@ from export_fixtures import (
 )
 from helpers import backbone_batch, max_abs_diff, pretraining_batch
 from input_pipeline.packing import truncate_pair
+from cli_helpers import run_program
 
 
 def _call(signature, **arrays):
@@ -211,7 +211,7 @@ def test_saved_model_cli_show_and_run():
     with_text = [sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT]
 
     def cli(command, *args):
-        done = subprocess.run(command + list(args), capture_output=True, text=True, timeout=120)
+        done = run_program(command + list(args), timeout=120)
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 

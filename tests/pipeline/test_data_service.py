@@ -7,7 +7,7 @@ import sys
 import pytest
 
 from albert_tf.training import read_log
-from cli_helpers import free_ports, run_cli
+from cli_helpers import free_ports, run_cli, start_program
 from data_fixtures import imdb_documents, small_tokenizer
 from journey_fixtures import TINY_MODEL, assert_one_line_error, write_sentences_corpus
 
@@ -24,7 +24,7 @@ def data_service():
     processes = []
     try:
         for command in commands:
-            processes.append(subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True))
+            processes.append(start_program(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
             assert processes[-1].stdout.readline().strip() == "ready"
         yield f"grpc://127.0.0.1:{dispatcher_port}", processes
     finally:

@@ -1,13 +1,13 @@
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import pytest
 import tensorflow as tf
 
 from albert_tf.distribute import configure_logical_cpus, get_strategy, tpu_cluster_resolver
+from cli_helpers import run_program
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -127,14 +127,7 @@ def test_strategies_on_two_logical_cpus():
         TF_CPP_MIN_LOG_LEVEL="3",
     )
     env.pop("TF_CONFIG", None)  # multi_worker must fall back to one local worker
-    result = subprocess.run(
-        [sys.executable, "-c", STRATEGY_SCRIPT],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
+    result = run_program([sys.executable, "-c", STRATEGY_SCRIPT], env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["mirrored_replicas"] == 2

@@ -16,7 +16,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.training import Trainer
-from cli_helpers import free_ports
+from cli_helpers import free_ports, start_program
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, fit_weights, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config,
     weights_of,
@@ -40,8 +40,7 @@ def worker(args, tf_config=None):
     env.pop("TF_CONFIG", None)
     if tf_config:
         env["TF_CONFIG"] = json.dumps(tf_config)
-    return subprocess.Popen([sys.executable, WORKER, *args], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return start_program([sys.executable, WORKER, *args], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 def finish(process, timeout=90):

@@ -8,15 +8,14 @@ leave a complete `final/` and no debris.
 
 import os
 import pathlib
-import subprocess
 import sys
 
-import numpy as np
 import pytest
 import tensorflow as tf
 
 from albert_tf.loading import load_pretrained
 from albert_tf.training import Trainer
+from cli_helpers import run_program
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
 
 TESTS = pathlib.Path(__file__).parents[1]
@@ -28,8 +27,8 @@ def run_worker(run_dir, steps, kill_in=None, out=None):
     script = ["fault_worker.py", "--kill-in", kill_in] if kill_in else ["training_worker.py"]
     args = ["--run-dir", str(run_dir), "--steps", str(steps), "--checkpoint-every", "2"]
     env = dict(os.environ, PYTHONPATH=str(TESTS.parent), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
-    done = subprocess.run([sys.executable, str(TESTS / script[0]), *script[1:], *args, *(["--out", str(out)] if out else [])],
-                          env=env, capture_output=True, text=True, timeout=300)
+    done = run_program([sys.executable, str(TESTS / script[0]), *script[1:], *args, *(["--out", str(out)] if out else [])],
+               env=env, timeout=300)
     return done.returncode, done.stdout + done.stderr
 
 

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from albert_tf.training import Trainer
 from albert_tf.training.trainer import TrainingStopped
-from cli_helpers import albert_tf_command, run_cli, user_environment
+from cli_helpers import albert_tf_command, run_cli, start_program, user_environment
 from input_pipeline import movie_reviews
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config
 
@@ -57,8 +57,8 @@ def test_sigterm_in_pretrain_checkpoints_exits_143_and_the_rerun_ends_as_an_unin
                 "--batch-size", "4", "--warmup-steps", "0", "--steps", "12", "--log-every", "1",
                 "--checkpoint-every", "100", "--steps-per-loop", "1"]
 
-    process = subprocess.Popen(albert_tf_command() + command("preempted"), stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=user_environment())
+    process = start_program(albert_tf_command() + command("preempted"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                    env=user_environment())
     for line in process.stdout:
         if line.startswith("step") and int(line.split()[1].split("/")[0]) >= 3:
             break

@@ -19,6 +19,7 @@ from albert_tf.training import Trainer, read_log
 from albert_tf.training.progress import METRICS
 from albert_tf.training.run_directory import TRAINING_CONFIG_FILE
 from albert_tf.training.trainer import loop_length, resolve_run_precision
+from cli_helpers import run_program, start_program
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config, weights_of,
 )
@@ -238,12 +239,11 @@ def test_run_killed_inside_a_loop_resumes_to_the_weights_of_an_uninterrupted_run
             "--checkpoint-every", "4", "--steps-per-loop", "4", "--out", str(tmp_path / "w.npz")]
     env = dict(os.environ, PYTHONPATH=str(TESTS.parent), CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
     # Slow input (0.5 s a batch): the loop of steps 5-8 takes 2 s, and the kill lands inside it.
-    process = subprocess.Popen(args + ["--seconds-per-batch", "0.5"], env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
+    process = start_program(args + ["--seconds-per-batch", "0.5"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     kill_once_written(process, run_dir / "checkpoints" / "ckpt-4.index", timeout=120)
     assert not (run_dir / "checkpoints" / "ckpt-8.index").exists()
 
-    done = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    done = run_program(args, env=env, timeout=300)
     assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
     arrays = np.load(tmp_path / "w.npz")
     resumed = [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
