@@ -4,12 +4,14 @@ Nothing the test process has imported or prepared (TensorFlow Text's ops, a
 tokenizer in memory, Keras state) reaches the command, so the bugs a user meets
 when chaining commands show up here first.
 
-`run_cli` forks each command from a server that has imported TensorFlow once
-(tests/cli_zygote.py says what the fork shares): the command still has a
-process, directory, environment, stdio and exit status of its own, and imports
-`albert_tf` itself, without paying TensorFlow's 4.5 s import each time.
-`run_cli(..., fresh=True)` (the quick journey, the start-up noise checks) and
-ALBERT_TF_TESTS_FRESH_PROCESSES=1 (every call) start the console script instead.
+`run_cli` forks each command, and `start_program`/`run_program` each worker
+script and `python -c` probe, from a server that has imported TensorFlow once
+(tests/cli_zygote.py says what the fork shares): the program still has a
+process, directory, environment, stdio, signals and exit status of its own, and
+imports `albert_tf` itself, without paying TensorFlow's 4.5 s import each time.
+`fresh=True` (the quick journey, the start-up noise checks), an environment
+TensorFlow or Keras would read differently at import, and
+ALBERT_TF_TESTS_FRESH_PROCESSES=1 (every call) start a new process instead.
 """
 
 import atexit
@@ -81,8 +83,8 @@ def run_cli(*args, cwd=None, input=None, timeout=900, expect_rc=0, env=None, fre
         The `subprocess.CompletedProcess` (text stdout and stderr).
     """
     command = albert_tf_command() + [str(a) for a in args]
-    done = run_program(command, cwd=cwd, input=input, timeout=timeout, env=env if env is not None else user_environment(),
-               fresh=fresh, umask=umask)
+    done = run_program(command, cwd=cwd, input=input, timeout=timeout,
+                       env=env if env is not None else user_environment(), fresh=fresh, umask=umask)
     if expect_rc is not None and done.returncode != expect_rc:
         raise AssertionError(
             f"`albert-tf {' '.join(map(str, args))}` exited {done.returncode}, expected {expect_rc}\n"
