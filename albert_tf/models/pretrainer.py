@@ -51,6 +51,22 @@ def pretraining_sums(labels, outputs):
     }
 
 
+def metrics_from_sums(sums):
+    """Accuracies and mean losses of `pretraining_sums` added over batches (Python floats).
+
+    Returns:
+        dict: mlm_accuracy and mlm_loss over the real masked positions (0.0
+        where there are none), sop_accuracy and sop_loss over the examples.
+    """
+    masked = max(sums["mlm_weight"], 1.0)
+    return {
+        "mlm_accuracy": sums["mlm_correct"] / masked,
+        "mlm_loss": sums["mlm_ce"] / masked,
+        "sop_accuracy": sums["sop_correct"] / sums["sop_examples"],
+        "sop_loss": sums["sop_ce"] / sums["sop_examples"],
+    }
+
+
 def losses_from_sums(sums, total_weight, total_examples):
     """(mlm_loss, sop_loss) of `sums`' share of a mean over `total_*`.
 

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from albert_tf.models.pretrainer import pretraining_sums
+from albert_tf.models.pretrainer import metrics_from_sums, pretraining_sums
 from input_pipeline import features
 
 
@@ -41,10 +41,7 @@ def evaluate_pretraining(model, dataset, num_batches, baseline_token_id=None):
     if not totals:
         raise ValueError("The evaluation dataset is empty.")
     result = {
-        "mlm_accuracy": totals["mlm_correct"] / totals["mlm_weight"],
-        "mlm_loss": totals["mlm_ce"] / totals["mlm_weight"],
-        "sop_accuracy": totals["sop_correct"] / totals["sop_examples"],
-        "sop_loss": totals["sop_ce"] / totals["sop_examples"],
+        **metrics_from_sums(totals),
         # Always predicting the more frequent label: SOP's real chance level
         # (one-sentence chunks take a random-document B, so label 1 > 50%).
         "sop_majority_accuracy": max(totals["label_ones"], totals["sop_examples"] - totals["label_ones"])

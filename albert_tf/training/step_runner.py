@@ -41,7 +41,7 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.distribute import skip_optimizer_all_reduce
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
-from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, pretraining_sums
+from albert_tf.models.pretrainer import SUM_NAMES, losses_from_sums, metrics_from_sums, pretraining_sums
 from albert_tf.optimizers import build_optimizer
 from albert_tf.training.progress import METRICS
 from input_pipeline import features
@@ -171,13 +171,8 @@ class StepRunner:
             the real masked positions, SOP loss and accuracy over the examples.
         """
         values = self._eval_loop_fn(iter(dataset), tf.constant(num_batches, tf.int64))
-        sums = dict(zip(SUM_NAMES, values.numpy().tolist()))
-        return {
-            "eval_mlm_loss": sums["mlm_ce"] / max(sums["mlm_weight"], 1.0),
-            "eval_mlm_accuracy": sums["mlm_correct"] / max(sums["mlm_weight"], 1.0),
-            "eval_sop_loss": sums["sop_ce"] / sums["sop_examples"],
-            "eval_sop_accuracy": sums["sop_correct"] / sums["sop_examples"],
-        }
+        metrics = metrics_from_sums(dict(zip(SUM_NAMES, values.numpy().tolist())))
+        return {name: metrics[name.removeprefix("eval_")] for name in EVAL_METRICS}
 
     def weights_finite(self):
         """Whether every trainable weight is finite (no NaN or infinity)."""
