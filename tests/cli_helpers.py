@@ -34,6 +34,9 @@ from pathlib import Path
 # Variables of the test process that must not leak into a user's command.
 _PRIVATE_PREFIXES = ("PYTEST_", "TF_", "KERAS_", "CUDA_")
 XLA_CACHE_FLAG = "--tf_xla_persistent_cache_directory="
+# Names a running command server's socket to a program outside the test process that forks
+# through it (tests/forward_to_server.py, the docs pages' `albert-tf`).
+SERVER_VARIABLE = "ALBERT_TF_TESTS_SERVER"
 
 
 def albert_tf_command():
@@ -264,8 +267,13 @@ _zygote_environment = None
 
 
 def command_server():
-    """The socket path of this test process's command server (tests/cli_zygote.py), started on first use."""
+    """The socket path of this test process's command server (tests/cli_zygote.py), started on first use.
+
+    A program the tests started with SERVER_VARIABLE set uses that server instead of starting its own.
+    """
     global _zygote, _zygote_environment
+    if _zygote is None and os.environ.get(SERVER_VARIABLE):
+        _zygote = os.environ[SERVER_VARIABLE]
     if _zygote is None:
         _zygote_environment = user_environment()
         directory = tempfile.mkdtemp(prefix="albert-tf-cli-")

@@ -35,10 +35,16 @@ import sys
 import tempfile
 import traceback
 
+
+
+def _pythonpath():
+    """The directories PYTHONPATH names, in order, as Python's start-up reads them."""
+    return [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+
+
 # The directories every program's path ends with: the interpreter's own, not
 # tests/ (sys.path[0] here) and not the server's PYTHONPATH.
-_SERVER_PYTHONPATH = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-_BASE_PATH = [p for p in sys.path[1:] if p not in _SERVER_PYTHONPATH]
+_BASE_PATH = [p for p in sys.path[1:] if p not in _pythonpath()]
 sys.path[0] = os.path.dirname(sys.executable)
 
 import tensorflow  # noqa: E402,F401  (the import every working program makes first)
@@ -81,7 +87,7 @@ def _run_program(request, fds):
     target = None if kind == "albert-tf" else args.pop(0)
     first = {"albert-tf": os.path.dirname(sys.executable), "script": os.path.dirname(os.path.abspath(target or "")),
              "code": ""}[kind]
-    pythonpath = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    pythonpath = _pythonpath()
     sys.path[:] = [first, *pythonpath, *[p for p in _BASE_PATH if p not in pythonpath]]
     code = 1
     try:

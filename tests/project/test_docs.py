@@ -16,8 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import command_server, run_program, user_environment
-from forward_to_server import SERVER_VARIABLE
+from cli_helpers import SERVER_VARIABLE, command_server, run_program, user_environment
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
