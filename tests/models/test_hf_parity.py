@@ -1,5 +1,6 @@
 """Numerical parity with HF transformers' ALBERT (PyTorch), through the converters."""
 
+import keras
 import numpy as np
 import pytest
 import transformers
@@ -125,6 +126,9 @@ def test_to_hf_of_the_originals_layouts_loads_in_transformers_and_matches(case, 
     config = AlbertConfig.from_dict(values).replace(
         embedding_projection="embedding_size" not in overrides, group_formula="original"
     )
+    # Seeded: the weights decide how far float32 rounding carries through 23 layers. Unseeded,
+    # they depended on the tests run before in the process; one draw gave 1.2e-4 on the MLM logits.
+    keras.utils.set_random_seed(4)
     model = AlbertPretrainer(AlbertBackbone(config))
     to_hf(model, tmp_path / "hf")
 
