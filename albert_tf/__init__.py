@@ -6,7 +6,7 @@ package (data-writer workers, `albert-tf --help`) never load Keras or the models
 """
 
 from albert_tf import keras_registry
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 __version__ = "0.1.0"
 

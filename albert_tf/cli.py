@@ -3,7 +3,7 @@
 Each subcommand lives in its own module under `albert_tf.commands` with two
 functions, `add_parser(subparsers)` and `run(args)`.
 
-The commands report through `input_pipeline.errors`, and only this module
+The commands report through `albert_tf.utils.errors`, and only this module
 prints: a `UserError` (bad input: a missing or unreadable file, a wrong
 format, a bad flag value; also a mistyped flag or command, with the closest
 known one) is one line naming the problem, exit 2; an `Interrupted` run (Ctrl-C,
@@ -24,7 +24,7 @@ import threading
 import traceback
 
 from albert_tf import __version__
-from input_pipeline.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError
+from albert_tf.utils.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError
 
 
 def build_parser(argv=None):

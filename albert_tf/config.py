@@ -13,10 +13,10 @@ integer arithmetic in corner cases); `convert` sets them from the checkpoint.
 import dataclasses
 import json
 
-from input_pipeline.config_base import (
+from albert_tf.utils.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_positive, check_positive_int, doc,
 )
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 SHARING_MODES = ("all", "attention", "ffn", "none")
 # How layer i finds its group (`AlbertConfig.group_index`): exact integer

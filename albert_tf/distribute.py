@@ -6,7 +6,7 @@ import urllib.parse
 import tensorflow as tf
 
 from albert_tf.strategy_names import STRATEGY_NAMES
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 def get_strategy(name, tpu=None, cluster_resolver=None, tpu_zone=None, gcp_project=None):

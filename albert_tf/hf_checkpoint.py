@@ -19,8 +19,8 @@ from safetensors.numpy import load as load_safetensors
 
 from albert_tf.config import AlbertConfig
 from albert_tf.model_dirs import CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 # The HF classes whose checkpoints are read (config.json's "architectures").
 READ_ARCHITECTURES = ("AlbertModel", "AlbertForPreTraining", "AlbertForMaskedLM")

@@ -27,7 +27,7 @@ print their choice and tests check the rule without them.
 import dataclasses
 import os
 
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 PRECISIONS = ("auto", "float32", "mixed_bfloat16", "mixed_float16")
 # What XLA compiles of a training step (see `TrainerConfig.compile_step`).

@@ -23,7 +23,8 @@ sys.path.insert(0, os.path.dirname(BENCH_DIR))
 sys.path.insert(0, BENCH_DIR)
 
 from benchlib import machine, synthetic  # noqa: E402
-from input_pipeline import PretrainingDataConfig, files, make_pretraining_dataset, tfrecord_files  # noqa: E402
+from albert_tf.utils import files  # noqa: E402
+from input_pipeline import PretrainingDataConfig, make_pretraining_dataset, tfrecord_files  # noqa: E402
 from input_pipeline.pretraining import tfrecord_shards  # noqa: E402
 
 

@@ -5,7 +5,7 @@ The public names load on first use (PEP 562), so importing one light module
 in TensorFlow through `input_pipeline.pretraining.dataset`.
 """
 
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {

@@ -23,7 +23,7 @@ the preprocessing has applied NFKC already; see `AlbertTokenizer.train`).
 import numpy as np
 from sentencepiece import sentencepiece_model_pb2
 
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.text_normalization import character_class
 
 # Supplementary Private Use Area-A: no text means anything by these, and a

@@ -23,8 +23,8 @@ import csv
 import os
 import re
 
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.text_normalization import UNSPACED_SCRIPT_CHARS
 

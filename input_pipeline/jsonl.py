@@ -1,7 +1,7 @@
 """JSON Lines: one JSON object per line, blank lines skipped; the one reader of every JSONL input."""
 
 import json
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 def read_jsonl(lines, source, require_object=True, blanks=False):

@@ -17,7 +17,7 @@ import importlib.util
 import os
 
 from input_pipeline.corpus import split_sentences
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 IMDB_SOURCE = "imdb"
 ROTTEN_TOMATOES_SOURCE = "rotten_tomatoes"

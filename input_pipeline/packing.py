@@ -18,7 +18,7 @@ only: data-writer workers lay out examples in Python and start without it.
 import numpy as np
 
 from input_pipeline import features
-from input_pipeline.config_base import check_choice
+from albert_tf.utils.config_base import check_choice
 from input_pipeline.tokenizer import CLS_ID, PAD_ID, SEP_ID
 
 

@@ -35,7 +35,7 @@ import unicodedata
 
 from sentencepiece import SentencePieceNormalizer, sentencepiece_model_pb2
 
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.text_normalization import is_digit_comma_piece
 
 # The NormalizerSpec name of a model that carries albert-tf's preprocessing.

@@ -14,7 +14,7 @@ import functools
 import sys
 import unicodedata
 import warnings
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 LANGUAGES = ("en", "ko", "ja", "zh", "multi")
 

@@ -16,7 +16,7 @@ import struct
 import google_crc32c
 import numpy as np
 
-from input_pipeline import files
+from albert_tf.utils import files
 
 
 def _masked_crc(data):

@@ -31,7 +31,7 @@ import numpy as np
 import sentencepiece as spm
 
 from input_pipeline import byte_fallback as byte_fallback_lib
-from input_pipeline import files
+from albert_tf.utils import files
 from input_pipeline import spiece_normalizer
 from input_pipeline.text_normalization import (
     DEFAULT_BYTE_FALLBACK,
@@ -42,7 +42,7 @@ from input_pipeline.text_normalization import (
     check_language,
     is_digit_comma_piece,
 )
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 # TensorFlow is imported inside the in-graph methods only: data-writer worker
 # processes that just encode in Python then start fast and stay small.

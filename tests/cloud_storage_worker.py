@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from albert_tf import cli
 from albert_tf.training import progress
-from input_pipeline import files
+from albert_tf.utils import files
 
 BUCKET = "ram://bucket"
 TINY_MODEL = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "2",

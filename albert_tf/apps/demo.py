@@ -38,8 +38,8 @@ from albert_tf.training import (
 )
 from albert_tf.training.run_directory import CHECKPOINT_DIR
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews, make_pretraining_dataset
-from input_pipeline import files
-from input_pipeline.errors import Interrupted, UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import Interrupted, UserError
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"

@@ -9,8 +9,8 @@ import dataclasses
 from albert_tf.config import AlbertConfig
 from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 from input_pipeline import PretrainingDataConfig
-from input_pipeline.config_base import check_choice, check_positive_int, doc
-from input_pipeline.errors import UserError
+from albert_tf.utils.config_base import check_choice, check_positive_int, doc
+from albert_tf.utils.errors import UserError
 
 # ALBERT's shape (factorized embeddings, one block shared by every layer) at
 # a size that pretrains in minutes on 2 CPU cores: E 64, H 128, L 4, 4 heads,

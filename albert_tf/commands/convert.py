@@ -16,7 +16,7 @@ positionally (SRC), as in earlier versions.
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 def add_parser(subparsers):

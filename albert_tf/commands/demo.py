@@ -16,7 +16,7 @@ from albert_tf.commands.flags import (
 from albert_tf.config import AlbertConfig
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import PretrainingDataConfig
-from input_pipeline.errors import Interrupted
+from albert_tf.utils.errors import Interrupted
 
 # The library configs' fields the demo lets a flag change, each group with the demo's defaults.
 _GROUPS = (

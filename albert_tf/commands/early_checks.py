@@ -20,8 +20,8 @@ import difflib
 
 from albert_tf import model_dirs
 from albert_tf.commands.outputs import check_out
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 # The kinds of path a flag names.
 PATHS = "paths"  # one or more files or directories that exist

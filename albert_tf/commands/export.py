@@ -29,8 +29,8 @@ from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPOR
 from albert_tf.model_dirs import BEST_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, bf16_units, cpu_flags
 from input_pipeline import movie_reviews
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200

@@ -40,7 +40,7 @@ from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
-from input_pipeline.errors import Interrupted
+from albert_tf.utils.errors import Interrupted
 
 
 def add_parser(subparsers):

@@ -1,7 +1,7 @@
 """Command-line flags built from the config dataclasses' fields.
 
 A field's help text is written once, in its `metadata["help"]`
-(`input_pipeline.config_base.doc`); `add_config_flags` turns the fields into flags
+(`albert_tf.utils.config_base.doc`); `add_config_flags` turns the fields into flags
 (`--max-seq-length`, or the field's `metadata["flag"]`) with the field's type,
 choices and default, and `config_kwargs` reads them back.
 """
@@ -14,7 +14,7 @@ import types
 
 from albert_tf.commands import COMMANDS
 from albert_tf.precision import MIXED_PRECISION_HELP, PRECISIONS
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 class ArgumentParser(argparse.ArgumentParser):

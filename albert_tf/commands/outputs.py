@@ -1,14 +1,14 @@
 """Command outputs that are either complete or absent.
 
 A command writes into a staging directory next to `--out`, published into
-place only when it succeeded (`input_pipeline.files.publish`), so a failed
+place only when it succeeded (`albert_tf.utils.files.publish`), so a failed
 or interrupted command leaves no half-written output and an old `--out` as
 it was; an existing non-empty `--out` is refused unless `--overwrite`.
 """
 
 from albert_tf import model_dirs
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 # What readers of each command's output look for first, written last at a URL:
 # a model directory's (model_dirs.ENTRY_FILES), create-data's metadata.json,

@@ -29,8 +29,8 @@ import sys
 from albert_tf.commands.flags import add_command, add_mixed_precision_flag
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
 from albert_tf.precision import choose_precision
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.examples import BlankLine, ReadResult, Skipped, TextExample
 from input_pipeline.finetuning.tagging import TaggedExample
 

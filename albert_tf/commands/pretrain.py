@@ -28,8 +28,8 @@ from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 # `input_pipeline.pretraining_dataset_fn` is read where used: it loads TensorFlow, after the flags are read.
 import input_pipeline
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
-from input_pipeline import files
-from input_pipeline.errors import EXIT_FAILED, EXIT_PREEMPTED, Interrupted, UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import EXIT_FAILED, EXIT_PREEMPTED, Interrupted, UserError
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.

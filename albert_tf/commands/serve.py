@@ -22,8 +22,8 @@ from albert_tf.commands.flags import add_command
 from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 
 def add_parser(subparsers):

@@ -16,7 +16,7 @@ from albert_tf.commands.flags import add_command, add_split_sentences_flag
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.text_normalization import LANGUAGES
 
 

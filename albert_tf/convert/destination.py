@@ -1,8 +1,8 @@
 """Writing a converted model's directory all at once, or not at all."""
 
 from albert_tf.model_dirs import ENTRY_FILES
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 
 def check_output_dir(out_dir, overwrite=False):

@@ -31,7 +31,7 @@ from albert_tf.models import AlbertPretrainer, checkpoint_weights
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.loading import load_hf, load_pretrained
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE
-from input_pipeline import files
+from albert_tf.utils import files
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 
 

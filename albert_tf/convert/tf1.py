@@ -14,8 +14,8 @@ from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.checkpoint_weights import TF1_PROJECTION, load_checkpoint, tf1_scheme
 from albert_tf.models.pretrained import save_pretrained
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 _HUB_PREFIX = "module/"
 # Optimizer state: the original's LAMB (and AdamW) slot variables, and the step counter.

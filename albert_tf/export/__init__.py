@@ -5,7 +5,7 @@ serving constants `albert-tf serve` reads its flags' defaults from, loads
 without TensorFlow (a command line's errors come back before it loads).
 """
 
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {

@@ -25,8 +25,8 @@ from albert_tf.export import signatures as signatures_lib
 from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
 # TF-Serving ignores assets.extra/ except for warmup records, so export

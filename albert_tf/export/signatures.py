@@ -32,8 +32,8 @@ import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
 from input_pipeline import features
-from input_pipeline.config_base import check_positive_int
-from input_pipeline.errors import UserError
+from albert_tf.utils.config_base import check_positive_int
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning import text_inputs
 from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.tokenizer import SEP_ID

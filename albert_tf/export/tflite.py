@@ -48,8 +48,9 @@ from albert_tf.export import signatures as signatures_lib
 from albert_tf.export import tflite_metadata
 from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, QUANTIZE_MODES
 from albert_tf.export.saved_model import check_max_length, export_metadata
-from input_pipeline import features, files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from input_pipeline import features
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning import text_inputs
 
 # What int8-mixed leaves in float. The attention adds a -10000 padding bias to

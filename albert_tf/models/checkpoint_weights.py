@@ -22,7 +22,7 @@ import dataclasses
 
 import numpy as np
 
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 # Parts of a model, in the order a checkpoint lists them. A checkpoint may
 # lack "pooler" and "sop" (HF's AlbertForMaskedLM has neither), in which case

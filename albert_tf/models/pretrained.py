@@ -25,8 +25,8 @@ from albert_tf.config import AlbertConfig
 from albert_tf.hf_checkpoint import READ_ARCHITECTURES, read_hf_checkpoint
 from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE
 from albert_tf.models.checkpoint_weights import hf_scheme, load_checkpoint
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 
 def save_pretrained(model, directory):

@@ -24,7 +24,7 @@ from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.models.pretrained import PretrainedMixin, load_hf_dir, load_saved_model, warn_newly_initialized
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 # Batch size of in-memory texts when `batch_size` is not given (Keras' default).
 DEFAULT_BATCH_SIZE = 32

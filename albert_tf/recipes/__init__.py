@@ -10,7 +10,7 @@ The names load on first use (PEP 562), so that `recipes.config` and
 from them and reports a bad one before TensorFlow loads.
 """
 
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {

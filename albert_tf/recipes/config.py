@@ -5,9 +5,9 @@ import dataclasses
 from albert_tf.pooling import POOLINGS, resolve_pooling
 from albert_tf.precision import MIXED_PRECISION_HELP, PRECISIONS
 from albert_tf.recipes.names import SENTENCE_TASK_NAMES, TASK_NAMES
-from input_pipeline.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
-from input_pipeline.config_base import check_choice, check_positive_int, doc
-from input_pipeline.errors import UserError
+from albert_tf.utils.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
+from albert_tf.utils.config_base import check_choice, check_positive_int, doc
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.squad import MAX_ANSWER_TOKENS, MAX_QUESTION_TOKENS
 from input_pipeline.packing import TRUNCATE_FROM
 

@@ -26,7 +26,7 @@ import keras
 import tensorflow as tf
 
 from albert_tf.models.task_base import POOLER_WITHOUT_GRADIENT
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 def needs_custom_loop(strategy):

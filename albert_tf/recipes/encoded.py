@@ -3,7 +3,7 @@
 import dataclasses
 
 from input_pipeline import finetuning as data
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 @dataclasses.dataclass

@@ -34,8 +34,8 @@ from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.recipes.registry import get_recipe
 from albert_tf.recipes.sentence import SentenceRecipe
-from input_pipeline import files
-from input_pipeline.errors import Interrupted, UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import Interrupted, UserError
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"

@@ -11,7 +11,7 @@ from albert_tf.recipes.sentence import SentenceRecipe
 from albert_tf.recipes.squad import SquadRecipe
 from albert_tf.recipes.tagging import TaggingRecipe
 from input_pipeline import finetuning as data
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 RECIPES = {

@@ -8,7 +8,7 @@ from albert_tf.recipes.encoded import Encoded, notes_for
 from albert_tf.recipes.prediction import predict_examples
 from albert_tf.recipes.squad_answers import best_null_threshold, squad_predictions, squad_scores
 from input_pipeline import finetuning as data
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 class SquadRecipe:
     metrics = ("f1", "exact_match")

@@ -5,7 +5,7 @@ without TensorFlow: `albert-tf pretrain` and `demo` build their flags from it
 and report a bad value before TensorFlow loads.
 """
 
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {

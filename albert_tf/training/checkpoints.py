@@ -19,8 +19,8 @@ nothing is written where a reader looks:
 import os
 import re
 
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 PREFIX = "ckpt"
 STATE_FILE = "checkpoint"

@@ -3,11 +3,11 @@
 import dataclasses
 
 from albert_tf.precision import COMPILE_STEPS, MIXED_PRECISION_HELP, PRECISIONS
-from input_pipeline import files
-from input_pipeline.config_base import (
+from albert_tf.utils import files
+from albert_tf.utils.config_base import (
     JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_non_negative, check_positive_int, doc,
 )
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 OPTIMIZERS = ("lamb", "adamw")
 # Word-embedding starts (albert_tf.training.embedding_init); chosen by the commands that hold the text.

@@ -20,7 +20,7 @@ the same vectors.
 import time
 
 import numpy as np
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 _MAX_TOKENS = 20_000_000

@@ -14,7 +14,7 @@ import time
 import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
-from input_pipeline import files
+from albert_tf.utils import files
 
 LOG_FILE = "train_log.jsonl"
 TENSORBOARD_DIR = "tensorboard"

@@ -23,8 +23,8 @@ from albert_tf.config import AlbertConfig
 from albert_tf.model_dirs import ENTRY_FILES, FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.training import checkpoints
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 CONFIG_FILE = "config.json"
 TRAINING_CONFIG_FILE = "training_config.json"

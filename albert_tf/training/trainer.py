@@ -46,8 +46,8 @@ from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
 from albert_tf.training.run_directory import RunDirectory
 from albert_tf.training.step_runner import StepRunner
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 
 class TrainingDiverged(RuntimeError):

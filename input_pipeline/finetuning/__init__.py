@@ -5,7 +5,7 @@ The names load on first use (PEP 562): the readers' constants (`glue`,
 `albert-tf finetune` builds its flags and reports a bad one before it loads.
 """
 
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {

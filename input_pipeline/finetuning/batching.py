@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 # Examples per sorted chunk, in batches: large enough to find similar
 # lengths, small enough that batch order stays well mixed.

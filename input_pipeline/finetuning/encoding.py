@@ -6,8 +6,8 @@ data needs on top: an error naming the example's file and line, or a count
 of the examples it cut.
 """
 
-from input_pipeline.config_base import check_positive_int
-from input_pipeline.errors import UserError
+from albert_tf.utils.config_base import check_positive_int
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.text_inputs import pack_ids, pack_window_ids
 from input_pipeline.packing import check_truncate_from
 

@@ -9,7 +9,7 @@ back and must report their count. Nothing is dropped silently.
 """
 
 import dataclasses
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 ON_ERROR = ("raise", "skip")
 

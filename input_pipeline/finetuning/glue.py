@@ -8,11 +8,11 @@ own readers do (MNLI and QQP texts contain unbalanced quotes).
 
 import dataclasses
 
-from input_pipeline import files
+from albert_tf.utils import files
 from input_pipeline.finetuning.examples import (
     LabelMap, RowLog, TextExample, check_columns,
 )
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 
 
 @dataclasses.dataclass(frozen=True)

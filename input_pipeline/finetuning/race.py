@@ -12,8 +12,9 @@ import os
 
 import numpy as np
 
-from input_pipeline import features, files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from input_pipeline import features
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.packing import pack, truncate_pair

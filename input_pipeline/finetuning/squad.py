@@ -16,8 +16,8 @@ import dataclasses
 import json
 import re
 
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID

@@ -4,11 +4,11 @@ import contextlib
 import csv
 import os
 
-from input_pipeline import files
+from albert_tf.utils import files
 from input_pipeline.finetuning.examples import (
     LabelMap, RowLog, TextExample, check_columns,
 )
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.jsonl import read_jsonl
 
 TABLE_FORMATS = ("csv", "tsv", "jsonl")

@@ -9,8 +9,8 @@ import dataclasses
 
 import numpy as np
 
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.features import IGNORE_LABEL
 from input_pipeline.finetuning.examples import RowLog
 from input_pipeline.jsonl import read_jsonl

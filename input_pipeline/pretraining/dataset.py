@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from input_pipeline import features
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.pretraining import masking_ops, tfrecord_shards
 from input_pipeline.pretraining.examples import TokenizedCorpus, instances_of_documents
 

@@ -18,9 +18,10 @@ import os
 
 import numpy as np
 
-from input_pipeline import features, files
-from input_pipeline.config_base import JsonConfig, check_choice, check_fraction, check_int_in, check_positive_int, doc
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from input_pipeline import features
+from albert_tf.utils.config_base import JsonConfig, check_choice, check_fraction, check_int_in, check_positive_int, doc
+from albert_tf.utils.errors import UserError
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, NUM_SPECIAL_IDS, SEP_ID
 

@@ -22,7 +22,8 @@ import os
 
 import numpy as np
 
-from input_pipeline import features, files, tfrecord_files
+from albert_tf.utils import files
+from input_pipeline import features, tfrecord_files
 from input_pipeline.pretraining.examples import (
     PairStats,
     PretrainingDataConfig,
@@ -30,7 +31,7 @@ from input_pipeline.pretraining.examples import (
     instances_of_documents,
     make_example,
 )
-from input_pipeline.errors import UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.tokenizer import AlbertTokenizer
 
 METADATA_FILE = "metadata.json"

@@ -1,4 +1,4 @@
-"""Paths at a URL (gs://): `input_pipeline.files` on TensorFlow's in-memory ram://, and
+"""Paths at a URL (gs://): `albert_tf.utils.files` on TensorFlow's in-memory ram://, and
 the whole command-line journey with inputs and outputs there and nothing on local disk."""
 
 import json
@@ -16,7 +16,7 @@ from albert_tf.export import saved_model, tflite
 from albert_tf.model_dirs import ENTRY_FILES
 from albert_tf.recipes.finetune import RUN_FILE
 from cli_helpers import user_environment
-from input_pipeline import files, movie_reviews, tokenizer
+from albert_tf.utils import files, movie_reviews, tokenizer
 from input_pipeline.pretraining import tfrecord_shards as tfrecord
 from journey_fixtures import write_sentences_corpus, write_sst2
 

@@ -52,16 +52,16 @@ def test_a_value_error_inside_keras_is_a_bug_with_its_traceback_under_verbose(tm
 
 
 def test_a_user_error_is_one_line_and_exit_2(tmp_path):
-    done = _albert_tf_with(tmp_path, "from input_pipeline.errors import UserError; "
+    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import UserError; "
                                      "raise UserError('--vocab-size 3 is too small')")
     assert done.returncode == 2 and done.stderr == "albert-tf train-tokenizer: error: --vocab-size 3 is too small\n"
 
 
 def test_an_interrupted_run_prints_its_message_and_exits_with_its_code(tmp_path):
-    done = _albert_tf_with(tmp_path, "from input_pipeline.errors import Interrupted; "
+    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import Interrupted; "
                                      "raise Interrupted('SIGTERM: saved step 7 of 9', 143)")
     assert done.returncode == 143 and done.stderr == "albert-tf train-tokenizer: SIGTERM: saved step 7 of 9\n"
     # Ctrl-C's message starts on a line of its own, after the terminal's "^C".
-    done = _albert_tf_with(tmp_path, "from input_pipeline.errors import Interrupted; "
+    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import Interrupted; "
                                      "raise Interrupted('interrupted at step 3 of 9')")
     assert done.returncode == 130 and done.stderr == "\nalbert-tf train-tokenizer: interrupted at step 3 of 9\n"

@@ -232,7 +232,7 @@ def test_output_dir_must_be_new_or_empty(tmp_path):
 
 
 def test_convert_stages_once_and_overwrite_replaces_the_old_directory(tmp_path, monkeypatch):
-    from input_pipeline import files
+    from albert_tf.utils import files
 
     model = random_pretrainer()
     model.save_pretrained(tmp_path / "ours")

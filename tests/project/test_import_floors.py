@@ -146,7 +146,7 @@ def test_a_planted_upward_import_is_reported(tmp_path):
     pretrain = tmp_path / "albert_tf" / "commands" / "pretrain.py"
     pretrain.write_text("from albert_tf.cli import EXIT_INTERRUPTED\n" + pretrain.read_text(encoding="utf-8"))
     upward = upward_imports(import_graph(tmp_path), floor_map())
-    assert upward == ["albert_tf.commands.pretrain (floor 9) imports albert_tf.cli (floor 10) at line 1"], upward
+    assert upward == ["albert_tf.commands.pretrain (floor 10) imports albert_tf.cli (floor 11) at line 1"], upward
 
 
 def test_the_graph_sees_deferred_submodule_and_named_imports():

@@ -217,7 +217,7 @@ def test_damaged_pretrained_files_give_a_value_error_naming_the_file(tmp_path, d
 @pytest.mark.parametrize("root", ["local", "ram"])
 def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_path, root, monkeypatch):
     from albert_tf.training import checkpoints
-    from input_pipeline import files
+    from albert_tf.utils import files
 
     base = str(tmp_path) if root == "local" else f"ram://{tmp_path.name}-publish"
     target = os.path.join(base, "best")
@@ -247,7 +247,7 @@ def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_pa
 
 @pytest.mark.parametrize("umask, dir_mode, file_mode", [(0o022, 0o755, 0o644), (0o077, 0o700, 0o600)])
 def test_published_outputs_have_the_modes_the_umask_gives(tmp_path, umask, dir_mode, file_mode):
-    from input_pipeline import files
+    from albert_tf.utils import files
 
     old = os.umask(umask)
     try:
@@ -266,7 +266,7 @@ def test_published_outputs_have_the_modes_the_umask_gives(tmp_path, umask, dir_m
 
 
 def test_a_failed_publish_keeps_the_old_output_and_leaves_nothing_staged(tmp_path):
-    from input_pipeline import files
+    from albert_tf.utils import files
 
     for directory, target in ((True, str(tmp_path / "out")), (False, str(tmp_path / "out.txt"))):
         with files.publish(target, directory=directory) as staging:

@@ -11,7 +11,7 @@ TensorFlow, and `albert-tf serve` reads its flags' defaults from them before
 TensorFlow loads.
 """
 
-from input_pipeline.lazy import lazy_names
+from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {

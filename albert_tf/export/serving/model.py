@@ -5,8 +5,8 @@ from http import HTTPStatus
 
 from albert_tf.export.saved_model import load_saved_model, version_dirs
 from albert_tf.export.serving import codec
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 
 class ServingModel:

@@ -13,8 +13,8 @@ import json
 import math
 import os
 
-from input_pipeline import files
-from input_pipeline.errors import UserError
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 
 
 def doc(default, help, **metadata):

@@ -1,0 +1,11 @@
+"""The project's own utilities, used by every package, the data code included.
+
+Nothing here imports TensorFlow or Keras at module level, so the input
+pipeline and the CLI's start-up import them freely:
+
+- `errors`: the errors a command shows its user (`UserError`, `Interrupted`).
+- `files`: every read and write through `tf.io.gfile` (local, `gs://`,
+  `ram://`), and `publish`, which makes an output appear whole or not at all.
+- `lazy`: PEP 562 lazy public names for package `__init__` modules.
+- `config_base`: the dataclass configs' JSON and flag documentation.
+"""
