@@ -19,16 +19,10 @@ import json
 import os
 import time
 
-from benchlib.machine import cpu_flags
+from benchlib.machine import UNITS, cpu_flags
 from benchlib.output import emit_table
 
 SIZES = (256, 512, 1024, 2048)
-# The ISA flags that decide each precision's ceiling, as /proc/cpuinfo spells them.
-UNITS = {
-    "fp32": ("avx2", "fma", "avx512f"),
-    "bf16": ("avx512_bf16", "amx_bf16"),
-    "int8": ("avx512_vnni", "avx_vnni", "amx_int8"),
-}
 
 
 def gemm_rate(dtype, size, seconds=1.0, library="torch"):

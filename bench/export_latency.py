@@ -34,7 +34,7 @@ import numpy as np
 
 from albert_tf.precision import bf16_units
 from benchlib.flops import albert_flops
-from benchlib.machine import cpu_flags, machine_line, measure_ceilings
+from benchlib.machine import ceiling_share, cpu_flags, machine_line, measure_ceilings
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 SEQ = 128
@@ -223,9 +223,9 @@ def main():
         if peers:
             fastest, ratio, (low, high) = ratio_stats(results, key, peers, "ms")
             vs = f"{ratio:.2f} [{low:.2f}, {high:.2f}]"
-        share = flops / (ms / 1000) / (ceilings[PRECISION[key]] * 1e9)
+        share = ceiling_share(flops / (ms / 1000), PRECISION[key], ceilings)
         size = f"{sizes[key]:.1f}" if key in sizes else ""
-        print(f"| {ROWS[key]} | {ms:.1f} | {vs} | {share:.0%} ({PRECISION[key]}) | {size} |")
+        print(f"| {ROWS[key]} | {ms:.1f} | {vs} | {share} ({PRECISION[key]}) | {size} |")
     if peers:
         print(f"\nFastest float peer: {ROWS[fastest]}.")
     if "tflite-dynamic" in keys:

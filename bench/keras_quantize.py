@@ -21,7 +21,7 @@ import statistics
 import numpy as np
 
 from benchlib.flops import albert_flops
-from benchlib.machine import machine_line, measure_ceilings
+from benchlib.machine import ceiling_share, machine_line, measure_ceilings
 from benchlib.output import emit_table
 from benchlib.timing import alternate, serve, timed
 
@@ -106,11 +106,12 @@ def main():
     ]
     for key in keys:
         precision = "int8" if key.startswith("int8") else "fp32"
-        share = albert_flops(768, 12, 3072, 128, 30000, 8, SEQ) / (ms[(key, 8)] / 1000) / (ceilings[precision] * 1e9)
+        share = ceiling_share(albert_flops(768, 12, 3072, 128, 30000, 8, SEQ) / (ms[(key, 8)] / 1000), precision,
+                              ceilings)
         error = results[key][0]["error"]
         lines.append(
             f"| {ROWS[key]} | {ms[(key, 1)]:.1f} | {ms[(key, 1)] / fastest_float[1]:.2f}x | {ms[(key, 8)]:.0f} | "
-            f"{ms[(key, 8)] / fastest_float[8]:.2f}x | {share:.0%} ({precision}) | "
+            f"{ms[(key, 8)] / fastest_float[8]:.2f}x | {share} ({precision}) | "
             f"{'' if precision == 'fp32' else f'{error:.2%}'} |"
         )
     emit_table("\n".join(lines), args.write)

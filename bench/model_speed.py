@@ -40,7 +40,7 @@ import statistics
 
 from albert_tf.precision import bf16_units, resolve_precision
 from benchlib.flops import albert_flops
-from benchlib.machine import machine_line, measure_ceilings
+from benchlib.machine import ceiling_share, machine_line, measure_ceilings
 from benchlib.output import emit_table
 from benchlib.synthetic import pretraining_arrays
 from benchlib.timing import alternate, ratio_stats, serve, timed
@@ -323,7 +323,7 @@ def main():
                 cells.append(f"{speedup:.2f} [{low:.2f}, {high:.2f}]")
             else:
                 cells.append("")
-            cells.append(f"{flops[measurement] / (ms / 1000) / (ceilings[row.precision] * 1e9):.0%}")
+            cells.append(ceiling_share(flops[measurement] / (ms / 1000), row.precision, ceilings))
         table.append("| " + " | ".join(cells) + " |")
     variable_rows = [key for key in rows if "infer_variables" in results[key][0]]
     if variable_rows:

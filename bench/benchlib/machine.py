@@ -9,6 +9,14 @@ from albert_tf import precision
 
 # The /proc/cpuinfo flags that decide matmul speed, in the order tables print them.
 SPEED_FLAGS = ("avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_tile", "amx_bf16", "amx_int8")
+# The ISA flags that run each precision's matmuls in hardware, as /proc/cpuinfo spells them. Without
+# them a bf16 GEMM is emulated (slower than fp32) and an int8 GEMM gains little: a "ceiling" measured
+# there is no hardware's peak, and a share of it means nothing.
+UNITS = {
+    "fp32": ("avx2", "fma", "avx512f"),
+    "bf16": ("avx512_bf16", "amx_bf16"),
+    "int8": ("avx512_vnni", "avx_vnni", "amx_int8"),
+}
 
 CEILINGS_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ceilings.py")
 
@@ -17,6 +25,31 @@ def cpu_flags():
     """The `SPEED_FLAGS` this CPU has (Linux /proc/cpuinfo; empty elsewhere)."""
     present = precision.cpu_flags()
     return [flag for flag in SPEED_FLAGS if flag in present]
+
+
+def cpu_kind(flags):
+    """One word for the kind of CPU, as results are kept apart by it: "bf16" (bfloat16 units),
+    "avx512" (AVX-512 without them), "avx2", or "other"."""
+    flags = set(flags)
+    if flags & set(UNITS["bf16"]):
+        return "bf16"
+    for kind in ("avx512f", "avx2"):
+        if kind in flags:
+            return kind.removesuffix("f")
+    return "other"
+
+
+def has_units(precision, flags):
+    """Whether the CPU with `flags` runs `precision` ("fp32", "bf16", "int8") matmuls in hardware."""
+    return bool(set(flags) & set(UNITS[precision]))
+
+
+def ceiling_share(rate, precision, ceilings):
+    """`rate` (FLOP/s, or OP/s for int8) as a share of the measured ceiling of `precision`, or
+    "no such units" where the CPU has none for it (an emulated ceiling is no peak to compare with)."""
+    if not has_units(precision, ceilings["flags"]):
+        return "no such units"
+    return f"{rate / (ceilings[precision] * 1e9):.0%}"
 
 
 def cpu_name():
@@ -39,7 +72,9 @@ def measure_ceilings(seconds=0.5):
 def machine_line(ceilings):
     """One line for a table's header: CPU, flags and the measured ceilings."""
     return (
-        f"{cpu_name()}, {os.cpu_count()} cores; flags: {' '.join(ceilings['flags']) or 'none'}; "
+        f"{cpu_name()}, {os.cpu_count()} cores; CPU kind: {cpu_kind(ceilings['flags'])}; "
+        f"flags: {' '.join(ceilings['flags']) or 'none'}; "
         f"measured ceilings (bench/ceilings.py): fp32 {ceilings['fp32']:.0f} GFLOP/s, "
-        f"bf16 {ceilings['bf16']:.1f} GFLOP/s, int8 {ceilings['int8']:.1f} GOP/s."
+        + ", ".join(f"{name} {ceilings[name]:.1f} {unit}" + ("" if has_units(name, ceilings["flags"]) else " (emulated)")
+                    for name, unit in (("bf16", "GFLOP/s"), ("int8", "GOP/s"))) + "."
     )

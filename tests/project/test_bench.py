@@ -281,3 +281,29 @@ def test_resume_time_prints_a_row_per_step(monkeypatch, capsys):
     assert re.search(r"^\| 0 \| 0 \| 0 \| [0-9.]+ \|$", table, re.M)
     # 5,000 steps of 4 examples are 500 epochs of the 40 examples.
     assert re.search(r"^\| 5,000 \| 20,000 \| 500 \| [0-9.]+ \|$", table, re.M)
+
+
+@pytest.mark.parametrize("flags, kind", [
+    (["avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"], "bf16"),
+    (["avx2", "fma", "amx_tile", "amx_bf16"], "bf16"),
+    (["avx2", "fma", "avx512f", "avx512_vnni"], "avx512"),
+    (["avx2", "fma"], "avx2"),
+    ([], "other"),
+])
+def test_speed_tables_name_the_kind_of_cpu_in_one_word(benchlib, flags, kind):
+    machine = benchlib("machine")
+    assert machine.cpu_kind(flags) == kind
+    ceilings = {"flags": flags, "fp32": 100.0, "bf16": 80.0, "int8": 3.2}
+    assert f"CPU kind: {kind};" in machine.machine_line(ceilings)
+
+
+def test_a_precision_without_hardware_units_gets_no_ceiling_share(benchlib):
+    # An emulated bf16 or int8 GEMM "ceiling" is no peak: an int8 row read "4914% of the ceiling" on AVX2.
+    machine = benchlib("machine")
+    avx2 = {"flags": ["avx2", "fma"], "fp32": 100.0, "bf16": 80.0, "int8": 3.2}
+    assert machine.ceiling_share(50e9, "fp32", avx2) == "50%"
+    assert machine.ceiling_share(157e9, "int8", avx2) == "no such units"
+    assert machine.ceiling_share(40e9, "bf16", avx2) == "no such units"
+    assert "int8 3.2 GOP/s (emulated)" in machine.machine_line(avx2)
+    vnni = {**avx2, "flags": ["avx2", "fma", "avx512f", "avx512_vnni"], "int8": 400.0}
+    assert machine.ceiling_share(200e9, "int8", vnni) == "50%"
