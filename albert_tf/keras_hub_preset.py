@@ -26,6 +26,7 @@ import io
 import json
 import math
 import os
+import re
 
 import h5py
 import numpy as np
@@ -61,6 +62,15 @@ _BLOCK_LAYERS = {
     "feed_forward/layer_norm": "_feedforward_layer_norm",
 }
 # A variable's place in its layer's list (Dense: kernel, bias; LayerNorm: gamma, beta).
+# Files of Keras before 3.9: keras-hub's layer names by the groups Keras names after their class.
+_LAYERS_BY_CLASS = {
+    "reversible_embedding": "token_embedding",
+    "position_embedding": "position_embedding",
+    "embedding": "segment_embedding",
+    "layer_normalization": "embeddings_layer_norm",
+    "dense": "embedding_projection",
+    "dense_1": "pooled_dense",
+}
 _VARIABLE_INDEX = {"kernel": 0, "bias": 1, "gamma": 0, "beta": 1, "embeddings": 0}
 _ATTENTION = "_self_attention_layer/"
 _ATTENTION_OUTPUT = "_self_attention_layer/output_dense"
@@ -227,31 +237,48 @@ def read_keras_hub_preset(directory):
     except UserError as e:
         raise UserError(f"{path}: {e}") from e
     weights_path = os.path.join(directory, WEIGHTS_FILE)
-    tensors = _read_weights(weights_path)
+    tensors = _read_weights(weights_path, config.inner_group_num)
     return KerasHubPreset(config, {n: t.shape for n, t in tensors.items()}, tensors.__getitem__, weights_path)
 
 
-def _read_weights(path):
+def _read_weights(path, inner_group_num):
     """{keras-hub name: array in albert-tf's layout} of every variable in a keras-hub model.weights.h5."""
+    tensors = {}
     try:
         with h5py.File(io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path, "r") as f:
-            tensors = {}
+            if not isinstance(f.get("layers"), h5py.Group):
+                raise UserError(f"{path} holds no layers: not the weights of a keras-hub backbone.")
+            for stored, group in f["layers"].items():
+                layer = _layer_name(stored, group, inner_group_num)
 
-            def visit(name, item):
-                # Each layer's variables sit in its "vars" group, which holds the layer's name.
-                if not (isinstance(item, h5py.Group) and name.endswith("vars")):
-                    return
-                layer_path = name[: -len("vars")].rstrip("/")
-                top = layer_path.split("/")[1] if layer_path.startswith("layers/") else None
-                if top is None:
-                    return
-                layer_name = f["layers"][top]["vars"].attrs.get("name", top)
-                inner = layer_path.split("/", 2)[2] if layer_path.count("/") >= 2 else ""
-                for index, value in item.items():
-                    key = "/".join(p for p in (layer_name, inner, index) if p)
-                    tensors[key] = np.asarray(value).reshape(ours_from_keras_hub_shape(key, value.shape))
+                def visit(sub_path, item, layer=layer):
+                    # A (sub)layer's variables sit in its "vars" group, numbered in its variables' order.
+                    if not (isinstance(item, h5py.Group) and (sub_path == "vars" or sub_path.endswith("/vars"))):
+                        return
+                    inner = sub_path[: -len("vars")].rstrip("/")
+                    for index, value in item.items():
+                        key = "/".join(p for p in (layer, inner, index) if p)
+                        tensors[key] = np.asarray(value).reshape(ours_from_keras_hub_shape(key, value.shape))
 
-            f.visititems(visit)
+                group.visititems(visit)
     except (OSError, RuntimeError) as e:
         raise UserError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e
     return tensors
+
+
+def _layer_name(stored, group, inner_group_num):
+    """The keras-hub layer name of the top-level group `stored` ("transformer_encoder_3") of a weights file.
+
+    Keras 3.9 and later store it beside the variables. Earlier files hold
+    only the group name, which Keras derives from the layer's class and its
+    rank among the model's layers of that class: keras-hub's backbone builds
+    (and calls) its layers in one fixed order, which maps the one to the other.
+    """
+    name = group["vars"].attrs.get("name") if isinstance(group.get("vars"), h5py.Group) else None
+    if name is not None:
+        return name.decode() if isinstance(name, bytes) else str(name)
+    match = re.fullmatch(r"transformer_encoder(?:_(\d+))?", stored)
+    if match:
+        rank = int(match.group(1) or 0)
+        return f"group_{rank // inner_group_num}_inner_layer_{rank % inner_group_num}"
+    return _LAYERS_BY_CLASS.get(stored, stored)

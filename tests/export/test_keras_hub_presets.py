@@ -5,7 +5,9 @@ import functools
 import io
 import json
 import os
+import shutil
 
+import h5py
 import keras_hub  # in the test extra: a missing keras-hub fails these tests, it does not skip them
 import numpy as np
 import pytest
@@ -124,6 +126,20 @@ def test_keras_hub_preset_loads_wherever_a_model_directory_does(keras_hub_preset
     assert_same_ids(find_tokenizer(directory), their_tokenizer)
 
 
+def test_a_weights_file_without_layer_names_reads_the_same(keras_hub_preset, tmp_path):
+    # Keras before 3.9 (the Kaggle presets') stored no layer names: the groups' class names say which.
+    directory, theirs, _ = keras_hub_preset
+    shutil.copytree(directory, tmp_path / "preset")
+    with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
+        groups = []
+        f.visititems(lambda name, item: groups.append(item))  # (a callback that returns a value stops the visit)
+        for group in groups:
+            group.attrs.pop("name", None)
+        assert not [name for name in f["layers"] if "name" in f["layers"][name]["vars"].attrs]
+    model = load_pretrained(str(tmp_path / "preset"))
+    assert_same_outputs(model, theirs, model.config)
+
+
 @pytest.mark.slow
 def test_finetune_from_a_keras_hub_preset(keras_hub_preset, tmp_path):
     directory, _, their_tokenizer = keras_hub_preset
@@ -208,9 +224,6 @@ def test_presets_albert_tf_does_not_read_are_refused_in_one_line(keras_hub_prese
 
 
 def test_a_preset_without_a_weight_is_refused_naming_it(keras_hub_preset, tmp_path):
-    import h5py
-    import shutil
-
     directory, _, _ = keras_hub_preset
     shutil.copytree(directory, tmp_path / "preset")
     with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
