@@ -13,7 +13,8 @@ The weights are read with h5py by layer name, so loading a preset needs no
 keras-hub. The file groups each layer under a path Keras derives from its
 class ("layers/transformer_encoder_3"), which shifts with the layer order;
 the layer's own name ("group_1_inner_layer_1") is stored beside its
-variables, and is what this module goes by. Names are mapped from the
+variables (Keras 3.9 and later), and is what this module goes by; older
+files are read by the class-derived path (`_layer_name`). Names are mapped from the
 canonical names of `albert_tf.models.checkpoint_weights` (`keras_hub_name`);
 keras-hub's attention kernels are (H, heads, head size) where ours are
 (H, H), reshaped on read. The config maps both ways here too
@@ -227,10 +228,13 @@ def read_keras_hub_preset(directory):
         raise UserError(f"{path} describes a {name!r}, not a {BACKBONE_NAME!r}: not a keras-hub ALBERT preset.")
     task_path = os.path.join(directory, KERAS_HUB_TASK_FILE)
     if files.isfile(task_path):
-        task = json.loads(files.read_text(task_path)).get("registered_name")
+        try:
+            task = json.loads(files.read_text(task_path)).get("registered_name")
+        except (ValueError, AttributeError):  # unreadable: the file's presence alone says it is a task
+            task = "task"
         raise UserError(
             f"{task_path} holds a {task!r}: albert-tf reads keras-hub backbone presets, not task heads. "
-            f"Save its backbone alone (`task.backbone.save_to_preset(DIR)`) and load that."
+            "Save its backbone alone (`task.backbone.save_to_preset(DIR)`) and load that."
         )
     try:
         config = config_from_keras_hub(values["config"])
