@@ -150,6 +150,9 @@ def keras_hub_config(config):
     reasons = cannot_cross(config)
     if reasons:
         raise UserError(f"keras-hub's AlbertBackbone cannot express this model: {'; '.join(reasons)}.")
+    if config.sharing == "none":
+        # Nothing shared: every layer its own group of one block, which keras-hub expresses as G = L.
+        config = config.replace(sharing="all", num_hidden_groups=config.num_hidden_layers, inner_group_num=1)
     return {
         "vocabulary_size": config.vocab_size,
         "num_layers": config.num_hidden_layers,
@@ -170,12 +173,12 @@ def cannot_cross(config):
 
     An E == H model without the projection crosses (the writer gives keras-hub
     an identity projection), and so does any grouping keras-hub computes the
-    same way. `initializer_range` and `classifier_dropout` describe training
+    same way, and `sharing="none"` (G = L groups of one block). `initializer_range` and `classifier_dropout` describe training
     only, not the function, and are not written.
     """
     reasons = []
-    if config.sharing != "all":
-        reasons.append(f"sharing={config.sharing!r} (keras-hub shares whole blocks only)")
+    if config.sharing not in ("all", "none"):
+        reasons.append(f"sharing={config.sharing!r} (keras-hub shares whole blocks or nothing)")
     if config.hidden_act != KERAS_HUB_ACTIVATION:
         reasons.append(f"hidden_act={config.hidden_act!r} (keras-hub's is the tanh GELU, gelu_new)")
     if config.layer_norm_eps != KERAS_HUB_LAYER_NORM_EPS:

@@ -14,13 +14,14 @@ What cannot cross is refused in one line before anything is written
   pretrainer's MLM and SOP heads are left out with a note, as keras-hub's own
   ALBERT presets hold the backbone alone.
 - a config keras-hub's AlbertBackbone cannot express (`keras_hub_preset.cannot_cross`):
-  partial sharing, another activation or LayerNorm epsilon, two dropouts,
-  groups that do not divide the layers evenly.
+  attention-only or FFN-only sharing, another activation or LayerNorm
+  epsilon, two dropouts, groups that do not divide the layers evenly.
 - a tokenizer whose preprocessing cannot be built into vocabulary.spm (byte
   fallback, Unicode normalization: the ko, ja, zh and multi presets): keras-hub
   runs SentencePiece alone on the raw text.
 An E == H model without the E -> H projection crosses: keras-hub always has
 the layer, and gets an identity kernel and a zero bias (the same function).
+So does `sharing="none"`: keras-hub gets L groups of one block each.
 """
 
 import os
@@ -32,7 +33,7 @@ import numpy as np
 from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.keras_hub_preset import keras_hub_config, keras_hub_name
 from albert_tf.loading import load_pretrained
-from albert_tf.models import checkpoint_weights
+from albert_tf.models import AlbertBackbone, checkpoint_weights
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -57,6 +58,8 @@ def save_keras_hub_preset(model, tokenizer, directory, overwrite=False, print_fn
     check_output_dir(directory, overwrite)
     backbone = _backbone_to_write(model, print_fn)
     kwargs = keras_hub_config(backbone.config)
+    if backbone.config.sharing == "none":
+        backbone = _groups_of_one(backbone)
     proto = None if tokenizer is None else _vocabulary(tokenizer, backbone.config.vocab_size)
     keras_hub = _import_keras_hub()
     theirs = keras_hub.models.AlbertBackbone(**kwargs)
@@ -96,6 +99,23 @@ def _backbone_to_write(model, print_fn):
         "(keras-hub's AlbertMaskedLM builds its own head)."
     )
     return backbone
+
+
+def _groups_of_one(backbone):
+    """A `sharing="all"` backbone with G = L groups of one block, computing what the `sharing="none"` `backbone` does.
+
+    Both hold one block per layer, of the same layers in the same order;
+    only the weight table (`checkpoint_weights`) is for whole-block sharing.
+    """
+    c = backbone.config
+    shared = AlbertBackbone(c.replace(sharing="all", num_hidden_groups=c.num_hidden_layers, inner_group_num=1))
+    pairs = [(backbone.embeddings, shared.embeddings), (backbone.pooler, shared.pooler)]
+    pairs += [(ours[0], theirs[0]) for ours, theirs in zip(backbone.blocks, shared.blocks)]
+    if backbone.embedding_projection is not None:
+        pairs.append((backbone.embedding_projection, shared.embedding_projection))
+    for ours, theirs in pairs:
+        theirs.set_weights(ours.get_weights())
+    return shared
 
 
 def _vocabulary(tokenizer, vocab_size):

@@ -74,6 +74,8 @@ def plain_proto():
     dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
     # E == H without the E -> H layer: keras-hub gets an identity projection.
     dict(embedding_size=32, embedding_projection=False),
+    # Nothing shared: keras-hub gets L groups of one block.
+    dict(sharing="none"),
 ])
 def test_albert_tf_to_keras_hub_gives_the_same_outputs_and_ids(shape, tmp_path):
     config = tiny_config(vocab_size=VOCAB_SIZE, **shape)
@@ -163,7 +165,8 @@ def save(model, tmp_path, tokenizer=None):
 
 
 @pytest.mark.parametrize("overrides, message", [
-    (dict(sharing="none"), "sharing='none'"),
+    (dict(sharing="attention"), "sharing='attention'"),
+    (dict(sharing="ffn"), "sharing='ffn'"),
     (dict(hidden_act="gelu"), "hidden_act='gelu'"),
     (dict(layer_norm_eps=1e-6), "layer_norm_eps=1e-06"),
     (dict(hidden_dropout=0.1, attention_dropout=0.0), "one dropout"),
