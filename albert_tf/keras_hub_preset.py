@@ -172,9 +172,10 @@ def cannot_cross(config):
     """What in `config` keras-hub's AlbertBackbone cannot express: a list of reasons, empty when all crosses.
 
     An E == H model without the projection crosses (the writer gives keras-hub
-    an identity projection), and so does any grouping keras-hub computes the
-    same way, and `sharing="none"` (G = L groups of one block). `initializer_range` and `classifier_dropout` describe training
-    only, not the function, and are not written.
+    an identity projection), and so do any grouping keras-hub computes the
+    same way and `sharing="none"` (G = L groups of one block).
+    `initializer_range` and `classifier_dropout` describe training only, not
+    the function, and are not written.
     """
     reasons = []
     if config.sharing not in ("all", "none"):

@@ -31,9 +31,9 @@ import os
 
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from input_pipeline import spiece_normalizer
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
-from input_pipeline import spiece_normalizer
 from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
 
 # albert-tf's own model directories (`save_pretrained`).
@@ -151,8 +151,8 @@ def resolve_model_dir(path):
             return os.path.join(path, sub)
     raise UserError(
         f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
-        f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) or {WEIGHTS_FILE} (keras-hub) there, or an albert-tf model in its "
-        f"{BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
+        f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) or {WEIGHTS_FILE} (keras-hub) there, or an "
+        f"albert-tf model in its {BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
     )
 
 
