@@ -53,6 +53,9 @@ setup(
             "konlpy==0.6.0", "hironsancorpus==0.1.2",
             # MediaPipe Tasks' TextClassifier runs the exported .tflite files on raw text (in its own process).
             "mediapipe==1.2.3",
+            # The keras-hub preset round trip both ways (tests/export/test_keras_hub_presets.py); it
+            # brings kagglehub and kagglesdk and leaves tensorflow, keras and tensorflow-text as they are.
+            "keras-hub>=0.20",
         ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
     },

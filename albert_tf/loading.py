@@ -1,15 +1,16 @@
 """`load_pretrained`: the model a directory holds, whatever its class or format.
 
 `save_pretrained` (in `albert_tf.models.pretrained`) writes albert-tf's own
-directories. `load_pretrained` reads those, and HuggingFace `save_pretrained`
+directories. `load_pretrained` reads those, HuggingFace `save_pretrained`
 directories of an ALBERT model, converted in memory as `albert-tf convert
---from hf` converts them. A model class's own `from_pretrained` loads into
-that class; this is for callers that take whatever was saved.
+--from hf` converts them, and keras-hub presets of an AlbertBackbone. A
+model class's own `from_pretrained` loads into that class; this is for
+callers that take whatever was saved.
 """
 
-from albert_tf.model_dirs import is_hf_dir
+from albert_tf.model_dirs import is_hf_dir, is_keras_hub_dir
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
-from albert_tf.models.pretrained import load_hf_dir, load_saved_model, warn_newly_initialized
+from albert_tf.models.pretrained import load_hf_dir, load_keras_hub_dir, load_saved_model, warn_newly_initialized
 
 
 def load_hf(directory):
@@ -27,7 +28,7 @@ def load_hf(directory):
 
 
 def load_pretrained(directory):
-    """Rebuilds the model in `directory`: albert-tf's own, or a HuggingFace one.
+    """Rebuilds the model in `directory`: albert-tf's own, a HuggingFace one, or a keras-hub preset.
 
     `directory` is either what `save_pretrained` (or `albert-tf convert`)
     wrote, or a HF transformers `save_pretrained` directory of an ALBERT model
@@ -40,7 +41,7 @@ def load_pretrained(directory):
         or a task model. From a HF directory: an `AlbertPretrainer` for
         AlbertForPreTraining / AlbertForMaskedLM weights (the latter with a
         freshly initialized SOP head and pooler, with a warning that lists
-        them), an `AlbertBackbone` for AlbertModel.
+        them), an `AlbertBackbone` for AlbertModel and for a keras-hub preset.
 
     Raises:
         ValueError: naming the file and what is wrong with it: missing files,
@@ -53,4 +54,6 @@ def load_pretrained(directory):
         report = load_hf(directory)
         warn_newly_initialized(directory, report)
         return report.model
+    if is_keras_hub_dir(directory):
+        return load_keras_hub_dir(directory, lambda config, has_heads: AlbertBackbone(config)).model
     return load_saved_model(directory)

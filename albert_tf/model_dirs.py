@@ -18,6 +18,9 @@ A HuggingFace `save_pretrained` directory of an ALBERT model (config.json
 with model.safetensors or pytorch_model.bin, `spiece.model` and
 tokenizer_config.json beside them) is a model directory too: `load_pretrained`
 converts it on load, and its tokenizer follows its tokenizer_config.json.
+So is a keras-hub preset of an AlbertBackbone (config.json with
+model.weights.h5 and no albert_tf.json; `albert_tf.keras_hub_preset`), whose
+tokenizer is its assets/tokenizer/vocabulary.spm, read as keras-hub reads it.
 
 This module reads file names and tokenizers only: it imports neither Keras
 nor the models, so `create-data` and its workers read a tokenizer cheaply.
@@ -28,6 +31,7 @@ import os
 
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from input_pipeline import spiece_normalizer
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 from input_pipeline.tokenizer import AlbertTokenizer, Preprocessing
@@ -52,6 +56,10 @@ INDEX_SUFFIX = ".index.json"
 # HF weight files, in the order they are preferred.
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + INDEX_SUFFIX, TORCH_FILE, TORCH_FILE + INDEX_SUFFIX)
 
+# keras-hub's `save_to_preset` directories (config.json and model.weights.h5 are shared).
+KERAS_HUB_VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.spm")
+KERAS_HUB_TASK_FILE = "task.json"
+
 
 def is_hf_dir(path):
     """Whether `path` is a HF `save_pretrained` directory.
@@ -69,6 +77,42 @@ def is_hf_dir(path):
     )
 
 
+def is_keras_hub_dir(path):
+    """Whether `path` is a keras-hub preset: config.json beside model.weights.h5, no albert_tf.json.
+
+    Whether its config.json describes a keras-hub AlbertBackbone is checked on
+    load (`albert_tf.keras_hub_preset`), so that another class is an error
+    naming config.json.
+    """
+    return (
+        files.isfile(os.path.join(path, CONFIG_FILE))
+        and files.isfile(os.path.join(path, WEIGHTS_FILE))
+        and not files.isfile(os.path.join(path, MODEL_FILE))
+    )
+
+
+def converts_on_load(path):
+    """Whether the model in `path` is another library's (HF or keras-hub), converted when loaded."""
+    return is_hf_dir(path) or is_keras_hub_dir(path)
+
+
+def keras_hub_tokenizer(directory):
+    """The `AlbertTokenizer` of a keras-hub preset's vocabulary.spm: the ids keras-hub's AlbertTokenizer gives.
+
+    keras-hub runs SentencePiece alone on the raw text (its AlbertTokenizer
+    is a plain `SentencePieceTokenizer`): no lowercasing or accent stripping
+    beyond what the model's own normalizer does. A vocabulary.spm that
+    albert-tf wrote carries albert-tf's preprocessing in that normalizer;
+    its digit-comma pieces are then re-split as the original ALBERT does.
+    """
+    proto = files.read_bytes(os.path.join(directory, KERAS_HUB_VOCABULARY))
+    preprocessing = Preprocessing(
+        collapse_whitespace=False, strip_accents=False, lower_case=False,
+        split_digit_comma=spiece_normalizer.carries_preprocessing(proto),
+    )
+    return AlbertTokenizer(proto, preprocessing)
+
+
 def is_hf_tokenizer_dir(path):
     """Whether the tokenizer in `path` is a HF one (read by `hf_tokenizer`, not `AlbertTokenizer.load`).
 
@@ -81,10 +125,10 @@ def is_hf_tokenizer_dir(path):
 
 
 def is_model_dir(path):
-    """Whether `path` holds a model `load_pretrained` reads: albert-tf's own or a HF one."""
+    """Whether `path` holds a model `load_pretrained` reads: albert-tf's own, a HF one or a keras-hub preset."""
     return (
         files.isfile(os.path.join(path, CONFIG_FILE)) and files.isfile(os.path.join(path, MODEL_FILE))
-    ) or is_hf_dir(path)
+    ) or converts_on_load(path)
 
 
 def holds_model(path):
@@ -107,8 +151,8 @@ def resolve_model_dir(path):
             return os.path.join(path, sub)
     raise UserError(
         f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
-        f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) there, or an albert-tf model in its "
-        f"{BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
+        f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) or {WEIGHTS_FILE} (keras-hub) there, or an "
+        f"albert-tf model in its {BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
     )
 
 
@@ -145,7 +189,9 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
         return load_tokenizer(tokenizer_dir)
     candidates = tokenizer_candidates(path)
     for candidate in candidates:
-        if files.isfile(os.path.join(candidate, SPIECE_FILE)):
+        if files.isfile(os.path.join(candidate, SPIECE_FILE)) or files.isfile(
+            os.path.join(candidate, KERAS_HUB_VOCABULARY)
+        ):
             return load_tokenizer(candidate)
     if required:
         raise UserError(
@@ -156,11 +202,13 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
 
 
 def load_tokenizer(directory):
-    """The `AlbertTokenizer` in `directory`: a `train-tokenizer` output or a HF directory.
+    """The `AlbertTokenizer` in `directory`: a `train-tokenizer` output, a HF directory or a keras-hub preset.
 
     Raises:
         ValueError: naming `directory` when it holds no `spiece.model`.
     """
+    if files.isfile(os.path.join(directory, KERAS_HUB_VOCABULARY)):
+        return keras_hub_tokenizer(directory)
     if not files.isfile(os.path.join(directory, SPIECE_FILE)):
         raise UserError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):

@@ -1,8 +1,9 @@
-"""`albert-tf convert`: HF transformers and original TF1 checkpoints <-> albert-tf.
+"""`albert-tf convert`: HF transformers and original TF1 checkpoints <-> albert-tf, and keras-hub presets.
 
     albert-tf convert --from hf --model HF_DIR --out DIR
     albert-tf convert --from tf1 --model CKPT_PREFIX --config albert_config.json --out DIR
     albert-tf convert --to hf --model runs/base --out HF_DIR
+    albert-tf convert --to keras-hub --model runs/base --out PRESET
 
 --to hf takes a model or run directory (its final/ or best/), or a HF
 directory, and writes its tokenizer too (spiece.model + tokenizer_config.json),
@@ -11,6 +12,12 @@ does, except on text with `` or '' or a digit before a comma (a printed note
 says so). --from hf
 keeps the source's spiece.model as DIR/tokenizer. The model may also be given
 positionally (SRC), as in earlier versions.
+
+--to keras-hub writes the backbone and the tokenizer as a keras-hub preset
+(`keras_hub.models.AlbertBackbone.from_preset(PRESET)`); it needs keras-hub
+installed, and refuses in one line what keras-hub cannot express (a task
+head, partial sharing, ...: docs/deployment.md#keras-hub-presets). A keras-hub
+preset is read wherever a model directory is, with no keras-hub.
 """
 
 from albert_tf.commands.flags import add_command
@@ -27,8 +34,8 @@ def add_parser(subparsers):
         help="Import --model (a HF save_pretrained directory, or a TF1 checkpoint prefix).",
     )
     direction.add_argument(
-        "--to", dest="to_format", choices=("hf",),
-        help="Export --model (an albert-tf model or run directory) to a HF directory.",
+        "--to", dest="to_format", choices=("hf", "keras-hub"),
+        help="Export --model (an albert-tf model or run directory) to a HF directory or a keras-hub preset.",
     )
     parser.add_argument("--model", metavar="SRC", help="What to convert.")
     parser.add_argument("src", metavar="SRC", nargs="?", help="Same as --model.")
@@ -36,7 +43,9 @@ def add_parser(subparsers):
         "--config",
         help="albert_config.json of a TF1 checkpoint (needed with --from tf1 only).",
     )
-    parser.add_argument("--tokenizer", metavar="DIR", help="--to hf: tokenizer directory (default: the model's).")
+    parser.add_argument(
+        "--tokenizer", metavar="DIR", help="--to hf or keras-hub: tokenizer directory (default: the model's)."
+    )
     parser.add_argument("--out", required=True, help="Output directory.")
     add_overwrite_flag(parser)
     return parser
@@ -48,16 +57,22 @@ def run(args):
     src = args.model or args.src
     if args.config is not None and args.from_format != "tf1":
         raise UserError("--config is only used with --from tf1.")
-    if args.tokenizer is not None and args.to_format != "hf":
-        raise UserError("--tokenizer is only used with --to hf.")
+    if args.tokenizer is not None and args.to_format is None:
+        raise UserError("--tokenizer is only used with --to hf or --to keras-hub.")
     check_out(args.out, args.overwrite)
     # Deferred for start-up: the converters import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf import convert
 
     # The converters publish args.out whole themselves (`files.publish`).
-    if args.to_format == "hf":
+    if args.to_format is not None:
         model_dir = resolve_model_dir(src)
         tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
+    if args.to_format == "keras-hub":
+        convert.convert_to_keras_hub(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite)
+        note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"
+        print(f"Wrote keras-hub AlbertBackbone preset to {args.out}{note}")
+        return 0
+    if args.to_format == "hf":
         model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite)
     elif args.from_format == "hf":
         report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite)

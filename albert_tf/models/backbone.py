@@ -8,8 +8,8 @@ from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, Transf
 from albert_tf.layers.cast_once import cast_weights_once, per_call_cache
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
-from albert_tf.model_dirs import is_hf_dir, resolve_model_dir
-from albert_tf.models.pretrained import PretrainedMixin, load_hf_dir, load_saved_model, warn_newly_initialized
+from albert_tf.model_dirs import converts_on_load, resolve_model_dir
+from albert_tf.models.pretrained import PretrainedMixin, load_converted_dir, load_saved_model, warn_newly_initialized
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
 from input_pipeline import features
@@ -285,8 +285,8 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         model), albert-tf's own or a HuggingFace ALBERT directory.
         """
         path = resolve_model_dir(directory)
-        if is_hf_dir(path):
-            report = load_hf_dir(path, lambda config, has_heads: cls(config))
+        if converts_on_load(path):
+            report = load_converted_dir(path, lambda config, has_heads: cls(config))
             warn_newly_initialized(path, report)
             return report.model
         model = load_saved_model(path)

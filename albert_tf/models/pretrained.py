@@ -8,7 +8,9 @@ Layout of a directory written by `save_pretrained` (names in `albert_tf.model_di
 
 A HuggingFace `save_pretrained` directory of an ALBERT model is read with
 `load_hf_dir`: `albert_tf.hf_checkpoint` reads its files and
-`checkpoint_weights` puts the tensors into a model built from its config.
+`checkpoint_weights` puts the tensors into a model built from its config;
+a keras-hub preset is read the same way with `load_keras_hub_dir`
+(`albert_tf.keras_hub_preset` reads its files).
 Neither this module nor those import a model class: a saved model is rebuilt
 from the names its classes register with Keras, all registered as soon as
 any module of `albert_tf.models` is imported (the package imports them all).
@@ -23,8 +25,9 @@ import keras
 
 from albert_tf.config import AlbertConfig
 from albert_tf.hf_checkpoint import READ_ARCHITECTURES, read_hf_checkpoint
-from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE
-from albert_tf.models.checkpoint_weights import hf_scheme, load_checkpoint
+from albert_tf.keras_hub_preset import keras_hub_name, read_keras_hub_preset
+from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE, is_keras_hub_dir
+from albert_tf.models.checkpoint_weights import Scheme, hf_scheme, load_checkpoint
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -178,6 +181,36 @@ def load_hf_dir(directory, build):
             f"{e}\n  {os.path.join(directory, CONFIG_FILE)} names {others}: albert-tf reads the weights of "
             f"{', '.join(READ_ARCHITECTURES)}, not task heads."
         ) from e
+
+
+def load_converted_dir(directory, build):
+    """The model of another library's directory (`model_dirs.converts_on_load`), built by `build`.
+
+    A HF directory is read by `load_hf_dir`, a keras-hub preset by
+    `load_keras_hub_dir`; `build` and the result are as for `load_hf_dir`.
+    """
+    if is_keras_hub_dir(directory):
+        return load_keras_hub_dir(directory, build)
+    return load_hf_dir(directory, build)
+
+
+def load_keras_hub_dir(directory, build):
+    """The backbone of the keras-hub preset `directory` (what `AlbertBackbone.save_to_preset` writes).
+
+    Args:
+        directory: a keras-hub preset directory of an AlbertBackbone.
+        build: as for `load_hf_dir`; a preset holds no heads (`has_heads` False).
+
+    Returns:
+        A `checkpoint_weights.ConversionReport` of the backbone, nothing newly initialized.
+
+    Raises:
+        UserError: unreadable files, another keras-hub class, a task preset,
+            or tensors that do not match the config (listing every difference).
+    """
+    preset = read_keras_hub_preset(directory)
+    scheme = Scheme("keras-hub", lambda e: keras_hub_name(e.name), lambda e: False, lambda name: False)
+    return load_checkpoint(build(preset.config, False), preset.shapes, preset.read, scheme, preset.source)
 
 
 def warn_newly_initialized(directory, report):

@@ -19,9 +19,9 @@ import warnings
 import keras
 from keras import ops
 
-from albert_tf.model_dirs import find_tokenizer, is_hf_dir, resolve_model_dir
+from albert_tf.model_dirs import converts_on_load, find_tokenizer, resolve_model_dir
 from albert_tf.models.backbone import AlbertBackbone
-from albert_tf.models.pretrained import PretrainedMixin, load_hf_dir, load_saved_model, warn_newly_initialized
+from albert_tf.models.pretrained import PretrainedMixin, load_converted_dir, load_saved_model, warn_newly_initialized
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
 from albert_tf.utils.errors import UserError
@@ -279,13 +279,13 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
             An instance of this class.
         """
         path = resolve_model_dir(directory)
-        if is_hf_dir(path):
+        if converts_on_load(path):
             # A HF checkpoint's pretraining heads load into a class that has them.
             def build(config, has_heads):
                 backbone = AlbertBackbone(config)
                 return cls(backbone) if has_heads and cls.loads_pretraining_heads else backbone
 
-            report = load_hf_dir(path, build)
+            report = load_converted_dir(path, build)
             warn_newly_initialized(path, report)
             model = report.model
         else:

@@ -1,0 +1,237 @@
+"""keras-hub presets both ways, against real keras-hub: outputs, token ids, and what cannot cross."""
+
+import csv
+import functools
+import io
+import json
+import os
+import shutil
+
+import h5py
+import keras_hub  # in the test extra: a missing keras-hub fails these tests, it does not skip them
+import numpy as np
+import pytest
+import sentencepiece as spm
+
+from albert_tf import AlbertBackbone, load_pretrained
+from albert_tf.cli import main
+from albert_tf.convert import save_keras_hub_preset
+from albert_tf.model_dirs import find_tokenizer
+from albert_tf.models import AlbertClassifier, AlbertPretrainer
+from albert_tf.utils.errors import UserError
+from export_fixtures import tokenizer as english_tokenizer
+from helpers import backbone_batch, tiny_config
+from input_pipeline import AlbertTokenizer, Preprocessing, movie_reviews
+
+VOCAB_SIZE = 300
+# Capitals, accents, runs of whitespace, punctuation and numbers: where preprocessing matters.
+TEXTS = [
+    "The Movie was GREAT!",
+    "Café   naïve Résumé, ÉLAN and Ångström.",
+    "  tabs\tand\nnewlines  ",
+    "It cost $1,000,000 in 1999, said O'Brien.",
+    "ＦＵＬＬ width ｔｅｘｔ and ﬁ ligatures",
+]
+
+
+def randomized(model, seed=0):
+    """`model` with every weight random (LayerNorms and biases too), so each mapping shows in the outputs."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([(0.3 * rng.normal(size=w.shape)).astype("float32") for w in model.get_weights()])
+    return model
+
+
+def assert_same_outputs(ours, theirs, config):
+    """Backbone outputs within 1e-5 at the real positions (padding positions are anyone's)."""
+    inputs = backbone_batch(config)
+    a, b = ours(inputs), theirs(inputs)
+    real = inputs["padding_mask"].astype(bool)
+    np.testing.assert_allclose(np.asarray(a["sequence_output"])[real], np.asarray(b["sequence_output"])[real],
+                               atol=1e-5)
+    np.testing.assert_allclose(np.asarray(a["pooled_output"]), np.asarray(b["pooled_output"]), atol=1e-5)
+
+
+def assert_same_ids(ours, theirs):
+    for text in TEXTS:
+        assert ours.encode(text) == np.asarray(theirs(text)).tolist(), text
+
+
+@functools.lru_cache(maxsize=None)
+def plain_proto():
+    """A SentencePiece model trained as keras-hub's docs train one: plain `nmt_nfkc`, no albert-tf
+    preprocessing built in (albert-tf's own English tokenizers carry theirs)."""
+    sentences = [s for d in movie_reviews.imdb_documents("pretrain", limit=200) for s in d]
+    proto = io.BytesIO()
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(sentences), model_writer=proto, vocab_size=VOCAB_SIZE, minloglevel=2,
+        pad_id=0, unk_id=1, bos_id=2, eos_id=3, pad_piece="<pad>", unk_piece="<unk>", bos_piece="[CLS]",
+        eos_piece="[SEP]", user_defined_symbols="[MASK]", num_threads=1,
+    )
+    return proto.getvalue()
+
+
+@pytest.mark.parametrize("shape", [
+    dict(num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
+    # E == H without the E -> H layer: keras-hub gets an identity projection.
+    dict(embedding_size=32, embedding_projection=False),
+    # Nothing shared: keras-hub gets L groups of one block.
+    dict(sharing="none"),
+])
+def test_albert_tf_to_keras_hub_gives_the_same_outputs_and_ids(shape, tmp_path):
+    config = tiny_config(vocab_size=VOCAB_SIZE, **shape)
+    ours = randomized(AlbertBackbone(config))
+    tokenizer = english_tokenizer()
+    save_keras_hub_preset(ours, tokenizer, str(tmp_path / "preset"))
+
+    assert_same_outputs(ours, keras_hub.models.AlbertBackbone.from_preset(str(tmp_path / "preset")), config)
+    assert_same_ids(tokenizer, keras_hub.models.AlbertTokenizer.from_preset(str(tmp_path / "preset")))
+    # And back: albert-tf reads what it wrote, with the ids it had.
+    assert_same_outputs(ours, load_pretrained(str(tmp_path / "preset")), config)
+    back = find_tokenizer(str(tmp_path / "preset"))
+    assert [back.encode(t) for t in TEXTS] == [tokenizer.encode(t) for t in TEXTS]
+
+
+def test_a_preset_in_a_bucket_reads_back(tmp_path):
+    config = tiny_config(vocab_size=VOCAB_SIZE)
+    ours = randomized(AlbertBackbone(config))
+    save_keras_hub_preset(ours, english_tokenizer(), "ram://keras_hub/preset")
+    assert_same_outputs(ours, load_pretrained("ram://keras_hub/preset"), config)
+
+
+@pytest.fixture(scope="module")
+def keras_hub_preset(tmp_path_factory):
+    """(directory, keras-hub backbone, keras-hub tokenizer): a preset keras-hub wrote, tiny, random.
+
+    Its tokenizer is `plain_proto()`, as keras-hub users train one.
+    """
+    backbone = randomized(keras_hub.models.AlbertBackbone(
+        vocabulary_size=VOCAB_SIZE, num_layers=4, num_heads=4, embedding_dim=16, hidden_dim=32,
+        intermediate_dim=64, num_groups=2, num_inner_repetitions=2, max_sequence_length=64,
+    ))
+    tokenizer = keras_hub.models.AlbertTokenizer(proto=plain_proto())
+    directory = str(tmp_path_factory.mktemp("keras_hub") / "preset")
+    backbone.save_to_preset(directory)
+    tokenizer.save_to_preset(directory)
+    return directory, backbone, tokenizer
+
+
+def test_keras_hub_preset_loads_wherever_a_model_directory_does(keras_hub_preset):
+    directory, theirs, their_tokenizer = keras_hub_preset
+    config = load_pretrained(directory).config
+    assert (config.num_hidden_groups, config.inner_group_num, config.num_hidden_layers) == (2, 2, 4)
+    assert_same_outputs(load_pretrained(directory), theirs, config)
+    assert_same_outputs(AlbertBackbone.from_pretrained(directory), theirs, config)
+    classifier = AlbertClassifier.from_pretrained(directory, num_classes=2)
+    assert_same_outputs(classifier.backbone, theirs, config)
+    # keras-hub gives SentencePiece the raw text: capitals and accents reach it as they are.
+    assert_same_ids(classifier.preprocessor.tokenizer, their_tokenizer)
+    assert_same_ids(find_tokenizer(directory), their_tokenizer)
+
+
+def test_a_weights_file_without_layer_names_reads_the_same(keras_hub_preset, tmp_path):
+    # Keras before 3.9 (the Kaggle presets') stored no layer names: the groups' class names say which.
+    directory, theirs, _ = keras_hub_preset
+    shutil.copytree(directory, tmp_path / "preset")
+    with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
+        groups = []
+        f.visititems(lambda name, item: groups.append(item))  # (a callback that returns a value stops the visit)
+        for group in groups:
+            group.attrs.pop("name", None)
+        assert not [name for name in f["layers"] if "name" in f["layers"][name]["vars"].attrs]
+    model = load_pretrained(str(tmp_path / "preset"))
+    assert_same_outputs(model, theirs, model.config)
+
+
+@pytest.mark.slow
+def test_finetune_from_a_keras_hub_preset(keras_hub_preset, tmp_path):
+    directory, _, their_tokenizer = keras_hub_preset
+    everything = movie_reviews.rotten_tomatoes_sentences()
+    sentences = [everything[i] for i in np.random.default_rng(0).permutation(len(everything))[:24]]
+    for name, rows in (("train.csv", sentences[:16]), ("eval.csv", sentences[16:])):
+        with open(tmp_path / name, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows([("text", "label")] + [(t, "pos" if y else "neg") for t, y in rows])
+    assert main(["finetune", "--task", "classification", "--model", directory, "--train", str(tmp_path / "train.csv"),
+                 "--eval", str(tmp_path / "eval.csv"), "--out", str(tmp_path / "run"), "--max-seq-length", "64",
+                 "--batch-size", "8", "--epochs", "1", "--truncate"]) == 0
+    # The run keeps the preset's tokenizer, with keras-hub's ids.
+    assert_same_ids(find_tokenizer(str(tmp_path / "run")), their_tokenizer)
+
+
+def save(model, tmp_path, tokenizer=None):
+    model.save_pretrained(str(tmp_path / "model"))
+    if tokenizer is not None:
+        tokenizer.save(str(tmp_path / "model" / "tokenizer"))
+    return str(tmp_path / "model")
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(sharing="attention"), "sharing='attention'"),
+    (dict(sharing="ffn"), "sharing='ffn'"),
+    (dict(hidden_act="gelu"), "hidden_act='gelu'"),
+    (dict(layer_norm_eps=1e-6), "layer_norm_eps=1e-06"),
+    (dict(hidden_dropout=0.1, attention_dropout=0.0), "one dropout"),
+    (dict(num_hidden_layers=3, num_hidden_groups=2), "divide the layers evenly"),
+])
+def test_what_keras_hub_cannot_express_is_refused_in_one_line(overrides, message, tmp_path, capsys):
+    model = save(AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE, **overrides)), tmp_path)
+    assert main(["convert", "--to", "keras-hub", "--model", model, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "keras-hub's AlbertBackbone cannot express" in err and message in err, err
+    assert len(err.splitlines()) == 1, err
+    assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_task_head_is_refused_and_pretraining_heads_are_left_out(tmp_path, capsys):
+    backbone = randomized(AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE)))
+    model = save(AlbertClassifier(backbone, num_classes=2), tmp_path / "task")
+    assert main(["convert", "--to", "keras-hub", "--model", model, "--out", str(tmp_path / "out")]) == 2
+    assert "no place for its task head" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
+
+    model = save(AlbertPretrainer(backbone), tmp_path / "pretrainer", english_tokenizer())
+    assert main(["convert", "--to", "keras-hub", "--model", model, "--out", str(tmp_path / "out")]) == 0
+    assert "MLM and SOP heads are left out" in capsys.readouterr().out
+    assert_same_outputs(backbone, keras_hub.models.AlbertBackbone.from_preset(str(tmp_path / "out")),
+                        backbone.config)
+
+
+def test_a_tokenizer_keras_hub_cannot_reproduce_is_refused(tmp_path, capsys):
+    # The ko preset's NFKC cannot be built into vocabulary.spm, and keras-hub preprocesses nothing.
+    korean = AlbertTokenizer(english_tokenizer().model_proto, Preprocessing.for_language("ko"), language="ko")
+    model = save(AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE)), tmp_path, korean)
+    assert main(["convert", "--to", "keras-hub", "--model", model, "--out", str(tmp_path / "out")]) == 2
+    assert "cannot travel to keras-hub (language='ko'" in capsys.readouterr().err
+    assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.parametrize("preprocessing", [Preprocessing(), Preprocessing(lower_case=False)], ids=["uncased", "cased"])
+def test_a_tokenizer_s_preprocessing_travels_in_vocabulary_spm(preprocessing, tmp_path):
+    # A plain SentencePiece model (a HF directory's, say): the preprocessing must be built into it.
+    ours = AlbertTokenizer(plain_proto(), preprocessing)
+    save_keras_hub_preset(AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE)), ours, str(tmp_path / "preset"))
+    assert_same_ids(ours, keras_hub.models.AlbertTokenizer.from_preset(str(tmp_path / "preset")))
+
+
+def test_presets_albert_tf_does_not_read_are_refused_in_one_line(keras_hub_preset, tmp_path):
+    directory, theirs, _ = keras_hub_preset
+    task = keras_hub.models.AlbertTextClassifier(theirs, num_classes=2, preprocessor=None)
+    task.save_to_preset(str(tmp_path / "task"))
+    with pytest.raises(UserError, match=r"task.json holds a 'keras_hub>AlbertTextClassifier'.*not task heads"):
+        load_pretrained(str(tmp_path / "task"))
+
+    bert = keras_hub.models.BertBackbone(vocabulary_size=VOCAB_SIZE, num_layers=1, num_heads=2, hidden_dim=8,
+                                         intermediate_dim=16, max_sequence_length=16)
+    bert.save_to_preset(str(tmp_path / "bert"))
+    with pytest.raises(UserError, match=r"describes a 'keras_hub>BertBackbone', not a 'keras_hub>AlbertBackbone'"):
+        AlbertBackbone.from_pretrained(str(tmp_path / "bert"))
+
+
+def test_a_preset_without_a_weight_is_refused_naming_it(keras_hub_preset, tmp_path):
+    directory, _, _ = keras_hub_preset
+    shutil.copytree(directory, tmp_path / "preset")
+    with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
+        del f["layers/dense_1/vars/1"]  # the pooler's bias
+    with pytest.raises(UserError, match=r"missing 1 keras-hub tensors: \['pooled_dense/1'\]"):
+        load_pretrained(str(tmp_path / "preset"))
+    config = json.loads((tmp_path / "preset" / "config.json").read_text())
+    assert config["registered_name"] == "keras_hub>AlbertBackbone"
