@@ -16,6 +16,7 @@ from input_pipeline.pretraining import dataset as dataset_module
 from input_pipeline.pretraining.examples import instances_of_documents
 from input_pipeline.pretraining.dataset import parse_examples
 from input_pipeline.pretraining.tfrecord_shards import read_metadata, shard_paths
+from input_pipeline.tokenizer import CLS_ID, NUM_SPECIAL_IDS, SEP_ID
 
 CONFIG = PretrainingDataConfig(max_seq_length=64, max_predictions_per_seq=10)
 
@@ -211,3 +212,37 @@ def test_static_resume_reads_nothing_before_its_position(records_dir, tmp_path):
     resumed = make_pretraining_dataset(str(damaged), 4, seed=7, flat=True, shuffle_buffer_size=4,
                                        start_step=start_step)
     assert_same(expected, take(resumed, 1))
+
+
+def _ordered_corpus(num_documents, sentence_length):
+    """Documents of two sentences whose token ids rise through the corpus: the ids say where a segment came from."""
+    num_tokens = num_documents * 2 * sentence_length
+    return TokenizedCorpus(
+        token_ids=np.arange(NUM_SPECIAL_IDS, NUM_SPECIAL_IDS + num_tokens, dtype=np.int32),
+        sentence_splits=np.arange(0, num_tokens + 1, sentence_length, dtype=np.int64),
+        document_splits=np.arange(0, 2 * num_documents + 1, 2, dtype=np.int64),
+        word_starts=np.ones(NUM_SPECIAL_IDS + num_tokens, bool),
+    )
+
+
+def test_dynamic_sop_labels_are_balanced_and_label_1_swaps_the_document_order():
+    # Two sentences per document and no short targets: every pair is the document's two sentences, swappable.
+    corpus = _ordered_corpus(num_documents=200, sentence_length=3)
+    config = PretrainingDataConfig(max_seq_length=16, max_predictions_per_seq=2, short_seq_prob=0.0)
+    examples = take(make_pretraining_dataset(corpus, 400, config=config, seed=7, flat=True), 1)[0]
+    tokens = examples[features.TOKEN_IDS].copy()
+    # The masked pieces put back: the segments as the document holds them.
+    rows, slots = np.nonzero(examples[features.MASK_WEIGHTS])
+    tokens[rows, examples[features.MASK_POSITIONS][rows, slots]] = examples[features.MASK_IDS][rows, slots]
+    labels = examples[features.SENTENCE_ORDER_LABEL]
+    for row, label in zip(tokens, labels):
+        # [CLS] A [SEP] B [SEP] with A and B one sentence each.
+        assert row[0] == CLS_ID and row[4] == SEP_ID and row[8] == SEP_ID
+        a, b = row[1:4], row[5:8]
+        first, second = (b, a) if label == 1 else (a, b)
+        document = (first[0] - NUM_SPECIAL_IDS) // 6
+        start = NUM_SPECIAL_IDS + 6 * document
+        np.testing.assert_array_equal(first, np.arange(start, start + 3))
+        np.testing.assert_array_equal(second, np.arange(start + 3, start + 6))
+    # Each label is a fair coin: 400 draws stay within 4 standard deviations (10) of 200 (false alarm < 1e-4).
+    assert abs(int(labels.sum()) - 200) <= 40, labels.sum()
