@@ -1,8 +1,10 @@
 """TFLite export: builtin ops only, parity with Keras through LiteRT, quantization, tokenizer files."""
 
+import functools
 import io
 import json
 import os
+import pathlib
 import zipfile
 
 import numpy as np
@@ -12,10 +14,12 @@ from ai_edge_litert.interpreter import Interpreter
 from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf.export import export_tflite, pack_texts, tflite_metadata
 from export_fixtures import (
-    LABELS, MAX_LENGTH, MEDIAPIPE_TEXTS, classifier, config, real_texts, run_mediapipe, run_task_library, texts_and_pairs,
-    tokenizer,
+    LABELS, MAX_LENGTH, MEDIAPIPE_TEXTS, classifier, config, real_texts, run_mediapipe, run_task_library, scratch_dir,
+    texts_and_pairs, tokenizer,
 )
 from helpers import max_abs_diff, pretraining_batch
+
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 
 
 def _softmax(logits):
@@ -247,3 +251,44 @@ def test_cli_refuses_metadata_for_pairs_and_warns_where_mediapipe_reads_otherwis
     assert "keeps case" in warning and "--max-windows 3" in warning and "not its start" in warning
     assert "cannot be built into spiece.model" in warning
     assert json.loads((tmp_path / "single" / "export.json").read_text())["tflite_metadata"] is True
+
+
+@functools.lru_cache(maxsize=None)
+def _converted_tokenizer_export():
+    """A classifier exported with the original ALBERT's spiece.model, which carries none of ALBERT's
+    preprocessing (lower-casing, accents): the zipped spiece.model must have it compiled in."""
+    from albert_tf.models import AlbertClassifier
+    from helpers import tiny_config
+    from input_pipeline import AlbertTokenizer
+
+    original = AlbertTokenizer((FIXTURES / "original_tokenizer" / "spiece.model").read_bytes())
+    assert not original.carries_preprocessing
+    model = AlbertClassifier(AlbertBackbone(tiny_config(vocab_size=original.vocab_size, embedding_size=4)),
+                             num_classes=2, label_names=LABELS)
+    return original, model, export_tflite(model, scratch_dir() + "/converted", tokenizer=original,
+                                          max_length=MAX_LENGTH)
+
+
+def test_converted_tokenizer_ships_a_spiece_model_that_reads_raw_text_as_albert_tf():
+    import sentencepiece as spm
+
+    original, _, path = _converted_tokenizer_export()
+    with zipfile.ZipFile(path) as archive:
+        shipped = spm.SentencePieceProcessor(model_proto=archive.read("spiece.model"))
+    # Upper case, accents, full-width letters and quotes: what the original's own spiece.model reads otherwise.
+    raw = spm.SentencePieceProcessor(model_proto=original.model_proto)
+    assert any(raw.encode(text) != original.encode(text) for text in MEDIAPIPE_TEXTS)
+    for text in MEDIAPIPE_TEXTS:
+        assert shipped.encode(text) == original.encode(text), text
+
+
+@pytest.mark.slow
+def test_mediapipe_scores_raw_text_with_a_converted_tokenizer_as_litert_on_albert_tf_ids():
+    original, _, path = _converted_tokenizer_export()
+    runner = Interpreter(model_path=path).get_signature_runner("serving_default")
+    packed = pack_texts(original, MEDIAPIPE_TEXTS, None, MAX_LENGTH, pad_to=MAX_LENGTH)
+    for row, result in enumerate(run_mediapipe(path, MEDIAPIPE_TEXTS)):
+        (head,) = result
+        expected = runner(**{k: v[[row]] for k, v in packed.items()})["probabilities"][0]
+        scores = [head["scores"][str(i)][1] for i in range(2)]
+        assert max(abs(s - e) for s, e in zip(scores, expected)) <= 1e-6, MEDIAPIPE_TEXTS[row]
