@@ -230,13 +230,18 @@ def test_loss_scaling_follows_the_resolved_precision_not_the_config():
     from training_helpers import TINY_MODEL, tiny_trainer_config
 
     strategy = tf.distribute.get_strategy()
-    # The config says "auto" (or another precision); the run trains in what "auto" resolved to.
-    scaled = StepRunner(TINY_MODEL, tiny_trainer_config(), strategy, PrecisionChoice("mixed_float16", "none", "auto"))
+    # The config says another precision than the one resolved (valid either way, so that a runner built
+    # from the config's builds, and the assertions below tell): the run trains in the resolved one.
+    scaled = StepRunner(TINY_MODEL, tiny_trainer_config(mixed_precision="float32"), strategy,
+                        PrecisionChoice("mixed_float16", "none", "auto"))
     assert isinstance(scaled.optimizer, keras.optimizers.LossScaleOptimizer)
     assert scaled.model.backbone.dtype_policy.name == "mixed_float16"
     plain = StepRunner(TINY_MODEL, tiny_trainer_config(mixed_precision="mixed_float16"), strategy,
                        PrecisionChoice("float32", "none", "auto"))
     assert not isinstance(plain.optimizer, keras.optimizers.LossScaleOptimizer)
+    # The model too is built in the resolved precision, not the config's.
+    assert plain.model.backbone.dtype_policy.name == "float32"
+    assert plain.model.backbone.compute_dtype == "float32"
 
 
 def test_finetuning_compiles_the_whole_step_on_a_tpu_and_nothing_elsewhere():

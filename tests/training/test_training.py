@@ -76,27 +76,35 @@ def test_trainer_config_round_trips_and_validates(tmp_path):
         TrainerConfig.from_dict({"batch": 1})
 
 
-def test_evaluate_pretraining_matches_numpy_over_all_batches():
+def test_evaluate_pretraining_pools_its_sums_over_unequal_batches():
     from input_pipeline import features
     from albert_tf.training import build_pretrainer, evaluate_pretraining
 
     examples = synthetic_examples(num_examples=24, seed=3)
     model = build_pretrainer(TINY_MODEL)
-    dataset = tf.data.Dataset.from_tensor_slices(examples).batch(8).map(features.split_pretraining_example)
-    result = evaluate_pretraining(model, dataset, num_batches=3, baseline_token_id=7)
-
     inputs, labels = features.split_pretraining_example(examples)
     outputs = {name: value.numpy() for name, value in model(inputs, training=False).items()}
+    # Labels the model gets right exactly where `hit` says: the last 4 examples and every third one before.
+    hit = (np.arange(24) >= 20) | (np.arange(24) % 3 == 0)
+    predicted = outputs["mlm_logits"].argmax(-1)
+    examples = {**examples,
+                features.MASK_IDS: np.where(hit[:, None], predicted, (predicted + 1) % TINY_MODEL.vocab_size),
+                features.SENTENCE_ORDER_LABEL: np.where(hit, 0, 1) ^ outputs["sop_logits"].argmax(-1)}
+    _, labels = features.split_pretraining_example(examples)
+    # Batches of 10, 10 and 4 examples: the mean of the batches' accuracies (0.4, 0.3, 1.0) is not the pooled one.
+    dataset = tf.data.Dataset.from_tensor_slices(examples).batch(10).map(features.split_pretraining_example)
+    result = evaluate_pretraining(model, dataset, num_batches=3, baseline_token_id=7)
+
     weights, ids = labels[features.MASK_WEIGHTS], labels[features.MASK_IDS]
+    assert result["sop_accuracy"] == pytest.approx(11 / 24, rel=1e-6)
+    assert result["mlm_accuracy"] == pytest.approx((weights * hit[:, None]).sum() / weights.sum(), rel=1e-6)
     log_probs = outputs["mlm_logits"] - np.log(np.exp(outputs["mlm_logits"]).sum(-1, keepdims=True))
     mlm_ce = -np.take_along_axis(log_probs, ids[..., None], -1)[..., 0]
     order = labels[features.SENTENCE_ORDER_LABEL]
     sop_log_probs = outputs["sop_logits"] - np.log(np.exp(outputs["sop_logits"]).sum(-1, keepdims=True))
     ones = order.sum()
     expected = {
-        "mlm_accuracy": (weights * (outputs["mlm_logits"].argmax(-1) == ids)).sum() / weights.sum(),
         "mlm_loss": (weights * mlm_ce).sum() / weights.sum(),
-        "sop_accuracy": np.mean(outputs["sop_logits"].argmax(-1) == order),
         "sop_loss": -np.mean(sop_log_probs[np.arange(len(order)), order]),
         "sop_majority_accuracy": max(ones, len(order) - ones) / len(order),
         "unigram_mlm_accuracy": (weights * (ids == 7)).sum() / weights.sum(),
