@@ -4,7 +4,7 @@ Rows: albert-tf Keras (tf.function, with and without XLA; and under
 mixed_bfloat16 without XLA where the CPU has bf16 units, which TensorFlow's
 oneDNN kernels use and XLA's CPU backend does not), the exported
 SavedModel (`serving_default`; float32, and where the CPU has bf16 units the
-`export --precision bf16` form, weights frozen to constants, loaded with
+`export --mixed-precision mixed_bfloat16` form, weights frozen to constants, loaded with
 `tf.saved_model.load` and called through its signature as TF-Serving runs
 it), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
 and 16x8 with --tokenizer: they calibrate on real text), HF transformers
@@ -89,7 +89,7 @@ def prepare(workdir, tokenizer_dir, bf16=False):
     model.save_pretrained(os.path.join(workdir, "model"))
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
     if bf16:
-        export_saved_model(model, os.path.join(workdir, "saved_model-bf16"), max_length=SEQ, precision="bf16")
+        export_saved_model(model, os.path.join(workdir, "saved_model-bf16"), max_length=SEQ, precision="mixed_bfloat16")
     modes = ["none", "float16", "dynamic"] + ([k[len("tflite-"):] for k in CALIBRATED] if tokenizer_dir else [])
     tokenizer = AlbertTokenizer.load(tokenizer_dir) if tokenizer_dir else None
     texts = None

@@ -1,7 +1,7 @@
 """A bf16 export against the float32 export of one sentiment classifier, on the Rotten Tomatoes test split.
 
-Exports the classifier twice with `albert-tf export --precision float32` and
-`--precision bf16`, runs every test sentence through each export's
+Exports the classifier twice with `albert-tf export --mixed-precision float32` and
+`--mixed-precision mixed_bfloat16`, runs every test sentence through each export's
 `serve_text` (loaded with `tf.saved_model.load`, as TF-Serving runs it),
 and reports each one's accuracy, how many sentences get the same label from
 both, and the largest difference of a probability. The test split is
@@ -29,7 +29,7 @@ from benchlib.machine import cpu_flags, cpu_name
 from benchlib.output import emit_table
 from benchlib.sentiment_data import DEFAULT_SPLIT_SEED, split_rows, task_rows, write_csv
 
-PRECISIONS = ("float32", "bf16")
+PRECISIONS = ("float32", "mixed_bfloat16")
 BATCH = 64
 
 
@@ -57,11 +57,11 @@ def finetune_classifier(pretrained, out, split, args):
 
 
 def export(model, out, precision):
-    """`albert-tf export --precision PRECISION`; returns (version directory, the command's precision line)."""
+    """`albert-tf export --mixed-precision PRECISION`; returns (version directory, the command's precision line)."""
     done = subprocess.run(albert_tf_command() + ["export", "--model", model, "--format", "saved_model", "--out", out,
-                                                 "--precision", precision], capture_output=True, text=True)
+                                                 "--mixed-precision", precision], capture_output=True, text=True)
     if done.returncode != 0:
-        raise RuntimeError(f"albert-tf export --precision {precision} failed:\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(f"albert-tf export --mixed-precision {precision} failed:\n{done.stdout}\n{done.stderr}")
     line = next((l for l in done.stdout.splitlines() if l.startswith("Precision:")), "")
     return os.path.join(out, "1"), line
 
@@ -112,7 +112,7 @@ def main():
                 raise RuntimeError(f"{version} records precision {recorded!r}, not {precision!r}.")
             results[precision] = predict(version, texts)
 
-    (labels32, probs32), (labels16, probs16) = results["float32"], results["bf16"]
+    (labels32, probs32), (labels16, probs16) = results["float32"], results["mixed_bfloat16"]
     accuracy = {p: np.mean([a == b for a, b in zip(results[p][0], gold)]) for p in PRECISIONS}
     same = sum(a == b for a, b in zip(labels32, labels16))
     table = [

@@ -3,7 +3,7 @@
 Builds a sentiment classifier (random weights: speed does not depend on
 them) of ALBERT-base's shape (--model base), the demo's (--model demo), or
 takes a model directory with its tokenizer; exports it twice with
-`albert-tf export --precision float32` and `--precision bf16`; starts
+`albert-tf export --mixed-precision float32` and `--mixed-precision mixed_bfloat16`; starts
 `albert-tf serve` on each export (its own process, 127.0.0.1, a free port);
 then 1, 4 and 16 concurrent clients each send --requests single Rotten
 Tomatoes sentences to `serve_text` over REST, one request after the other.
@@ -43,7 +43,7 @@ from concurrent.futures import ThreadPoolExecutor
 from albert_tf.precision import BF16_CPU_FLAGS, bf16_units
 from benchlib.machine import cpu_flags, cpu_name
 
-PRECISIONS = ("float32", "bf16")
+PRECISIONS = ("float32", "mixed_bfloat16")
 PATHS = {"rest": "albert-tf serve, REST serve_text", "direct": "SavedModel serve_text, in-process"}
 LABELS = ("negative", "positive")
 WARMUP_REQUESTS = 3
@@ -93,14 +93,14 @@ def build_model(model, workdir, tokenizer_dir, quick):
 
 
 def export(model_dir, out, precision, max_length):
-    """`albert-tf export --precision PRECISION`; returns the version directory."""
+    """`albert-tf export --mixed-precision PRECISION`; returns the version directory."""
     done = subprocess.run(
         albert_tf_command() + ["export", "--model", model_dir, "--format", "saved_model", "--out", out,
-                               "--precision", precision, "--max-length", str(max_length)],
+                               "--mixed-precision", precision, "--max-length", str(max_length)],
         capture_output=True, text=True,
     )
     if done.returncode != 0:
-        raise RuntimeError(f"albert-tf export --precision {precision} failed:\n{done.stdout}\n{done.stderr}")
+        raise RuntimeError(f"albert-tf export --mixed-precision {precision} failed:\n{done.stdout}\n{done.stderr}")
     print(done.stdout.strip(), file=sys.stderr)
     return os.path.join(out, "1")
 
@@ -253,7 +253,7 @@ def main():
                 rounds = results[(path, precision), clients]
                 rps = [r["rps"] for r in rounds]
                 ratio = ""
-                if precision == "bf16":
+                if precision == "mixed_bfloat16":
                     ratios = [b["rps"] / f["rps"] for b, f in zip(rounds, results[(path, "float32"), clients])]
                     ratio = f"{statistics.median(ratios):.2f} [{min(ratios):.2f}, {max(ratios):.2f}]"
                 lines.append(
@@ -269,7 +269,7 @@ def agreement(results):
     """(same labels, requests) of bf16 against float32, over requests sent to both in the same order."""
     same = total = 0
     for (key, clients), rounds in results.items():
-        if key[1] != "bf16":
+        if key[1] != "mixed_bfloat16":
             continue
         for bf16, float32 in zip(rounds, results[(key[0], "float32"), clients]):
             same += sum(a == b for a, b in zip(bf16["labels"], float32["labels"]))

@@ -1,6 +1,6 @@
 """`albert-tf export`: a pretrained directory -> TF-Serving SavedModel or TFLite model.
 
-    albert-tf export --model DIR --format saved_model --out saved_models/NAME [--precision bf16]
+    albert-tf export --model DIR --format saved_model --out saved_models/NAME [--mixed-precision mixed_bfloat16]
     albert-tf export --model DIR --format tflite --quantize dynamic --out OUT_DIR
 
 --model is a model directory or a run directory (its best/ or final/), or a
@@ -11,8 +11,9 @@ and the TFLite model ships without tokenizer files. A LoRA fine-tuned model
 is exported with its factors merged into the kernels.
 
 A SavedModel runs in float32, or in bfloat16 with its weights frozen into the
-graph (--precision bf16); the default, auto, picks bf16 where this machine's
-CPU has bfloat16 units and the model is wide enough to gain from them.
+graph (--mixed-precision mixed_bfloat16); the default, auto, picks mixed_bfloat16
+where this machine's CPU has bfloat16 units and the model is wide enough to gain
+from them, as every other command's --mixed-precision does.
 
 A TFLite classifier or regressor with a tokenizer carries TFLite Model
 Metadata (tokenizer, labels, input roles), so MediaPipe's TextClassifier runs
@@ -20,6 +21,7 @@ it on raw text; --no-metadata leaves it out. A model fine-tuned on text pairs
 needs --no-metadata (MediaPipe reads one text).
 """
 
+import argparse
 import json
 import os
 
@@ -27,7 +29,7 @@ from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
 from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES
 from albert_tf.model_dirs import BEST_DIR, find_tokenizer, resolve_model_dir
-from albert_tf.precision import BF16_CPU_FLAGS, bf16_units, cpu_flags
+from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags
 from input_pipeline import movie_reviews
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -70,11 +72,14 @@ def add_parser(subparsers):
     )
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
     parser.add_argument(
-        "--precision", choices=EXPORT_PRECISIONS,
-        help="saved_model: what the signatures compute in. bf16: bfloat16 matmuls, weights frozen into the graph "
-        "as constants, for a serving CPU with bfloat16 units (avx512_bf16, amx_bf16). auto (default): bf16 where "
-        "this CPU has them and the model is wide enough (hidden size >= 512), else float32.",
+        "--mixed-precision", choices=EXPORT_PRECISIONS,
+        help="saved_model: what the signatures compute in. mixed_bfloat16: bfloat16 matmuls, weights frozen into "
+        f"the graph as constants, for a serving CPU with bfloat16 units ({', '.join(BF16_CPU_FLAGS)}). auto "
+        f"(default): mixed_bfloat16 where this CPU has them and the model is wide enough (hidden size >= "
+        f"{BF16_MIN_HIDDEN_SIZE}), else float32.",
     )
+    # The old spelling, refused with its new one (see `run`).
+    parser.add_argument("--precision", help=argparse.SUPPRESS)
     parser.add_argument(
         "--quantize", choices=QUANTIZE_MODES, default="none",
         help="tflite: none, float16 weights, dynamic-range int8, full int8, or 16x8 (int8 weights, "
@@ -97,6 +102,10 @@ def add_parser(subparsers):
 
 
 def run(args):
+    if args.precision is not None:
+        # One name for precision in every command: a second spelling would be a second vocabulary to keep.
+        new = "mixed_bfloat16" if args.precision == "bf16" else args.precision
+        raise UserError(f"--precision is now --mixed-precision, as in the other commands: use --mixed-precision {new}.")
     # Deferred for start-up (here and below): these import TensorFlow, and the flags are read (their errors
     # reported) before.
     from albert_tf.export import export_saved_model, export_tflite, version_dirs
@@ -109,8 +118,8 @@ def run(args):
         raise UserError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
     if args.format == "tflite" and args.version is not None:
         raise UserError("--version applies to --format saved_model only.")
-    if args.format == "tflite" and args.precision is not None:
-        raise UserError("--precision applies to --format saved_model only (tflite: --quantize).")
+    if args.format == "tflite" and args.mixed_precision is not None:
+        raise UserError("--mixed-precision applies to --format saved_model only (tflite: --quantize).")
     if args.format == "saved_model" and args.no_metadata:
         raise UserError("--no-metadata applies to --format tflite only.")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
@@ -137,7 +146,7 @@ def run(args):
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
-        precision = _saved_model_precision(args.precision or "auto", backbone.config.hidden_size)
+        precision = _saved_model_precision(args.mixed_precision or "auto", backbone.config.hidden_size)
         # export_saved_model publishes the version whole, so a failed export
         # leaves no half-written version for TF-Serving to load.
         existing = version_dirs(args.out) if files.isdir(args.out) else []
@@ -165,13 +174,13 @@ def run(args):
 
 
 def _saved_model_precision(requested, hidden_size):
-    """--precision resolved ("auto" by this CPU and the model's width), printed with its reason."""
+    """--mixed-precision resolved ("auto" by this CPU and the model's width), printed with its reason."""
     from albert_tf.export.saved_model import resolve_export_precision
 
     precision, reason = resolve_export_precision(requested, hidden_size)
     print(f"Precision: {precision} ({reason})")
-    if precision == "bf16" and not bf16_units(cpu_flags()):
-        print(f"Notice: this CPU has no {' or '.join(BF16_CPU_FLAGS)}: a bf16 SavedModel runs emulated, slower "
+    if precision == "mixed_bfloat16" and not bf16_units(cpu_flags()):
+        print(f"Notice: this CPU has no {' or '.join(BF16_CPU_FLAGS)}: a bfloat16 SavedModel runs emulated, slower "
               "than float32, on such a CPU. Serve it on one that has them.")
     return precision
 

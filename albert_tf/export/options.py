@@ -5,8 +5,10 @@ bad value is reported at once.
 """
 
 DEFAULT_MAX_LENGTH = 128
-# What the signatures compute in; "auto" is resolved by `saved_model.resolve_export_precision`.
-EXPORT_PRECISIONS = ("auto", "float32", "bf16")
+# What a SavedModel's signatures compute in, named as every command's --mixed-precision names it
+# (`albert_tf.precision.PRECISIONS`), less mixed_float16: a float16 export has no serving path here.
+# "auto" is resolved by `saved_model.resolve_export_precision`.
+EXPORT_PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 # TFLite's weight and activation types.
 QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
 # The modes that calibrate activation ranges on real text.

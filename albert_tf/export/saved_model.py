@@ -3,7 +3,7 @@
 Each version is written to a hidden temporary directory and renamed into place,
 so a TF-Serving instance polling BASE never loads a half-written version.
 
-Precision: "float32" exports the float32 variables and graph. "bf16" exports
+Precision: "float32" exports the float32 variables and graph. "mixed_bfloat16" exports
 the model rebuilt under the mixed_bfloat16 policy with its weights frozen
 into the graph as constants (`albert_tf.inference.FrozenForward`): every
 signature runs its matmuls in bfloat16, and the graph optimizer folds the
@@ -39,11 +39,11 @@ SAVED_MODEL_FILE = "saved_model.pb"
 def resolve_export_precision(precision, hidden_size, flags=None):
     """The precision an export runs in, "auto" resolved, and why.
 
-    "auto" is bf16 where `albert_tf.precision.choose_precision` picks
-    mixed_bfloat16 for an export (inference without XLA) on this CPU (bfloat16 units, and
-    H >= its width threshold), else float32. This machine's CPU stands for
-    the serving machine's: a bf16 export runs emulated, slowly, on a CPU
-    without bfloat16 units.
+    "auto" is what `albert_tf.precision.choose_precision` picks for an
+    export (inference without XLA) on this CPU: mixed_bfloat16 where it has
+    bfloat16 units and H >= its width threshold, else float32. This
+    machine's CPU stands for the serving machine's: a mixed_bfloat16 export
+    runs emulated, slowly, on a CPU without bfloat16 units.
 
     Args:
         precision: one of `EXPORT_PRECISIONS`.
@@ -51,7 +51,7 @@ def resolve_export_precision(precision, hidden_size, flags=None):
         flags: the CPU's flags (`albert_tf.precision.cpu_flags()` when None).
 
     Returns:
-        (precision, reason): "float32" or "bf16", and a short reason such as
+        (precision, reason): "float32" or "mixed_bfloat16", and a short reason such as
         "auto: this CPU has avx512_bf16, H 768 >= 512".
     """
     if precision not in EXPORT_PRECISIONS:
@@ -59,7 +59,7 @@ def resolve_export_precision(precision, hidden_size, flags=None):
     if precision != "auto":
         return precision, "requested"
     choice = precision_lib.choose_precision("export", "auto", hidden_size, flags=flags)
-    return ("bf16" if choice.precision == "mixed_bfloat16" else "float32"), choice.reason
+    return choice.precision, choice.reason
 
 
 def version_dirs(base_dir):
@@ -170,7 +170,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         max_windows: classifiers and regressors: `serve_text` reads a long
             text as up to this many windows and averages their outputs (as
             fine-tuning's --max-windows); 1 reads one window.
-        precision: "float32", or "bf16" (bfloat16 compute, weights as
+        precision: "float32", or "mixed_bfloat16" (bfloat16 compute, weights as
             constants; see the module docstring). "auto" is the command's,
             resolved by `resolve_export_precision` first.
         overwrite: replace an existing `version` (whole: the old one stays
@@ -193,8 +193,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             f"(present: {existing}). Received: version={version}"
         )
     forward, weights = None, "variables"
-    if precision == "bf16":
-        model = with_dtype_policy(model, "mixed_bfloat16")
+    if precision == "mixed_bfloat16":
+        model = with_dtype_policy(model, precision)
         frozen = FrozenForward(model)
         forward = frozen.graph_function(signatures_lib.id_input_specs(interface))
         weights = "constants" if frozen.frozen else "variables"

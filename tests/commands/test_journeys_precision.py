@@ -104,9 +104,9 @@ def test_finetune_then_predict_and_export_print_and_keep_their_choice(wide):
         if "probabilities" in a:
             np.testing.assert_allclose(a["probabilities"], b["probabilities"], atol=0.02)
 
-    # The export follows the same rule: bf16 (weights frozen) where predict runs mixed_bfloat16.
+    # The export follows the same rule (weights frozen in mixed_bfloat16), and names it the same.
     done = run_cli("export", "--model", "runs/sst2/best", "--format", "saved_model", "--out", "exported", cwd=root)
-    exported = "bf16" if expected(512, "none")[0] == "mixed_bfloat16" else "float32"
+    exported = expected(512, "none")[0]
     assert f"Precision: {exported} (auto: " in done.stdout
     recorded = json.loads((root / "exported" / "1" / "assets.extra" / "albert_tf_export.json").read_text())
     assert recorded["precision"] == exported

@@ -1,5 +1,5 @@
 """bf16 SavedModels: bfloat16 compute on frozen weights, as close to float32 as Keras' mixed_bfloat16, and
-`export --precision` (auto: bf16 only on a CPU with bfloat16 units and a wide model)."""
+`export --mixed-precision` (auto: mixed_bfloat16 only on a CPU with bfloat16 units and a wide model)."""
 
 import functools
 import json
@@ -34,7 +34,7 @@ PLAIN_CPU = "processor\t: 0\nflags\t\t: fpu avx2 avx512f\n"
 @functools.lru_cache(maxsize=None)
 def exported_bf16_classifier():
     return export_saved_model(classifier(), scratch_dir() + "/classifier-bf16", tokenizer=tokenizer(),
-                              max_length=MAX_LENGTH, precision="bf16")
+                              max_length=MAX_LENGTH, precision="mixed_bfloat16")
 
 
 def graph_nodes(path):
@@ -64,7 +64,7 @@ def test_bf16_export_runs_bfloat16_matmuls_on_constants_within_bfloat16_error_of
     # Nor are the weights written again as variables beside the constants.
     saved = [name for name, _ in tf.train.list_variables(os.path.join(path, "variables", "variables"))]
     assert saved == ["_CHECKPOINTABLE_OBJECT_GRAPH"]
-    assert (metadata(path)["precision"], metadata(path)["weights"]) == ("bf16", "constants")
+    assert (metadata(path)["precision"], metadata(path)["weights"]) == ("mixed_bfloat16", "constants")
     assert metadata(exported_classifier()[1])["precision"] == "float32"
 
     loaded = load_saved_model(path)
@@ -85,7 +85,7 @@ def test_a_model_too_large_to_freeze_exports_bf16_compute_on_float32_variables(m
     monkeypatch.setattr(inference, "MAX_FROZEN_BYTES", 1000)
     keras.utils.set_random_seed(1)
     model = AlbertClassifier(AlbertBackbone(classifier().backbone.config), num_classes=2)
-    path = export_saved_model(model, str(tmp_path / "big"), max_length=MAX_LENGTH, precision="bf16")
+    path = export_saved_model(model, str(tmp_path / "big"), max_length=MAX_LENGTH, precision="mixed_bfloat16")
     nodes = graph_nodes(path)
     assert "MatMul" in bfloat16_ops(nodes) and any(n.op == "ReadVariableOp" for n in nodes)
     assert metadata(path)["weights"] == "variables"
@@ -98,15 +98,16 @@ def test_a_model_too_large_to_freeze_exports_bf16_compute_on_float32_variables(m
 
 def test_auto_is_bf16_only_on_a_cpu_with_bfloat16_units_and_a_wide_model():
     bf16_cpu, plain_cpu = precision.cpu_flags(BF16_CPU), precision.cpu_flags(PLAIN_CPU)
-    assert resolve_export_precision("auto", 768, flags=bf16_cpu) == ("bf16", "auto: this CPU has avx512_bf16, "
-                                                                             "H 768 >= 512")
+    assert resolve_export_precision("auto", 768, flags=bf16_cpu) == ("mixed_bfloat16", "auto: this CPU has "
+                                                                             "avx512_bf16, H 768 >= 512")
     chosen, reason = resolve_export_precision("auto", 768, flags=plain_cpu)
     assert chosen == "float32" and "no avx512_bf16 or amx_bf16" in reason
     chosen, reason = resolve_export_precision("auto", 128, flags=bf16_cpu)
     assert chosen == "float32" and "H 128 < 512" in reason
-    assert resolve_export_precision("bf16", 128, flags=plain_cpu) == ("bf16", "requested")
-    with pytest.raises(ValueError, match="`precision` must be one of"):
-        resolve_export_precision("mixed_bfloat16", 768)
+    assert resolve_export_precision("mixed_bfloat16", 128, flags=plain_cpu) == ("mixed_bfloat16", "requested")
+    for other in ("bf16", "mixed_float16"):
+        with pytest.raises(ValueError, match=f"`precision` must be one of .*precision='{other}'"):
+            resolve_export_precision(other, 768)
     with pytest.raises(ValueError, match=r"resolve \"auto\""):
         export_saved_model(classifier(), scratch_dir() + "/never", precision="auto")
 
@@ -127,14 +128,21 @@ def test_export_auto_says_float32_and_why(cpuinfo, reason, monkeypatch, tmp_path
     assert metadata(os.path.join(base, "1"))["precision"] == "float32"
 
 
-@pytest.mark.slow
-def test_precision_is_refused_for_tflite(tmp_path):
+def test_mixed_precision_is_refused_for_tflite_and_the_old_precision_flag_names_its_new_spelling(tmp_path, capsys):
+    from albert_tf import cli
+
     # A real model directory: a missing one is reported first, before the flags are read.
     model_dir = str(tmp_path / "model")
     AlbertBackbone(classifier().backbone.config).save_pretrained(model_dir)
-    done = run_cli("export", "--model", model_dir, "--format", "tflite", "--out", str(tmp_path / "t"),
-                   "--precision", "bf16", expect_rc=2)
-    assert "--precision applies to --format saved_model only" in done.stderr
+    common = ["export", "--model", model_dir, "--out", str(tmp_path / "t")]
+    assert cli.main([*common, "--format", "tflite", "--mixed-precision", "mixed_bfloat16"]) == 2
+    assert "--mixed-precision applies to --format saved_model only" in capsys.readouterr().err
+    for old, new in (("bf16", "mixed_bfloat16"), ("float32", "float32")):
+        assert cli.main([*common, "--format", "saved_model", "--precision", old]) == 2
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.endswith(f"--precision is now --mixed-precision, as in the other commands: use "
+                             f"--mixed-precision {new}.")
+    assert not os.path.exists(tmp_path / "t")
 
 
 @pytest.mark.slow
@@ -142,9 +150,9 @@ def test_cli_bf16_export_is_served_by_a_fresh_process(tmp_path):
     model_dir, base = tmp_path / "model", tmp_path / "saved_models" / "sentiment"
     classifier().save_pretrained(str(model_dir))
     tokenizer().save(str(model_dir))
-    done = run_cli("export", "--model", model_dir, "--format", "saved_model", "--out", base, "--precision", "bf16",
-                   "--max-length", MAX_LENGTH)
-    assert "Precision: bf16 (requested)" in done.stdout and "SavedModel (bf16)" in done.stdout
+    done = run_cli("export", "--model", model_dir, "--format", "saved_model", "--out", base,
+                   "--mixed-precision", "mixed_bfloat16", "--max-length", MAX_LENGTH)
+    assert "Precision: mixed_bfloat16 (requested)" in done.stdout and "SavedModel (mixed_bfloat16)" in done.stdout
     assert metadata(str(base / "1"))["weights"] == "constants"
 
     texts = list(real_texts()[8:12])

@@ -8,7 +8,7 @@ from source_scan import ROOT, modules
 
 from albert_tf.cli import build_parser
 from albert_tf.precision import (
-    BF16_MIN_HIDDEN_SIZE, MIXED_PRECISION_HELP, PrecisionChoice, choose_precision, cpu_flags, resolve_precision,
+    BF16_MIN_HIDDEN_SIZE, MIXED_PRECISION_HELP, PRECISIONS, PrecisionChoice, choose_precision, cpu_flags, resolve_precision,
 )
 
 BF16_CPU = frozenset({"avx512f", "avx512_bf16", "avx512_vnni"})
@@ -116,9 +116,15 @@ def test_each_job_runs_under_its_own_compile_step():
         choose_precision("serve", "auto", WIDE)
 
 
-def test_every_commands_mixed_precision_flag_has_the_one_help():
+def test_every_command_names_precision_with_one_flag_and_one_vocabulary():
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
-    helps = {name: action.help for name, parser in subparsers.choices.items() for action in parser._actions
+    flags = {name: action for name, parser in subparsers.choices.items() for action in parser._actions
              if "--mixed-precision" in action.option_strings}
-    assert set(helps) == {"pretrain", "demo", "finetune", "predict"}
-    assert set(helps.values()) == {MIXED_PRECISION_HELP}
+    assert set(flags) == {"pretrain", "demo", "finetune", "predict", "export"}
+    # The export's SavedModel has no float16 path: the same names, one fewer, and a help of its own.
+    assert {name: action.help for name, action in flags.items() if name != "export"} == dict.fromkeys(
+        {"pretrain", "demo", "finetune", "predict"}, MIXED_PRECISION_HELP)
+    assert {name: tuple(action.choices) for name, action in flags.items()} == {
+        **dict.fromkeys(("pretrain", "demo", "finetune", "predict"), PRECISIONS),
+        "export": tuple(p for p in PRECISIONS if p != "mixed_float16"),
+    }

@@ -205,7 +205,7 @@ def test_serving_throughput_counts_every_request_of_every_client_and_compares_la
         + ["A", "B", "C", "A", "B"]
     assert result["rps"] > 0 and result["p99"] >= result["p50"] > 0
     float32 = {"labels": ["x", "y", "z"]}
-    results = {(("rest", "float32"), 1): [float32], (("rest", "bf16"), 1): [{"labels": ["x", "y", "w"]}]}
+    results = {(("rest", "float32"), 1): [float32], (("rest", "mixed_bfloat16"), 1): [{"labels": ["x", "y", "w"]}]}
     assert script["agreement"](results) == (2, 3)
 
 
