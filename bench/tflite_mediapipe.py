@@ -102,6 +102,7 @@ def main():
     from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
     from albert_tf.models import AlbertClassifier
     from albert_tf.loading import load_pretrained
+    from albert_tf.recipes import run_settings
 
     if args.preset:
         tokenizer = AlbertTokenizer.load(args.tokenizer)
@@ -111,7 +112,7 @@ def main():
     else:
         model_dir = resolve_model_dir(args.model)
         model, tokenizer = load_pretrained(model_dir), find_tokenizer(model_dir)
-        max_length = args.max_length or default_max_length(model_dir, model)
+        max_length = args.max_length or default_max_length(run_settings(model_dir), model)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for quantize in QUANTIZE:

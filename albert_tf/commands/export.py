@@ -22,13 +22,12 @@ needs --no-metadata (MediaPipe reads one text).
 """
 
 import argparse
-import json
 import os
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
 from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES
-from albert_tf.model_dirs import BEST_DIR, find_tokenizer, resolve_model_dir
+from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags
 from input_pipeline import movie_reviews
 from albert_tf.utils import files
@@ -112,7 +111,7 @@ def run(args):
     from albert_tf.export.signatures import describe_model
     from albert_tf.export.tflite import METADATA_OUTPUTS
     from albert_tf.loading import load_pretrained
-    from albert_tf.recipes.finetune import run_max_windows, run_truncate_from
+    from albert_tf.recipes.finetune import run_settings
 
     if args.format == "saved_model" and (args.quantize != "none" or args.dynamic_batch or args.calibration_text):
         raise UserError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
@@ -133,13 +132,14 @@ def run(args):
               + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
                  if backbone.lora_embedding_rank else "") + ".")
         backbone.merge_lora()
-    max_length = default_max_length(model_dir, model) if args.max_length is None else args.max_length
+    run = run_settings(model_dir)
+    max_length = default_max_length(run, model) if args.max_length is None else args.max_length
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
-    truncate_from = args.truncate_from or run_truncate_from(model_dir)
+    truncate_from = args.truncate_from or run.truncate_from
     if truncate_from != "end" and tokenizer is not None:
         print(f"Text longer than --max-length {max_length} loses pieces from its {truncate_from}"
               + ("" if args.truncate_from else " (as in fine-tuning)") + ".")
-    max_windows = run_max_windows(model_dir) if args.max_windows is None else args.max_windows
+    max_windows = run.max_windows if args.max_windows is None else args.max_windows
     if max_windows > 1 and tokenizer is not None:
         print(f"Text longer than --max-length {max_length} is read as up to {max_windows} windows, their "
               "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")
@@ -159,7 +159,7 @@ def run(args):
         print(f"Wrote {type(model).__name__} SavedModel ({precision}) to {path}")
         return 0
     if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
-        _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from)
+        _check_mediapipe_can_follow(model_dir, run, tokenizer, max_windows, truncate_from)
     texts = None
     if args.quantize in CALIBRATED_MODES:
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
@@ -185,14 +185,14 @@ def _saved_model_precision(requested, hidden_size):
     return precision
 
 
-def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from):
+def _check_mediapipe_can_follow(model_dir, run, tokenizer, max_windows, truncate_from):
     """Refuses metadata for a model that reads text pairs; warns where MediaPipe reads text otherwise.
 
     MediaPipe's TextClassifier and the Task Library's BertNLClassifier tokenize
     one text, lowercase its ASCII letters first, pack [CLS] text [SEP] and cut
     what does not fit from the end.
     """
-    if _run_reads_pairs(model_dir):
+    if run.reads_pairs:
         raise UserError(
             f"--model {model_dir} was fine-tuned on text pairs, which MediaPipe's TextClassifier cannot feed (it "
             "reads one text): pass --no-metadata and pack pairs in the app (docs/deployment.md)."
@@ -213,27 +213,16 @@ def _check_mediapipe_can_follow(model_dir, tokenizer, max_windows, truncate_from
               "here: " + "; ".join(gaps) + ".")
 
 
-def _run_reads_pairs(model_dir):
-    """Whether the fine-tuning run that wrote `model_dir` (its best/) read text pairs."""
-    from albert_tf.recipes.finetune import RUN_FILE
-    from albert_tf.recipes.registry import RECIPES
-
-    path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
-    if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
-        return False
-    config = json.loads(files.read_text(path)).get("config", {})
-    glue = getattr(RECIPES.get(config.get("task")), "glue", None)
-    return bool(config.get("text_pair_column") or (glue is not None and glue.text_b))
-
-
-def default_max_length(model_dir, model):
+def default_max_length(run, model):
     """--max-length's default: the fine-tuning run's max_seq_length; else DEFAULT_MAX_LENGTH, within the model's
-    max_position_embeddings."""
-    from albert_tf.recipes.finetune import run_max_seq_length
+    max_position_embeddings.
 
-    run_length = run_max_seq_length(model_dir)
-    if run_length is not None:
-        return run_length
+    Args:
+        run: the model directory's `albert_tf.recipes.RunSettings`.
+        model: the loaded model.
+    """
+    if run.max_seq_length is not None:
+        return run.max_seq_length
     return min(DEFAULT_MAX_LENGTH, getattr(model, "backbone", model).config.max_position_embeddings)
 
 

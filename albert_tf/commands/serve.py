@@ -56,13 +56,14 @@ def _export(path, base_path):
     from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_saved_model
     from albert_tf.loading import load_pretrained
-    from albert_tf.recipes.finetune import run_max_windows, run_truncate_from
+    from albert_tf.recipes.finetune import run_settings
 
     model_dir = resolve_model_dir(path)
     tokenizer = find_tokenizer(model_dir, required=False)
     model = load_pretrained(model_dir)
-    export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(model_dir, model),
-                       truncate_from=run_truncate_from(model_dir), max_windows=run_max_windows(model_dir))
+    run = run_settings(model_dir)
+    export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(run, model),
+                       truncate_from=run.truncate_from, max_windows=run.max_windows)
     return base_path
 
 

@@ -15,6 +15,7 @@ Only the chief of a multi-worker cluster writes the output directory.
 """
 
 import contextlib
+import dataclasses
 import json
 import math
 import os
@@ -32,7 +33,7 @@ from albert_tf.optimizers import build_optimizer
 from albert_tf.precision import choose_precision
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
-from albert_tf.recipes.registry import get_recipe
+from albert_tf.recipes.registry import RECIPES, get_recipe
 from albert_tf.recipes.sentence import SentenceRecipe
 from albert_tf.utils import files
 from albert_tf.utils.errors import Interrupted, UserError
@@ -261,30 +262,45 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
     files.write_text(os.path.join(out_dir, RUN_FILE), json.dumps(run, indent=2))
 
 
-def run_truncate_from(model_dir):
-    """The `truncate_from` the fine-tuning run that wrote `model_dir` (its `best/`) trained with.
+@dataclasses.dataclass(frozen=True)
+class RunSettings:
+    """How the fine-tuning run that wrote a model directory read its text: what an export or `serve` of
+    that directory defaults to. Any other directory, and a run recorded before a setting existed, gets the
+    defaults (BERT's: one window, cut from the end).
 
-    "end" (the default) for any other model directory, and for runs written
-    before the setting existed.
+    Attributes:
+        max_seq_length: the run's `max_seq_length`; None for a directory no fine-tuning run wrote.
+        truncate_from: which pieces of a longer text went: "end", "start" or "middle".
+        max_windows: how many windows a long text was read as (classifiers and regressors).
+        reads_pairs: whether the run read text pairs (a pair column, or a GLUE pair task).
     """
-    return _run_setting(model_dir, "truncate_from", "end")
+
+    max_seq_length: int | None = None
+    truncate_from: str = "end"
+    max_windows: int = 1
+    reads_pairs: bool = False
 
 
-def run_max_windows(model_dir):
-    """The `max_windows` of the fine-tuning run that wrote `model_dir`; 1 for any other model directory."""
-    return _run_setting(model_dir, "max_windows", 1)
+def run_out_dir(directory):
+    """The `finetune --out` directory of `directory`: the run above it where it is a run's `best/`, else itself."""
+    path = files.normpath(directory)
+    return os.path.dirname(path) if os.path.basename(path) == BEST_DIR else path
 
 
-def run_max_seq_length(model_dir):
-    """The `max_seq_length` of the fine-tuning run that wrote `model_dir`; None for any other model directory."""
-    return _run_setting(model_dir, "max_seq_length", None)
+def run_settings(model_dir):
+    """The `RunSettings` of the fine-tuning run whose `best/` is `model_dir`; the defaults for any other directory.
 
-
-def _run_setting(model_dir, name, default):
-    path = os.path.join(os.path.dirname(files.normpath(model_dir)), RUN_FILE)
-    if os.path.basename(files.normpath(model_dir)) != BEST_DIR or not files.isfile(path):
-        return default
-    return json.loads(files.read_text(path)).get("config", {}).get(name, default)
+    Args:
+        model_dir: a model directory (local path or URL).
+    """
+    out_dir = run_out_dir(model_dir)
+    path = os.path.join(out_dir, RUN_FILE)
+    if out_dir == files.normpath(model_dir) or not files.isfile(path):
+        return RunSettings()
+    config = json.loads(files.read_text(path)).get("config", {})
+    glue = getattr(RECIPES.get(config.get("task")), "glue", None)
+    known = {name: config[name] for name in ("max_seq_length", "truncate_from", "max_windows") if name in config}
+    return RunSettings(**known, reads_pairs=bool(config.get("text_pair_column") or (glue is not None and glue.text_b)))
 
 
 def load_run(directory):
@@ -293,8 +309,7 @@ def load_run(directory):
     Args:
         directory: the `finetune --out` directory, or its `best/`.
     """
-    if os.path.basename(files.normpath(directory)) == BEST_DIR:
-        directory = os.path.dirname(files.normpath(directory))
+    directory = run_out_dir(directory)
     if not files.isdir(directory):
         raise UserError(f"{directory}: no such directory.")
     path = os.path.join(directory, RUN_FILE)

@@ -55,38 +55,25 @@ def test_bad_settings_are_named(bad, message):
         default_learning_rate(0)
 
 
-def test_a_runs_truncate_from_is_found_beside_its_model_and_old_runs_read_as_end(tmp_path):
+def test_a_runs_settings_are_found_beside_its_best_model_and_old_runs_read_as_defaults(tmp_path):
     import json
 
-    from albert_tf.recipes import run_truncate_from
+    from albert_tf.recipes import RunSettings, run_settings
 
     run = tmp_path / "run"
     (run / "best").mkdir(parents=True)
-    config = FinetuneConfig(task="sst2", truncate=True, truncate_from="middle")
+    config = FinetuneConfig(task="sst2", truncate=True, truncate_from="middle", max_windows=4, max_seq_length=96)
     (run / "finetune.json").write_text(json.dumps({"config": config.to_dict()}))
-    assert run_truncate_from(str(run / "best")) == "middle"
-    assert run_truncate_from(str(run / "best") + "/") == "middle"
-    assert run_truncate_from(str(run)) == "end"  # not a run's best/: no run record to read
-    # A run written before the setting existed: no key, so BERT's rule, and its config still loads.
+    expected = RunSettings(max_seq_length=96, truncate_from="middle", max_windows=4, reads_pairs=False)
+    assert run_settings(str(run / "best")) == run_settings(str(run / "best") + "/") == expected
+    assert run_settings(str(run)) == RunSettings()  # not a run's best/: no run record to read
+    # Text pairs: a pair column, or a GLUE task of two texts.
+    for pairs in (config.replace(text_pair_column="b"), FinetuneConfig(task="mrpc")):
+        (run / "finetune.json").write_text(json.dumps({"config": pairs.to_dict()}))
+        assert run_settings(str(run / "best")).reads_pairs, pairs
+    # A run written before the settings existed: no keys, so BERT's rule, and its config still loads.
     old = config.to_dict()
-    del old["truncate_from"]
+    del old["truncate_from"], old["max_windows"]
     (run / "finetune.json").write_text(json.dumps({"config": old}))
-    assert run_truncate_from(str(run / "best")) == "end"
-    assert FinetuneConfig.from_dict(old).truncate_from == "end"
-
-
-def test_a_runs_max_windows_is_found_beside_its_model_and_old_runs_read_one(tmp_path):
-    import json
-
-    from albert_tf.recipes import run_max_windows
-
-    run = tmp_path / "run"
-    (run / "best").mkdir(parents=True)
-    config = FinetuneConfig(task="sst2", max_windows=4)
-    (run / "finetune.json").write_text(json.dumps({"config": config.to_dict()}))
-    assert run_max_windows(str(run / "best")) == 4
-    assert run_max_windows(str(run)) == 1
-    old = config.to_dict()
-    del old["max_windows"]
-    (run / "finetune.json").write_text(json.dumps({"config": old}))
-    assert run_max_windows(str(run / "best")) == 1 and FinetuneConfig.from_dict(old).max_windows == 1
+    assert run_settings(str(run / "best")) == RunSettings(max_seq_length=96)
+    assert FinetuneConfig.from_dict(old).truncate_from == "end" and FinetuneConfig.from_dict(old).max_windows == 1
