@@ -29,6 +29,21 @@ def assert_same(a, b):
     tf.nest.map_structure(np.testing.assert_array_equal, a, b)
 
 
+# Two sentences per document and no short targets: every pair is a document's two sentences, swappable.
+_ORDERED_CONFIG = PretrainingDataConfig(max_seq_length=16, max_predictions_per_seq=2, short_seq_prob=0.0)
+
+
+def _ordered_corpus(num_documents, sentence_length):
+    """Documents of two sentences whose token ids rise through the corpus: the ids say where a segment came from."""
+    num_tokens = num_documents * 2 * sentence_length
+    return TokenizedCorpus(
+        token_ids=np.arange(NUM_SPECIAL_IDS, NUM_SPECIAL_IDS + num_tokens, dtype=np.int32),
+        sentence_splits=np.arange(0, num_tokens + 1, sentence_length, dtype=np.int64),
+        document_splits=np.arange(0, 2 * num_documents + 1, 2, dtype=np.int64),
+        word_starts=np.ones(NUM_SPECIAL_IDS + num_tokens, bool),
+    )
+
+
 def test_dynamic_batches_fixed_shapes_for_fit():
     dataset = make_pretraining_dataset(review_corpus(), 8, config=CONFIG, seed=0)
     inputs, labels = dataset.element_spec
@@ -50,6 +65,15 @@ def test_dynamic_same_seed_same_data_and_resume():
         assert_same(full[start:], take(resumed, 20 - start))
     other = take(make_pretraining_dataset(corpus, 4, config=CONFIG, seed=2, flat=True), 20)
     assert not np.array_equal(full[0][features.TOKEN_IDS], other[0][features.TOKEN_IDS])
+
+
+def test_dynamic_resume_in_an_epoch_and_in_the_next_is_the_uninterrupted_stream():
+    # 10 pairs per epoch, batches of 4: step 1 resumes inside the first epoch, step 3 inside the second.
+    corpus, config = _ordered_corpus(num_documents=10, sentence_length=3), _ORDERED_CONFIG
+    full = take(make_pretraining_dataset(corpus, 4, config=config, seed=1, flat=True), 6)
+    for start in (1, 3):
+        resumed = make_pretraining_dataset(corpus, 4, config=config, seed=1, flat=True, start_step=start)
+        assert_same(full[start:], take(resumed, 6 - start))
 
 
 def test_dynamic_redraws_every_epoch():
@@ -214,22 +238,9 @@ def test_static_resume_reads_nothing_before_its_position(records_dir, tmp_path):
     assert_same(expected, take(resumed, 1))
 
 
-def _ordered_corpus(num_documents, sentence_length):
-    """Documents of two sentences whose token ids rise through the corpus: the ids say where a segment came from."""
-    num_tokens = num_documents * 2 * sentence_length
-    return TokenizedCorpus(
-        token_ids=np.arange(NUM_SPECIAL_IDS, NUM_SPECIAL_IDS + num_tokens, dtype=np.int32),
-        sentence_splits=np.arange(0, num_tokens + 1, sentence_length, dtype=np.int64),
-        document_splits=np.arange(0, 2 * num_documents + 1, 2, dtype=np.int64),
-        word_starts=np.ones(NUM_SPECIAL_IDS + num_tokens, bool),
-    )
-
-
 def test_dynamic_sop_labels_are_balanced_and_label_1_swaps_the_document_order():
-    # Two sentences per document and no short targets: every pair is the document's two sentences, swappable.
     corpus = _ordered_corpus(num_documents=200, sentence_length=3)
-    config = PretrainingDataConfig(max_seq_length=16, max_predictions_per_seq=2, short_seq_prob=0.0)
-    examples = take(make_pretraining_dataset(corpus, 400, config=config, seed=7, flat=True), 1)[0]
+    examples = take(make_pretraining_dataset(corpus, 400, config=_ORDERED_CONFIG, seed=7, flat=True), 1)[0]
     tokens = examples[features.TOKEN_IDS].copy()
     # The masked pieces put back: the segments as the document holds them.
     rows, slots = np.nonzero(examples[features.MASK_WEIGHTS])

@@ -78,3 +78,20 @@ def test_sigterm_in_pretrain_checkpoints_exits_143_and_the_rerun_ends_as_an_unin
                                                                                                  "uninterrupted"))
     assert sorted(after) == sorted(expected)
     assert max(float(np.max(np.abs(after[name] - expected[name]))) for name in after) < 1e-5
+
+
+def test_sigterm_asks_the_trainer_to_stop_and_it_saves_the_step_its_loop_ends_on(tmp_path):
+    # The mechanism below the command: SIGTERM sets the stop request instead of killing the process, the trainer
+    # reads it after each loop (steps 1-2 here) and saves that step; the signal's handler is put back after.
+    from albert_tf.commands.pretrain import _sigterm_requests_stop
+
+    run = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=4, steps_per_loop=2, compile_step="none"), str(tmp_path),
+                  array_dataset_fn(synthetic_examples()), print_fn=lambda *_: None)
+    before = signal.getsignal(signal.SIGTERM)
+    with _sigterm_requests_stop() as stop:
+        signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(TrainingStopped) as raised:
+            run.train(stop_requested=stop.is_set)
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert (raised.value.step, raised.value.num_steps) == (2, 4) and raised.value.checkpoint.endswith("ckpt-2")
+    assert (tmp_path / "checkpoints" / "ckpt-2.index").exists()
