@@ -77,7 +77,6 @@ def check_masks(tokens, is_word_start, m):
         assert masked[(word == w) & ~special].all(), "a word is masked in part"
 
 
-@pytest.mark.slow
 def test_tf_masking_matches_the_numpy_statistics(laid_out):
     corpus, pairs = laid_out
     tf_masked = tf_masks(corpus, pairs)

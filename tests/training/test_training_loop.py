@@ -140,8 +140,8 @@ def test_the_traced_training_loop_holds_no_host_op(tmp_path, compile_step):
 WRITE_OPS = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("accumulation_steps", [1, 2])
+# Traced, not compiled: a few seconds. Accumulation adds a loop to the same placement.
+@pytest.mark.parametrize("accumulation_steps", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_the_whole_compiled_step_holds_the_update_and_only_metrics_leave_it(tmp_path, accumulation_steps):
     run = trainer(tmp_path, compile_step="whole", accumulation_steps=accumulation_steps)
     graph_def = run.step_graph(run.input_iterator(0)).as_graph_def()

@@ -59,10 +59,11 @@ def test_a_non_finite_loss_stops_the_graph_loop_and_is_reported_at_its_end(tmp_p
 
 
 # ------------------------------------------------------------ held-out evaluation
-@pytest.mark.slow
-def test_evaluation_reads_the_same_batches_each_time_and_matches_evaluate_pretraining(tmp_path):
+# Without XLA a few seconds; the compiled batch sums once more.
+@pytest.mark.parametrize("compile_step", ["none", pytest.param("auto", marks=pytest.mark.slow)])
+def test_evaluation_reads_the_same_batches_each_time_and_matches_evaluate_pretraining(tmp_path, compile_step):
     # 2 of the 4 held-out batches: an evaluation that went on where the last stopped would score others.
-    run = trainer(tmp_path, HELD_OUT, eval_every=100, eval_steps=2)
+    run = trainer(tmp_path, HELD_OUT, eval_every=100, eval_steps=2, compile_step=compile_step)
     first, second = run.evaluate(), run.evaluate()
     assert first == second
     batches = array_dataset_fn(HELD_OUT)(8, tf.distribute.InputContext(), 0)
