@@ -6,11 +6,15 @@ fast while still exercising real English text.
 
 import functools
 
+import numpy as np
 import pytest
 
-from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
+from input_pipeline import AlbertTokenizer, PretrainingDataConfig, TokenizedCorpus, movie_reviews
+from input_pipeline.tokenizer import NUM_SPECIAL_IDS
 
 VOCAB_SIZE = 1000
+# For `ordered_corpus`: no short targets, so every pair is a document's two sentences, swappable.
+ORDERED_CONFIG = PretrainingDataConfig(max_seq_length=16, max_predictions_per_seq=2, short_seq_prob=0.0)
 
 
 @functools.lru_cache(maxsize=None)
@@ -42,3 +46,17 @@ def review_corpus():
 @pytest.fixture
 def tokenizer():
     return small_tokenizer()
+
+
+def ordered_corpus(num_documents, sentence_length=3):
+    """Documents of two sentences whose token ids rise through the corpus: the ids say where a segment came from.
+
+    Document d is ids NUM_SPECIAL_IDS + 2 * sentence_length * d onwards, its first sentence before its second.
+    """
+    num_tokens = num_documents * 2 * sentence_length
+    return TokenizedCorpus(
+        token_ids=np.arange(NUM_SPECIAL_IDS, NUM_SPECIAL_IDS + num_tokens, dtype=np.int32),
+        sentence_splits=np.arange(0, num_tokens + 1, sentence_length, dtype=np.int64),
+        document_splits=np.arange(0, 2 * num_documents + 1, 2, dtype=np.int64),
+        word_starts=np.ones(NUM_SPECIAL_IDS + num_tokens, bool),
+    )

@@ -4,11 +4,14 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
+import tensorflow as tf
 
 from albert_tf.training import read_log
 from cli_helpers import free_ports, run_cli, start_program
-from data_fixtures import imdb_documents, small_tokenizer
+from data_fixtures import ORDERED_CONFIG, imdb_documents, ordered_corpus, small_tokenizer
+from input_pipeline import pretraining_dataset_fn
 from journey_fixtures import TINY_MODEL, assert_one_line_error, write_sentences_corpus
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data_service_worker.py")
@@ -51,6 +54,20 @@ def test_pretrain_through_the_data_service_reaches_the_local_loss(tmp_path, data
     assert service[-1]["loss"] != local[-1]["loss"]
     assert abs(service[-1]["loss"] - local[-1]["loss"]) < 0.05 * local[-1]["loss"], (local[-1], service[-1])
     assert service[-1]["loss"] < service[0]["loss"]
+
+
+def test_a_data_service_worker_makes_the_batches_of_the_resumed_pipeline():
+    # A dispatcher and one worker in this process: one worker reads the epochs in order, so its batches are
+    # exactly the local pipeline's, from the same resume position.
+    dispatcher = tf.data.experimental.service.DispatchServer()
+    worker = tf.data.experimental.service.WorkerServer(
+        tf.data.experimental.service.WorkerConfig(dispatcher_address=dispatcher.target.removeprefix("grpc://")))
+    corpus, context = ordered_corpus(num_documents=20), tf.distribute.InputContext()
+    local = pretraining_dataset_fn(corpus, ORDERED_CONFIG, seed=3)(4, context, 2)
+    served = pretraining_dataset_fn(corpus, ORDERED_CONFIG, seed=3, data_service=dispatcher.target)(4, context, 2)
+    for mine, theirs in zip(local.take(6), served.take(6)):
+        tf.nest.map_structure(np.testing.assert_array_equal, mine, theirs)
+    assert worker._num_tasks() == 1  # the worker made them (TensorFlow's own tests count tasks so)
 
 
 def test_data_service_address_is_checked(tmp_path):

@@ -10,7 +10,7 @@ import tensorflow as tf
 from albert_tf import cli
 from input_pipeline import features, movie_reviews
 from cli_helpers import run_cli
-from data_fixtures import imdb_documents, review_corpus, small_tokenizer
+from data_fixtures import ORDERED_CONFIG, imdb_documents, ordered_corpus, review_corpus, small_tokenizer
 from input_pipeline import PretrainingDataConfig, TokenizedCorpus, make_pretraining_dataset, write_pretraining_tfrecords
 from input_pipeline.pretraining import dataset as dataset_module
 from input_pipeline.pretraining.examples import instances_of_documents
@@ -27,21 +27,6 @@ def take(dataset, n):
 
 def assert_same(a, b):
     tf.nest.map_structure(np.testing.assert_array_equal, a, b)
-
-
-# Two sentences per document and no short targets: every pair is a document's two sentences, swappable.
-_ORDERED_CONFIG = PretrainingDataConfig(max_seq_length=16, max_predictions_per_seq=2, short_seq_prob=0.0)
-
-
-def _ordered_corpus(num_documents, sentence_length):
-    """Documents of two sentences whose token ids rise through the corpus: the ids say where a segment came from."""
-    num_tokens = num_documents * 2 * sentence_length
-    return TokenizedCorpus(
-        token_ids=np.arange(NUM_SPECIAL_IDS, NUM_SPECIAL_IDS + num_tokens, dtype=np.int32),
-        sentence_splits=np.arange(0, num_tokens + 1, sentence_length, dtype=np.int64),
-        document_splits=np.arange(0, 2 * num_documents + 1, 2, dtype=np.int64),
-        word_starts=np.ones(NUM_SPECIAL_IDS + num_tokens, bool),
-    )
 
 
 def test_dynamic_batches_fixed_shapes_for_fit():
@@ -69,7 +54,7 @@ def test_dynamic_same_seed_same_data_and_resume():
 
 def test_dynamic_resume_in_an_epoch_and_in_the_next_is_the_uninterrupted_stream():
     # 10 pairs per epoch, batches of 4: step 1 resumes inside the first epoch, step 3 inside the second.
-    corpus, config = _ordered_corpus(num_documents=10, sentence_length=3), _ORDERED_CONFIG
+    corpus, config = ordered_corpus(num_documents=10, sentence_length=3), ORDERED_CONFIG
     full = take(make_pretraining_dataset(corpus, 4, config=config, seed=1, flat=True), 6)
     for start in (1, 3):
         resumed = make_pretraining_dataset(corpus, 4, config=config, seed=1, flat=True, start_step=start)
@@ -239,8 +224,8 @@ def test_static_resume_reads_nothing_before_its_position(records_dir, tmp_path):
 
 
 def test_dynamic_sop_labels_are_balanced_and_label_1_swaps_the_document_order():
-    corpus = _ordered_corpus(num_documents=200, sentence_length=3)
-    examples = take(make_pretraining_dataset(corpus, 400, config=_ORDERED_CONFIG, seed=7, flat=True), 1)[0]
+    corpus = ordered_corpus(num_documents=200, sentence_length=3)
+    examples = take(make_pretraining_dataset(corpus, 400, config=ORDERED_CONFIG, seed=7, flat=True), 1)[0]
     tokens = examples[features.TOKEN_IDS].copy()
     # The masked pieces put back: the segments as the document holds them.
     rows, slots = np.nonzero(examples[features.MASK_WEIGHTS])
