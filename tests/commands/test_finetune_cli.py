@@ -1,6 +1,7 @@
 import csv
 import io
 import json
+import pathlib
 import warnings
 
 import numpy as np
@@ -14,6 +15,8 @@ from cli_helpers import run_cli
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
 from input_pipeline import movie_reviews
+
+FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -112,6 +115,29 @@ def test_default_pooling_and_width_rule_reach_the_run(model_dir, tmp_path, capsy
     assert "pooling mean" in printed
     _, model, _, _ = load_run(str(out))
     assert model.pooling == "mean"
+
+
+def test_best_is_saved_without_the_optimizer_and_the_model_trains_on_compiled(tmp_path):
+    import h5py
+    import keras
+
+    from albert_tf.loading import load_pretrained
+    from albert_tf.models import AlbertClassifier
+    from albert_tf.recipes.finetune import _save_best
+    from input_pipeline import AlbertTokenizer
+
+    # Any tokenizer will do (best/ keeps one beside the model): the original's loads without training.
+    tokenizer = AlbertTokenizer((FIXTURES / "original_tokenizer" / "spiece.model").read_bytes())
+    model = AlbertClassifier(AlbertBackbone(tiny_config(vocab_size=tokenizer.vocab_size)), num_classes=2)
+    model.compile(optimizer=keras.optimizers.AdamW())
+    model.optimizer.build(model.trainable_variables)  # two moments per weight, as after an epoch
+    _save_best(model, tokenizer, str(tmp_path))
+    names = []
+    with h5py.File(tmp_path / "best" / "model.weights.h5", "r") as f:
+        f.visit(names.append)
+    assert names and not [n for n in names if "optimizer" in n], names
+    assert not load_pretrained(str(tmp_path / "best")).compiled
+    assert model.compiled and model.optimizer.built  # the next epoch trains on the same optimizer
 
 
 @pytest.mark.slow
