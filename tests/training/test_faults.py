@@ -265,6 +265,20 @@ def test_published_outputs_have_the_modes_the_umask_gives(tmp_path, umask, dir_m
     assert sorted(os.listdir(tmp_path)) == ["out", "predictions.jsonl"]  # nothing staged left
 
 
+def test_a_training_runs_files_have_the_modes_the_umask_gives(tmp_path):
+    # umask 027: neither the default's modes (0755 / 0644) nor tempfile's private ones (0700 / 0600).
+    old = os.umask(0o027)
+    try:
+        Trainer(TINY_MODEL, tiny_trainer_config(num_steps=2, checkpoint_every=2, log_every=1, compile_step="none"),
+                str(tmp_path / "run"), array_dataset_fn(synthetic_examples()), print_fn=lambda *_: None).train()
+    finally:
+        os.umask(old)
+    paths = [tmp_path / "run", *(tmp_path / "run").rglob("*")]
+    wrong = {str(p.relative_to(tmp_path)): f"{p.stat().st_mode & 0o777:04o}" for p in paths
+             if p.stat().st_mode & 0o777 != (0o750 if p.is_dir() else 0o640)}
+    assert len(paths) > 5 and not wrong, wrong
+
+
 def test_a_failed_publish_keeps_the_old_output_and_leaves_nothing_staged(tmp_path):
     from albert_tf.utils import files
 
