@@ -8,7 +8,8 @@ from source_scan import ROOT, modules
 
 from albert_tf.cli import build_parser
 from albert_tf.precision import (
-    BF16_MIN_HIDDEN_SIZE, MIXED_PRECISION_HELP, PRECISIONS, PrecisionChoice, choose_precision, cpu_flags, resolve_precision,
+    BF16_MIN_HIDDEN_SIZE, MIXED_PRECISION_HELP, PRECISIONS, PrecisionChoice, choose_precision, cpu_flags,
+    resolve_precision,
 )
 
 BF16_CPU = frozenset({"avx512f", "avx512_bf16", "avx512_vnni"})
