@@ -10,11 +10,14 @@ so transformers' `AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf
 does, except on text with `` or '' or a digit before a comma (a printed note
 says so). --from hf
 keeps the source's spiece.model as DIR/tokenizer. The model may also be given
-positionally (SRC), as in earlier versions.
+positionally (SRC), as in earlier versions. --from hf and --to hf take a hub
+handle too (`--from hf --model hf://albert/albert-base-v2`), downloaded once into
+the HuggingFace cache; DIR/model_source.json then records its repository and commit.
 """
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out
+from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.utils.errors import UserError
 
@@ -51,6 +54,9 @@ def run(args):
     if args.tokenizer is not None and args.to_format != "hf":
         raise UserError("--tokenizer is only used with --to hf.")
     check_out(args.out, args.overwrite)
+    # A hub handle downloads (once) after the cheap checks above.
+    source = resolve(src)
+    src = source.path
     # Deferred for start-up: the converters import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf import convert
 
@@ -58,9 +64,10 @@ def run(args):
     if args.to_format == "hf":
         model_dir = resolve_model_dir(src)
         tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
-        model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite)
+        model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite,
+                                      source=source)
     elif args.from_format == "hf":
-        report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite)
+        report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite, source=source)
     else:
         if args.config is None:
             raise UserError("--from tf1 needs --config (the checkpoint's albert_config.json).")
