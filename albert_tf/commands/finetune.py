@@ -88,6 +88,8 @@ def run(args):
             keras.utils.set_random_seed(args.seed)
             backbone = AlbertBackbone(backbone.config)
     init = "random initialisation" if args.random_init else model_dir
+    if source.commit is not None and not args.random_init:
+        init = f"{source.spec} (commit {source.commit[:12]})"
     replicas = strategy.num_replicas_in_sync
     where = f" on {replicas} replica{'s' * (replicas > 1)} ({strategy_name})" if strategy_name != "default" else ""
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")

@@ -1,0 +1,116 @@
+"""`hf://` handles on the command line: finetune (in a fresh process), convert, pretrain --init-from, and the
+errors, against the loopback stand-in of the Hub (tests/hub_stand_in.py)."""
+
+import json
+import time
+
+import pytest
+
+from albert_tf import load_pretrained
+from albert_tf.cli import main
+from albert_tf.hub import SOURCE_FILE
+from cli_helpers import run_cli, user_environment
+from hub_fixtures import ALBERT, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
+from hub_stand_in import commit_sha
+from input_pipeline import movie_reviews
+from journey_fixtures import write_sentences_corpus, write_sst2
+import hf_reference as ref
+
+
+def sst2(tmp_path):
+    sentences = movie_reviews.rotten_tomatoes_sentences()[:48]
+    return (write_sst2(str(tmp_path / "train.tsv"), sentences[:32]), write_sst2(str(tmp_path / "dev.tsv"), sentences[32:]))
+
+
+def assert_matches_transformers(model, hf_model):
+    inputs = ref.batch(hf_model.config.vocab_size)
+    diffs = ref.max_differences(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs),
+                                inputs["padding_mask"])
+    assert max(diffs.values()) < 1e-5, diffs
+
+
+def test_finetune_from_a_hf_handle_in_a_fresh_process_records_the_commit(stand_in, tmp_path):
+    train, dev = sst2(tmp_path)
+    env = user_environment(HF_ENDPOINT=stand_in.endpoint, HF_HOME=str(tmp_path / "hf"))
+    started = time.perf_counter()
+    run_cli("finetune", "--task", "sst2", "--model", f"hf://{ALBERT}", "--train", train, "--eval", dev,
+            "--out", tmp_path / "run", "--batch-size", "16", "--epochs", "1", "--max-seq-length", "64", "--truncate",
+            env=env, fresh=True)
+    print(f"finetune --model hf://{ALBERT} in a fresh process: {time.perf_counter() - started:.1f} s")
+
+    source = json.loads((tmp_path / "run" / SOURCE_FILE).read_text())
+    assert (source["model"], source["repo"], source["commit"]) == (f"hf://{ALBERT}", ALBERT, commit_sha("main"))
+    assert any(path.endswith("/model.safetensors") for _, path in stand_in.routes)
+
+
+def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_path):
+    assert main(["convert", "--from", "hf", "--model", f"hf://{ALBERT}@v1", "--out", str(tmp_path / "out")]) == 0
+
+    source = json.loads((tmp_path / "out" / SOURCE_FILE).read_text())
+    assert (source["revision"], source["commit"]) == ("v1", commit_sha("v1"))
+    assert_matches_transformers(load_pretrained(str(tmp_path / "out")), hub_models["v1"])
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("hf://org/missing", "no repository org/missing"),
+    ("hf://google-bert/bert-base-uncased", "not an ALBERT repository"),
+    (f"hf://{ALBERT}@v9", "has no revision 'v9'"),
+])
+@pytest.mark.parametrize("command", ["finetune", "export", "convert"])
+def test_a_bad_handle_is_one_line_and_writes_no_output(command, spec, words, hub_env, tmp_path, capsys):
+    out = tmp_path / "out"
+    argv = {
+        "finetune": ["finetune", "--task", "sst2", "--train", __file__, "--eval", __file__],
+        "export": ["export", "--format", "tflite"],
+        "convert": ["convert", "--from", "hf"],
+    }[command]
+    assert main([*argv, "--model", spec, "--out", str(out)]) == 2
+
+    error = capsys.readouterr().err.strip()
+    assert words in error and spec in error and len(error.splitlines()) == 1, error
+    assert not out.exists()
+
+
+def pretrain(tmp_path, *extra):
+    text = write_sentences_corpus(str(tmp_path / "text"), movie_reviews.imdb_documents("pretrain", limit=40))
+    return main(["pretrain", "--init-from", f"hf://{ALBERT}", "--data", text, "--out", str(tmp_path / "run"),
+                 "--max-seq-length", "64", "--batch-size", "4", "--steps", "2", *extra])
+
+
+def test_pretrain_init_from_a_hf_handle_starts_from_its_weights_and_heads(hub_env, hub_models, tmp_path):
+    # Learning rate 0: the final model is the published one, heads included, if the run started from it.
+    assert pretrain(tmp_path, "--learning-rate", "0") == 0
+
+    run = tmp_path / "run"
+    assert_matches_transformers(load_pretrained(str(run / "final")), hub_models["main"])
+    init = json.loads((run / "training_config.json").read_text())["init_from"]
+    assert (init["model"], init["commit"]) == (f"hf://{ALBERT}", commit_sha("main"))
+    # Rerun: resumes from the run's checkpoint (and its tokenizer and config pass the resume checks).
+    assert pretrain(tmp_path, "--learning-rate", "0", "--steps", "3") == 0
+    assert_matches_transformers(load_pretrained(str(run / "final")), hub_models["main"])
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--hidden-size", "128"], "--hidden-size 128: --init-from hf://org/tiny-albert has hidden_size=64"),
+    (["--preset", "large"], "not allowed with argument"),
+    (["--embedding-init", "ppmi-svd"], "--embedding-init ppmi-svd starts fresh embeddings"),
+])
+def test_pretrain_init_from_refuses_what_disagrees_with_the_model(extra, words, hub_env, tmp_path, capsys):
+    try:
+        code = pretrain(tmp_path, *extra)
+    except SystemExit as e:  # argparse's own refusal
+        code = e.code
+    assert code == 2
+    error = capsys.readouterr().err.strip()
+    assert words in error and len(error.splitlines()) == 1, error
+    assert not (tmp_path / "run").exists()
+
+
+def test_pretrain_init_from_refuses_another_tokenizer(hub_env, tmp_path, capsys):
+    from data_fixtures import small_tokenizer
+
+    small_tokenizer().save(str(tmp_path / "tok"))
+    assert pretrain(tmp_path, "--tokenizer", str(tmp_path / "tok")) == 2
+    error = capsys.readouterr().err.strip()
+    assert "differs from the tokenizer of --init-from hf://org/tiny-albert" in error, error
+    assert not (tmp_path / "run").exists()
