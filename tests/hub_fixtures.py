@@ -24,6 +24,7 @@ SPIECE = pathlib.Path(__file__).parent / "fixtures" / "original_tokenizer" / "sp
 # The spiece.model above has 3,000 pieces; the rest is hf_reference's tiny shape.
 VOCAB_SIZE = 3000
 ALBERT = "org/tiny-albert"
+PUBLISHED = "albert/albert-base-v2"  # a tiny model under the published name, for the README's blocks
 TOKEN = "hf_stand_in_token"
 
 
@@ -44,21 +45,25 @@ def albert_files(model):
 
 @pytest.fixture(scope="session")
 def hub_models():
-    """The transformers models behind the stand-in's `ALBERT` repository: {"main": model, "v1": older model}."""
+    """The transformers models behind the stand-in's repositories: `ALBERT`'s main and v1, and `PUBLISHED`."""
     return {
         "main": ref.make_hf_model(seed=0, vocab_size=VOCAB_SIZE),
         "v1": ref.make_hf_model(seed=1, vocab_size=VOCAB_SIZE),
+        # Standing in for the README's hf://albert/albert-base-v2: as long inputs as finetune's default.
+        "published": ref.make_hf_model(seed=2, vocab_size=VOCAB_SIZE, max_position_embeddings=512),
     }
 
 
 @pytest.fixture(scope="session")
 def hub_repos(hub_models):
     """{repo id: Repo}: the ALBERT repository (main, and a tag v1 on an older commit), a gated copy, a copy
-    whose weights are cut off halfway, and a BERT repository."""
+    whose weights are cut off halfway, a BERT repository, and `PUBLISHED`."""
     main, old = albert_files(hub_models["main"]), albert_files(hub_models["v1"])
     commits = {commit_sha("main"): main, commit_sha("v1"): old}
     bert = {"config.json": json.dumps({"model_type": "bert", "architectures": ["BertModel"]}).encode()}
+    published = {commit_sha("published"): albert_files(hub_models["published"])}
     return {
+        PUBLISHED: Repo(published, {"main": commit_sha("published")}),
         ALBERT: Repo(commits, {"main": commit_sha("main"), "v1": commit_sha("v1")}),
         "org/gated-albert": Repo({commit_sha("main"): main}, {"main": commit_sha("main")}, token=TOKEN),
         "org/cut-albert": Repo({commit_sha("main"): main}, {"main": commit_sha("main")}, cut=("model.safetensors",)),

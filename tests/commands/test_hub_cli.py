@@ -1,7 +1,12 @@
 """`hf://` handles on the command line: finetune (in a fresh process), convert, pretrain --init-from, and the
 errors, against the loopback stand-in of the Hub (tests/hub_stand_in.py)."""
 
+import csv
 import json
+import pathlib
+import random
+import re
+import sys
 import time
 
 import pytest
@@ -9,17 +14,12 @@ import pytest
 from albert_tf import load_pretrained
 from albert_tf.cli import main
 from albert_tf.hub import SOURCE_FILE
-from cli_helpers import run_cli, user_environment
-from hub_fixtures import ALBERT, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
+from cli_helpers import run_program, user_environment
+from hub_fixtures import ALBERT, PUBLISHED, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
 from hub_stand_in import commit_sha
 from input_pipeline import movie_reviews
-from journey_fixtures import write_sentences_corpus, write_sst2
+from journey_fixtures import write_sentences_corpus
 import hf_reference as ref
-
-
-def sst2(tmp_path):
-    sentences = movie_reviews.rotten_tomatoes_sentences()[:48]
-    return (write_sst2(str(tmp_path / "train.tsv"), sentences[:32]), write_sst2(str(tmp_path / "dev.tsv"), sentences[32:]))
 
 
 def assert_matches_transformers(model, hf_model):
@@ -29,18 +29,37 @@ def assert_matches_transformers(model, hf_model):
     assert max(diffs.values()) < 1e-5, diffs
 
 
-def test_finetune_from_a_hf_handle_in_a_fresh_process_records_the_commit(stand_in, tmp_path):
-    train, dev = sst2(tmp_path)
-    env = user_environment(HF_ENDPOINT=stand_in.endpoint, HF_HOME=str(tmp_path / "hf"))
-    started = time.perf_counter()
-    run_cli("finetune", "--task", "sst2", "--model", f"hf://{ALBERT}", "--train", train, "--eval", dev,
-            "--out", tmp_path / "run", "--batch-size", "16", "--epochs", "1", "--max-seq-length", "64", "--truncate",
-            env=env, fresh=True)
-    print(f"finetune --model hf://{ALBERT} in a fresh process: {time.perf_counter() - started:.1f} s")
+def readme_blocks(language):
+    """The README's blocks that need the Hub, run here against the stand-in (their marker names this file)."""
+    text = (pathlib.Path(__file__).parents[2] / "README.md").read_text(encoding="utf-8")
+    marked = re.findall(r"<!-- not run: [^\n]*tests/commands/test_hub_cli.py[^\n]* -->\n```(\w+)\n(.*?)```", text, re.S)
+    return [code for lang, code in marked if lang == language]
 
-    source = json.loads((tmp_path / "run" / SOURCE_FILE).read_text())
-    assert (source["model"], source["repo"], source["commit"]) == (f"hf://{ALBERT}", ALBERT, commit_sha("main"))
+
+def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process(stand_in, tmp_path):
+    (command,) = readme_blocks("bash")
+    sentences = movie_reviews.rotten_tomatoes_sentences()
+    random.Random(0).shuffle(sentences)  # as the README's tour writes train.csv and dev.csv, smaller
+    sentences = sentences[:48]
+    for name, rows in (("train.csv", sentences[:32]), ("dev.csv", sentences[32:])):
+        with open(tmp_path / name, "w", newline="") as f:
+            csv.writer(f).writerows([("text", "label"), *rows])
+    env = user_environment(HF_ENDPOINT=stand_in.endpoint, HF_HOME=str(tmp_path / "hf"))
+    env["PATH"] = f"{pathlib.Path(sys.executable).parent}:{env['PATH']}"  # the installed albert-tf
+    started = time.perf_counter()
+    done = run_program(["bash", "-c", command], cwd=tmp_path, env=env, fresh=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    print(f"README's finetune --model hf://{PUBLISHED} in a fresh process: {time.perf_counter() - started:.1f} s")
+
+    source = json.loads((tmp_path / "runs" / "published" / SOURCE_FILE).read_text())
+    assert (source["model"], source["repo"], source["commit"]) == (
+        f"hf://{PUBLISHED}", PUBLISHED, commit_sha("published"))
     assert any(path.endswith("/model.safetensors") for _, path in stand_in.routes)
+
+
+def test_the_readme_fine_tunes_the_published_weights_in_keras(hub_env):
+    (code,) = readme_blocks("python")
+    exec(compile(code, "README.md", "exec"), {})
 
 
 def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_path):
