@@ -163,6 +163,10 @@ class _HFFetch:
         from huggingface_hub import errors as hub_errors
 
         spec, repo = self.spec, self.repo
+        if optional:
+            cached = huggingface_hub.try_to_load_from_cache(repo, name, revision=self.revision)
+            if cached is not None and not isinstance(cached, str):
+                return None  # known absent at this revision (the cache notes that): not asked again
         try:
             return huggingface_hub.hf_hub_download(repo, name, revision=self.revision)
         except hub_errors.GatedRepoError:

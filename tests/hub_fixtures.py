@@ -10,7 +10,6 @@ set as a variable. The fresh-process test sets the real variables.
 """
 
 import json
-import os
 import pathlib
 import tempfile
 
@@ -97,11 +96,12 @@ def hub_env(stand_in, tmp_path, monkeypatch):
     return home
 
 
-def hub_env_variables(endpoint, home, offline=False):
-    """The environment of a fresh process whose huggingface_hub uses the stand-in at `endpoint`."""
-    env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN")}
-    env.update(HF_ENDPOINT=endpoint, HF_HOME=str(home), HF_HUB_OFFLINE="1" if offline else "0")
-    return env
+def assert_matches_transformers(model, hf_model):
+    """`model`'s outputs (and heads, for a pretrainer) equal those of the transformers model within 1e-5."""
+    inputs = ref.batch(hf_model.config.vocab_size)
+    diffs = ref.max_differences(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs),
+                                inputs["padding_mask"])
+    assert max(diffs.values()) < 1e-5, diffs
 
 
 def cached_files(home):

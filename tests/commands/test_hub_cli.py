@@ -15,18 +15,10 @@ from albert_tf import load_pretrained
 from albert_tf.cli import main
 from albert_tf.hub import SOURCE_FILE
 from cli_helpers import run_program, user_environment
-from hub_fixtures import ALBERT, PUBLISHED, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
+from hub_fixtures import ALBERT, PUBLISHED, assert_matches_transformers, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
 from hub_stand_in import commit_sha
 from input_pipeline import movie_reviews
 from journey_fixtures import write_sentences_corpus
-import hf_reference as ref
-
-
-def assert_matches_transformers(model, hf_model):
-    inputs = ref.batch(hf_model.config.vocab_size)
-    diffs = ref.max_differences(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs),
-                                inputs["padding_mask"])
-    assert max(diffs.values()) < 1e-5, diffs
 
 
 def readme_blocks(language):

@@ -10,19 +10,11 @@ from huggingface_hub import constants
 from albert_tf import AlbertBackbone, AlbertClassifier, load_pretrained
 from albert_tf.hub import ResolvedModel, parse_hf, resolve, resolve_model
 from albert_tf.utils.errors import UserError
-from hub_fixtures import ALBERT, TOKEN, cached_files, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
+from hub_fixtures import ALBERT, TOKEN, assert_matches_transformers, cached_files, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
 from hub_stand_in import commit_sha
-import hf_reference as ref
 
 # The files a load fetches; the repository holds pytorch_model.bin, tokenizer.json and README.md too.
 FETCHED = ["config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"]
-
-
-def assert_matches_transformers(model, hf_model):
-    inputs = ref.batch(hf_model.config.vocab_size)
-    diffs = ref.max_differences(ref.our_outputs(model, inputs), ref.hf_outputs(hf_model, inputs),
-                                inputs["padding_mask"])
-    assert max(diffs.values()) < 1e-5, diffs
 
 
 def test_hf_handle_loads_what_transformers_wrote_fetching_only_what_it_reads(hub_env, stand_in, hub_models):
@@ -46,8 +38,12 @@ def test_a_task_from_a_hf_handle_tokenizes_as_the_original(hub_env):
     assert model.predict(["a fine film"], verbose=0)["logits"].shape == (1, 2)
 
 
-def test_a_second_load_works_offline_with_the_server_stopped(hub_env, stand_in, hub_models, monkeypatch):
+def test_a_second_load_downloads_nothing_and_works_offline_with_the_server_stopped(
+        hub_env, stand_in, hub_models, monkeypatch):
     first = resolve(f"hf://{ALBERT}")
+    stand_in.routes.clear()
+    assert resolve(f"hf://{ALBERT}") == first
+    assert stand_in.routes == [("HEAD", f"/{ALBERT}/resolve/main/config.json")]  # where main is now, no more
     stand_in.stop()
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
