@@ -235,7 +235,11 @@ def _resolve_kaggle(spec):
         ) from None
     try:
         path = kagglehub.model_download(handle)
-    except Exception as e:  # kagglehub raises its own types, and requests' and OSErrors, for a bad handle
+    except Exception as e:
+        # The user's to fix: kagglehub's own errors (credentials, a handle not found, the backend),
+        # requests' (OSErrors) and a malformed handle (ValueError). Anything else is a bug.
+        if not isinstance(e, (OSError, ValueError)) and not type(e).__module__.startswith("kagglehub"):
+            raise
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"{spec}: kagglehub could not download it ({reason}).") from None
     return ResolvedModel(spec, str(path), "kaggle", handle, parts[4] if len(parts) == 5 else None)

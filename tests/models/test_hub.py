@@ -114,3 +114,13 @@ def test_kaggle_handles_download_with_kagglehub(tmp_path, monkeypatch):
     assert (resolved.path, resolved.hub, resolved.revision) == (str(tmp_path), "kaggle", "2")
     with pytest.raises(UserError, match="expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION"):
         resolve("kaggle://keras/albert")
+
+    # kagglehub's own errors are the user's to fix (one line); any other is a bug and propagates.
+    not_found = type("NotFoundError", (Exception,), {"__module__": "kagglehub.exceptions"})
+    for error, expected in ((not_found("404 Client Error"), UserError), (RuntimeError("bug"), RuntimeError)):
+        def model_download(handle, error=error):
+            raise error
+
+        monkeypatch.setattr(fake, "model_download", model_download)
+        with pytest.raises(expected, match="kagglehub could not download it .404 Client Error.|bug"):
+            resolve("kaggle://keras/albert/keras/albert_base_en_uncased/2")
