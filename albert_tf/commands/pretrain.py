@@ -103,6 +103,9 @@ def run(args):
     if (args.eval_data is None) != (args.eval_every is None):
         given, missing = ("--eval-data", "--eval-every N") if args.eval_every is None else ("--eval-every", "--eval-data")
         raise UserError(f"{given} needs {missing}: evaluations read held-out data every N steps.")
+    if args.init_from and args.embedding_init == "ppmi-svd":
+        raise UserError(f"--embedding-init ppmi-svd starts fresh embeddings; --init-from {args.init_from} "
+                        "brings its own.")
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
     if args.data_service is not None and not args.data_service.startswith("grpc://"):
         raise UserError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
@@ -121,9 +124,6 @@ def run(args):
     else:
         model_config = _init_model_config(args, init, vocab_size, data_config.max_seq_length)
     word_embeddings_init = None
-    if args.embedding_init == "ppmi-svd" and init is not None:
-        raise UserError(f"--embedding-init ppmi-svd starts fresh embeddings; --init-from {args.init_from} "
-                        "brings its own.")
     if args.embedding_init == "ppmi-svd":
         if not isinstance(source, TokenizedCorpus):
             raise UserError(
