@@ -32,8 +32,8 @@ setup(
         # Downloads `hf://` models into the HuggingFace cache (albert_tf/hub.py). A dependency, not an
         # extra: the published weights are where most users start, and it is small (pure Python but
         # for hf-xet, a prebuilt wheel; it adds httpx2, fsspec, filelock, pyyaml, tqdm) and required by
-        # transformers, which many users have anyway. >=2.4: its HTTP client is httpx2, whose errors
-        # hub.py reads.
+        # transformers, which many users have anyway. >=2.4: the version the tests run (its errors and
+        # cache layout are what hub.py reads).
         "huggingface_hub>=2.4,<3",
     ],
     extras_require={

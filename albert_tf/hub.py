@@ -158,7 +158,6 @@ class _HFFetch:
         """The cached path of `name`; None for an `optional` file the repository (or, offline, the cache) lacks."""
         # Imported on use: huggingface_hub loads an HTTP client (60 ms) that the
         # command line's start-up, which imports this module, does not need.
-        import httpx2  # huggingface_hub's HTTP client
         import huggingface_hub
         from huggingface_hub import errors as hub_errors
 
@@ -194,10 +193,13 @@ class _HFFetch:
                     "HF_HUB_OFFLINE, or no network). Load it once with the network on, or unset HF_HUB_OFFLINE."
                 ) from None
             raise UserError(f"{spec}: {repo} has no {name}; is it an ALBERT model repository?") from None
-        except (hub_errors.HfHubHTTPError, httpx2.TransportError, OSError) as e:
+        except Exception as e:
             # A connection dropped mid-file (after huggingface_hub's five tries to resume it), a size
-            # that does not match, a server error: nothing partial is kept (huggingface_hub moves a
-            # file into the cache only once it is whole).
+            # that does not match, a server error: huggingface_hub's HTTP errors, OSErrors, and the
+            # transport errors of its HTTP client (httpx2). Nothing partial is kept: huggingface_hub
+            # moves a file into the cache only once it is whole. Any other exception is a bug.
+            if not isinstance(e, (hub_errors.HfHubHTTPError, OSError)) and not type(e).__module__.startswith("httpx"):
+                raise
             reason = str(e).splitlines()[0] if str(e) else type(e).__name__
             raise UserError(
                 f"{spec}: the download of {name} failed ({reason}); nothing partial was kept. Run it again."
