@@ -14,7 +14,7 @@ import pytest
 from albert_tf import load_pretrained
 from albert_tf.cli import main
 from albert_tf.hub import SOURCE_FILE
-from cli_helpers import run_program, user_environment
+from cli_helpers import albert_tf_command, run_program, user_environment
 from hub_fixtures import ALBERT, PUBLISHED, assert_matches_transformers, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
 from hub_stand_in import commit_sha
 from input_pipeline import movie_reviews
@@ -28,7 +28,7 @@ def readme_blocks(language):
     return [code for lang, code in marked if lang == language]
 
 
-def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process(stand_in, tmp_path):
+def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process_then_converts_offline(stand_in, tmp_path):
     (command,) = readme_blocks("bash")
     sentences = movie_reviews.rotten_tomatoes_sentences()
     random.Random(0).shuffle(sentences)  # as the README's tour writes train.csv and dev.csv, smaller
@@ -47,6 +47,13 @@ def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process(stand_in
     assert (source["model"], source["repo"], source["commit"]) == (
         f"hf://{PUBLISHED}", PUBLISHED, commit_sha("published"))
     assert any(path.endswith("/model.safetensors") for _, path in stand_in.routes)
+    # Then with the Hub gone and HF_HUB_OFFLINE=1 as the variable (read at import): from the cache.
+    stand_in.stop()
+    env["HF_HUB_OFFLINE"] = "1"
+    done = run_program([*albert_tf_command(), "convert", "--from", "hf", "--model", f"hf://{PUBLISHED}",
+                        "--out", "converted"], cwd=tmp_path, env=env, fresh=True, timeout=900)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert json.loads((tmp_path / "converted" / SOURCE_FILE).read_text())["commit"] == commit_sha("published")
 
 
 def test_the_readme_fine_tunes_the_published_weights_in_keras(hub_env):
