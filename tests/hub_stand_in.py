@@ -7,7 +7,9 @@ huggingface_hub/file_download.py: `get_hf_file_metadata`, then `http_get`):
     GET  /{repo}/resolve/{revision}/{file}   the bytes (again with Range: bytes=N- to resume a cut)
 
 and reads errors from the X-Error-Code header (RepoNotFound, GatedRepo,
-RevisionNotFound, EntryNotFound; huggingface_hub/utils/_http.py). The server
+RevisionNotFound, EntryNotFound; huggingface_hub/utils/_http.py). Once a day
+it also asks GET /api/agent-harnesses (huggingface_hub/utils/_detect_agent.py),
+which this server answers 404, as a mirror without that route would. The server
 answers those for the repositories it is given, logs every (method, path)
 it is asked, and can cut a file off halfway. `StandIn.routes` is the log.
 """
