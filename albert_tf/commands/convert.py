@@ -11,7 +11,9 @@ so transformers' `AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf
 does, except on text with `` or '' or a digit before a comma (a printed note
 says so). --from hf
 keeps the source's spiece.model as DIR/tokenizer. The model may also be given
-positionally (SRC), as in earlier versions.
+positionally (SRC), as in earlier versions. --from hf and --to hf take a hub
+handle too (`--from hf --model hf://albert/albert-base-v2`), downloaded once into
+the HuggingFace cache; DIR/model_source.json then records its repository and commit.
 
 --to keras-hub writes the backbone and the tokenizer as a keras-hub preset
 (`keras_hub.models.AlbertBackbone.from_preset(PRESET)`); it needs keras-hub
@@ -22,6 +24,7 @@ preset is read wherever a model directory is, with no keras-hub.
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out
+from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.utils.errors import UserError
 
@@ -60,6 +63,9 @@ def run(args):
     if args.tokenizer is not None and args.to_format is None:
         raise UserError("--tokenizer is only used with --to hf or --to keras-hub.")
     check_out(args.out, args.overwrite)
+    # A hub handle downloads (once) after the cheap checks above.
+    source = resolve(src)
+    src = source.path
     # Deferred for start-up: the converters import TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf import convert
 
@@ -73,9 +79,10 @@ def run(args):
         print(f"Wrote keras-hub AlbertBackbone preset to {args.out}{note}")
         return 0
     if args.to_format == "hf":
-        model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite)
+        model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite,
+                                      source=source)
     elif args.from_format == "hf":
-        report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite)
+        report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite, source=source)
     else:
         if args.config is None:
             raise UserError("--from tf1 needs --config (the checkpoint's albert_config.json).")

@@ -18,7 +18,7 @@ line to the command's parser, which names the mistyped flag first.
 import argparse
 import difflib
 
-from albert_tf import model_dirs
+from albert_tf import hub, model_dirs
 from albert_tf.commands.outputs import check_out
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -27,7 +27,7 @@ from albert_tf.utils.errors import UserError
 PATHS = "paths"  # one or more files or directories that exist
 FILE = "file"  # a file that exists ("-": standard input)
 DIR = "dir"  # a directory that exists
-MODEL = "model"  # a model directory, a run holding one, or a HF directory (`model_dirs.resolve_model_dir`)
+MODEL = "model"  # a model directory, a run holding one, a HF directory (`model_dirs.resolve_model_dir`), a hub handle
 OUT = "out"  # an output that must be new or empty unless --overwrite ("-": standard output)
 
 # Command -> {flag: kind}, in the order the flags are checked (the first
@@ -59,8 +59,8 @@ def check_paths(command, argv):
         return
     for flag, kind in FLAGS[command].items():
         value = getattr(args, _dest(flag))
-        if value is None:
-            continue
+        if value is None or (kind in (DIR, MODEL) and flag == "--model" and hub.is_hub_spec(value)):
+            continue  # A hub handle (hf://, kaggle://) is downloaded when the command runs.
         if kind == PATHS:
             for path in value:
                 if not files.exists(path):

@@ -27,6 +27,7 @@ import os
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
 from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES
+from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags
 from input_pipeline import movie_reviews
@@ -40,7 +41,7 @@ DEFAULT_CALIBRATION_EXAMPLES = 200
 def add_parser(subparsers):
     parser = add_command(subparsers, "export", description=__doc__)
     parser.add_argument("--model", required=True, metavar="DIR",
-                        help="A model directory, a run directory, or a HF directory.")
+                        help="A model directory, a run directory, a HF directory, or a hub handle (hf://ORG/NAME).")
     parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), help="What to write.")
     parser.add_argument(
         "--out", required=True, metavar="DIR",
@@ -123,7 +124,7 @@ def run(args):
         raise UserError("--no-metadata applies to --format tflite only.")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
-    model_dir = resolve_model_dir(args.model)
+    model_dir = resolve_model_dir(resolve_model(args.model))
     model = load_pretrained(model_dir)
     backbone = getattr(model, "backbone", model)
     if backbone.lora_rank is not None:

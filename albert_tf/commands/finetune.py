@@ -36,6 +36,7 @@ from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.hub import resolve, write_source
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
@@ -48,7 +49,7 @@ def add_parser(subparsers):
     parser.add_argument("--task", required=True, choices=sorted(TASK_NAMES), help="The task (and its file format).")
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="A pretrained model directory or run directory (pretrain, convert or finetune output), "
-                        "or a HuggingFace save_pretrained directory.")
+                        "a HuggingFace save_pretrained directory, or a hub handle (hf://albert/albert-base-v2).")
     parser.add_argument("--random-init", action="store_true",
                         help="Use only the model's config, with freshly initialised weights (a baseline).")
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (default: the model's own).")
@@ -75,7 +76,8 @@ def run(args):
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
-    model_dir = resolve_model_dir(args.model)
+    source = resolve(args.model)
+    model_dir = resolve_model_dir(source.path)
     tokenizer = find_tokenizer(model_dir, args.tokenizer)
     # The variables are made under the scope, as the strategy's (mirrored, or on the TPU).
     with strategy.scope():
@@ -86,6 +88,8 @@ def run(args):
             keras.utils.set_random_seed(args.seed)
             backbone = AlbertBackbone(backbone.config)
     init = "random initialisation" if args.random_init else model_dir
+    if source.commit is not None and not args.random_init:
+        init = f"{source.spec} (commit {source.commit[:12]})"
     replicas = strategy.num_replicas_in_sync
     where = f" on {replicas} replica{'s' * (replicas > 1)} ({strategy_name})" if strategy_name != "default" else ""
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
@@ -94,6 +98,7 @@ def run(args):
     output = fresh_output_dir(args.out, args.overwrite, keep_when=_kept) if chief else contextlib.nullcontext(args.out)
     try:
         with output as staging:
+            write_source(source, staging)
             # Flushed: each epoch's line shows as it ends, also through a pipe.
             result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
                               log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy)

@@ -28,6 +28,7 @@ import sys
 
 from albert_tf.commands.flags import add_command, add_mixed_precision_flag
 from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
+from albert_tf.hub import resolve_model
 from albert_tf.precision import choose_precision
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -58,7 +59,7 @@ def run(args):
     from albert_tf.recipes import get_recipe, load_run
 
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
-    config, model, tokenizer, record = load_run(args.model)
+    config, model, tokenizer, record = load_run(resolve_model(args.model))
     choice = choose_precision("predict", args.mixed_precision, model.backbone.config.hidden_size)
     # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.
     model = FrozenPredictions(with_dtype_policy(model, choice.precision))

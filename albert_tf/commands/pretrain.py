@@ -2,9 +2,18 @@
 
     albert-tf pretrain --preset base --data data/ --out runs/base --steps 125000
 
+    albert-tf pretrain --init-from hf://albert/albert-base-v2 --data notes.txt --out runs/notes --steps 10000
+
 Rerunning the same command resumes from RUN_DIR's last checkpoint. The run
 keeps the data's tokenizer (RUN_DIR/tokenizer and RUN_DIR/final/tokenizer), and
 warmup is 2.5% of the steps unless --warmup-steps is given.
+
+--init-from MODEL goes on pretraining a model (any that finetune's --model
+takes, hub handles included) on new text: the run takes the model's config and
+tokenizer, starts from its weights, and keeps its MLM and SOP heads where it
+has them (fresh ones otherwise). A --tokenizer, data or model flag that
+disagrees with the model is refused. training_config.json records the model
+("init_from", with the hub commit).
 """
 
 import contextlib
@@ -22,7 +31,8 @@ from albert_tf.commands.flags import (
     config_kwargs, strategy_from_flags,
 )
 from albert_tf.config import PRESETS, AlbertConfig
-from albert_tf.model_dirs import find_tokenizer, load_tokenizer
+from albert_tf.hub import resolve
+from albert_tf.model_dirs import find_tokenizer, load_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 # `input_pipeline.pretraining_dataset_fn` is read where used: it loads TensorFlow, after the flags are read.
@@ -53,6 +63,9 @@ def add_parser(subparsers):
     source.add_argument("--preset", choices=sorted(PRESETS), default="base", help="Model size.")
     source.add_argument("--config", metavar="JSON", help="An AlbertConfig / albert_config.json file; "
                         "without vocab_size, the tokenizer's.")
+    source.add_argument("--init-from", metavar="MODEL",
+                        help="Continue pretraining this model (a model or run directory, a HF directory, "
+                        "hf://ORG/NAME[@REVISION]): its config, tokenizer, weights and heads.")
     add_config_flags(model, AlbertConfig, names=_MODEL_FLAGS, defaults=dict.fromkeys(_MODEL_FLAGS))
 
     data = parser.add_argument_group("data")
@@ -90,6 +103,9 @@ def run(args):
     if (args.eval_data is None) != (args.eval_every is None):
         given, missing = ("--eval-data", "--eval-every N") if args.eval_every is None else ("--eval-every", "--eval-data")
         raise UserError(f"{given} needs {missing}: evaluations read held-out data every N steps.")
+    if args.init_from and args.embedding_init == "ppmi-svd":
+        raise UserError(f"--embedding-init ppmi-svd starts fresh embeddings; --init-from {args.init_from} "
+                        "brings its own.")
     trainer_config = TrainerConfig(**config_kwargs(TrainerConfig, args))
     if args.data_service is not None and not args.data_service.startswith("grpc://"):
         raise UserError(f"--data-service must be a dispatcher address grpc://HOST:PORT. Received: {args.data_service}")
@@ -101,8 +117,12 @@ def run(args):
     from albert_tf.training.run_directory import CHECKPOINT_DIR
     from albert_tf.training.trainer import TrainingStopped
 
-    source, data_config, vocab_size, tokenizer, data_info = _load_data(args)
-    model_config = _model_config(args, vocab_size, data_config.max_seq_length)
+    init = _init_from(args) if args.init_from else None
+    source, data_config, vocab_size, tokenizer, data_info = _load_data(args, init and init.tokenizer)
+    if init is None:
+        model_config = _model_config(args, vocab_size, data_config.max_seq_length)
+    else:
+        model_config = _init_model_config(args, init, vocab_size, data_config.max_seq_length)
     word_embeddings_init = None
     if args.embedding_init == "ppmi-svd":
         if not isinstance(source, TokenizedCorpus):
@@ -115,6 +135,8 @@ def run(args):
     dataset_fn = input_pipeline.pretraining_dataset_fn(source, data_config, seed=args.seed,
                                                       data_service=args.data_service)
     run_info = {"data": data_info, "strategy": strategy_name, "replicas": strategy.num_replicas_in_sync}
+    if init is not None:
+        run_info["init_from"] = init.source.to_dict()
     eval_dataset_fn = None
     if args.eval_data is not None:
         eval_dataset_fn = _eval_dataset_fn(args, data_config, vocab_size, tokenizer)
@@ -125,6 +147,9 @@ def run(args):
         strategy=strategy, tokenizer=tokenizer, run_info=run_info,
         word_embeddings_init=word_embeddings_init, eval_dataset_fn=eval_dataset_fn,
     )
+    if init is not None:
+        # A resumed run's checkpoint replaces these when `train` restores it.
+        _start_from(trainer.model, init.model)
     # Under a mixed policy the weights, LayerNorm, softmax and losses stay float32.
     print(f"Precision: {trainer.precision.describe()}; remat: {'on' if trainer_config.remat else 'off'}; "
           f"steps per loop: {trainer_config.steps_per_loop}")
@@ -163,9 +188,17 @@ def _sigterm_requests_stop():
         signal.signal(signal.SIGTERM, previous)
 
 
-def _load_data(args):
-    """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files)."""
+def _load_data(args, model_tokenizer=None):
+    """Returns (source, data_config, vocab_size, tokenizer or None, data_info for the run files).
+
+    `model_tokenizer`: the tokenizer of --init-from's model, which the data must use.
+    """
     tokenizer = load_tokenizer(args.tokenizer) if args.tokenizer else None
+    if model_tokenizer is not None:
+        if tokenizer is not None and not _same_tokenizer(tokenizer, model_tokenizer):
+            raise UserError(f"--tokenizer {args.tokenizer} differs from the tokenizer of --init-from "
+                            f"{args.init_from}; leave --tokenizer out to use the model's.")
+        tokenizer = model_tokenizer
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
     if len(args.data) == 1 and files.isfile(os.path.join(args.data[0], "metadata.json")):
@@ -178,8 +211,13 @@ def _load_data(args):
                     f"({name}={getattr(data_config, name)}); it is fixed when create-data writes the data."
                 )
         vocab_size = metadata["vocab_size"]
+        data_tokenizer = find_tokenizer(args.data[0], required=False)
+        if model_tokenizer is not None and data_tokenizer is not None and not _same_tokenizer(
+                data_tokenizer, model_tokenizer):
+            raise UserError(f"--data {args.data[0]} was made with another tokenizer than --init-from "
+                            f"{args.init_from}'s; run create-data with the model's tokenizer (or pass raw text).")
         if tokenizer is None:
-            tokenizer = find_tokenizer(args.data[0], required=False)
+            tokenizer = data_tokenizer
         if tokenizer is not None:
             tokenizer.check_vocab_size(vocab_size)
         if args.split_sentences:
@@ -260,6 +298,60 @@ def _model_config(args, vocab_size, max_seq_length):
             f"{config.max_position_embeddings}."
         )
     return config
+
+
+@dataclasses.dataclass(frozen=True)
+class _Init:
+    """--init-from's model: where it came from (an `albert_tf.hub.ResolvedModel`), the model, its tokenizer."""
+
+    source: object
+    model: object
+    tokenizer: object
+
+
+def _init_from(args):
+    """The model --init-from names, loaded (a hub handle downloaded first), with its tokenizer."""
+    from albert_tf.loading import load_pretrained
+
+    source = resolve(args.init_from)
+    model_dir = resolve_model_dir(source.path)
+    tokenizer = find_tokenizer(model_dir, required=False)
+    if tokenizer is None:
+        raise UserError(f"--init-from {args.init_from} has no tokenizer (no spiece.model with the model): "
+                        "continued pretraining reads text with the model's own.")
+    return _Init(source, load_pretrained(model_dir), tokenizer)
+
+
+def _init_model_config(args, init, vocab_size, max_seq_length):
+    """--init-from's model config; a model flag that changes it, or data of another vocabulary, is refused."""
+    config = getattr(init.model, "backbone", init.model).config
+    overrides = {name: value for name, value in config_kwargs(AlbertConfig, args, names=_MODEL_FLAGS).items()
+                 if value is not None and value != getattr(config, name)}
+    if overrides:
+        name, value = next(iter(overrides.items()))
+        raise UserError(f"--{name.replace('_', '-')} {value}: --init-from {args.init_from} has "
+                        f"{name}={getattr(config, name)}; its weights fix the model, so leave model flags out.")
+    if vocab_size != config.vocab_size:
+        raise UserError(f"--data has {vocab_size} pieces, --init-from {args.init_from} {config.vocab_size}: "
+                        "make the data with the model's tokenizer.")
+    if max_seq_length > config.max_position_embeddings:
+        raise UserError(f"max_seq_length={max_seq_length} exceeds --init-from {args.init_from}'s "
+                        f"max_position_embeddings={config.max_position_embeddings}.")
+    return config
+
+
+def _same_tokenizer(a, b):
+    """Whether two `AlbertTokenizer`s give the same ids: the same SentencePiece model and preprocessing."""
+    return a.model_proto == b.model_proto and a.preprocessing == b.preprocessing
+
+
+def _start_from(pretrainer, model):
+    """Copies `model`'s weights into the run's `pretrainer`: all of them from a pretrainer (its MLM and SOP
+    heads too), the backbone's from a backbone or task model (the heads stay freshly initialized)."""
+    if hasattr(model, "mlm_head") and hasattr(model, "sop_head"):
+        pretrainer.set_weights(model.get_weights())
+    else:
+        pretrainer.backbone.set_weights(getattr(model, "backbone", model).get_weights())
 
 
 def _json_keys(path):

@@ -21,6 +21,7 @@ import tempfile
 from albert_tf.commands.flags import add_command
 from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
+from albert_tf.hub import resolve
 from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -42,10 +43,14 @@ def add_parser(subparsers):
 def run(args):
     if (args.model is None) == (args.model_base_path is None):
         raise UserError("Give what to serve once: BASE_PATH or --model DIR.")
-    path = files.normpath(args.model or args.model_base_path)
     # Before loading or exporting the model (seconds): a taken port is known at once.
     _check_address(args.host, args.port)
+    source = resolve(args.model or args.model_base_path)
+    path = files.normpath(source.path)
     name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)
+    if source.repo is not None:
+        # The repository's name (hf: ORG/NAME) or the variation (kaggle), not the download's directory name.
+        name = source.repo.split("/")[1 if source.hub == "hf" else 3]
     with tempfile.TemporaryDirectory() as tmp:
         if holds_model(path):
             path = _export(path, os.path.join(tmp, name))

@@ -24,6 +24,7 @@ from safetensors.numpy import save
 
 from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.hf_checkpoint import BACKBONE_PREFIX
+from albert_tf.hub import write_source
 from albert_tf.model_dirs import (
     CONFIG_FILE, SAFETENSORS_FILE, SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_DIR, hf_tokenizer,
 )
@@ -51,10 +52,12 @@ def from_hf(src_dir):
     return load_hf(src_dir).model
 
 
-def convert_from_hf(src_dir, out_dir, overwrite=False):
+def convert_from_hf(src_dir, out_dir, overwrite=False, source=None):
     """Converts a HF directory to an albert-tf pretrained directory (`save_pretrained`).
 
-    Its `spiece.model`, when present, becomes `out_dir/tokenizer`.
+    Its `spiece.model`, when present, becomes `out_dir/tokenizer`. `source`
+    (an `albert_tf.hub.ResolvedModel`) is recorded in `out_dir` when the
+    directory came from a hub.
     Everything is read and checked before `out_dir` is created; a non-empty
     `out_dir` is refused unless `overwrite`.
 
@@ -69,6 +72,8 @@ def convert_from_hf(src_dir, out_dir, overwrite=False):
         save_pretrained(report.model, directory)
         if tokenizer is not None:
             tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+        if source is not None:
+            write_source(source, directory)
 
     write_dir(out_dir, write, overwrite)
     return report
@@ -144,13 +149,14 @@ def hf_config(model):
     return values
 
 
-def to_hf(model, out_dir, tokenizer=None, overwrite=False):
+def to_hf(model, out_dir, tokenizer=None, overwrite=False, source=None):
     """Writes `model` as a HF `save_pretrained` directory (config.json + model.safetensors).
 
     An `AlbertPretrainer` becomes AlbertForPreTraining, an `AlbertBackbone`
     AlbertModel. The tied decoder is not written, as transformers' own
     `save_pretrained` does not write it. With `tokenizer`, its spiece.model
-    and a matching tokenizer_config.json are written too.
+    and a matching tokenizer_config.json are written too; with `source` (an
+    `albert_tf.hub.ResolvedModel`), the hub model it came from.
 
     Raises:
         ValueError: for partial sharing (no HF equivalent), another model
@@ -168,16 +174,18 @@ def to_hf(model, out_dir, tokenizer=None, overwrite=False):
         files.write_bytes(os.path.join(directory, SAFETENSORS_FILE), save(tensors, metadata={"format": "pt"}))
         for name, content in tokenizer_files.items():
             files.write_bytes(os.path.join(directory, name), content)
+        if source is not None:
+            write_source(source, directory)
 
     write_dir(out_dir, write, overwrite)
 
 
-def convert_to_hf(src_dir, out_dir, tokenizer=None, overwrite=False):
+def convert_to_hf(src_dir, out_dir, tokenizer=None, overwrite=False, source=None):
     """Converts an albert-tf pretrained directory to a HF directory; returns the model.
 
-    `tokenizer` (an `AlbertTokenizer`) is written along when given.
+    `tokenizer` (an `AlbertTokenizer`) is written along when given; `source` as in `to_hf`.
     """
     check_output_dir(out_dir, overwrite)
     model = load_pretrained(src_dir)
-    to_hf(model, out_dir, tokenizer, overwrite)
+    to_hf(model, out_dir, tokenizer, overwrite, source)
     return model

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from albert_tf.config import AlbertConfig
+from albert_tf.hub import resolve_model
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
 from albert_tf.layers.cast_once import cast_weights_once, per_call_cache
 from albert_tf.layers.common import dense, padding_bias
@@ -282,9 +283,10 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         """The backbone of the model saved in `directory` (a model directory, or a run's).
 
         The model may be any model built on a backbone (a pretrainer, a task
-        model), albert-tf's own or a HuggingFace ALBERT directory.
+        model), albert-tf's own or a HuggingFace ALBERT directory; `directory`
+        may also be a hub handle (`hf://albert/albert-base-v2`; see `albert_tf.hub`).
         """
-        path = resolve_model_dir(directory)
+        path = resolve_model_dir(resolve_model(directory))
         if converts_on_load(path):
             report = load_converted_dir(path, lambda config, has_heads: cls(config))
             warn_newly_initialized(path, report)

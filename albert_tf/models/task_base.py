@@ -19,6 +19,7 @@ import warnings
 import keras
 from keras import ops
 
+from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import converts_on_load, find_tokenizer, resolve_model_dir
 from albert_tf.models.backbone import AlbertBackbone
 from albert_tf.models.pretrained import PretrainedMixin, load_converted_dir, load_saved_model, warn_newly_initialized
@@ -265,8 +266,9 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
     def from_pretrained(cls, directory, **task_kwargs):
         """This task on the model saved in `directory`, with the directory's tokenizer.
 
-        `directory` is a model directory, or a run directory (its `best/` or
-        `final/`). When it holds this task class, that model is loaded as
+        `directory` is a model directory, a run directory (its `best/` or
+        `final/`), or a hub handle (`hf://albert/albert-base-v2`; see
+        `albert_tf.hub`). When it holds this task class, that model is loaded as
         saved (`task_kwargs` must agree with its config). Otherwise (a
         pretrainer, a backbone, another task) this task is built on its
         backbone with a new head from `task_kwargs` (e.g. `num_classes=2`).
@@ -278,7 +280,8 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
         Returns:
             An instance of this class.
         """
-        path = resolve_model_dir(directory)
+        local = resolve_model(directory)
+        path = resolve_model_dir(local)
         if converts_on_load(path):
             # A HF checkpoint's pretraining heads load into a class that has them.
             def build(config, has_heads):
@@ -302,7 +305,7 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
         if preprocessor is not None:
             model.preprocessor = preprocessor
         elif model.preprocessor is None:
-            tokenizer = find_tokenizer(directory, required=False)
+            tokenizer = find_tokenizer(local, required=False)
             if tokenizer is not None:
                 model.preprocessor = model.default_preprocessor(tokenizer)
         return model

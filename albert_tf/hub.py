@@ -1,0 +1,247 @@
+"""Models named by a hub handle: `hf://ORG/NAME[@REVISION]` and `kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]`.
+
+`resolve_model` turns a handle into a local directory that the loaders read
+like any other, and returns every other path (local, gs://, ram://) as it is:
+
+    hf://albert/albert-base-v2           the HuggingFace Hub repository, at main
+    hf://albert/albert-base-v2@v1.0      ... at a branch, tag or commit
+    hf://albert-base-v2                  the published names without `albert/`
+    kaggle://keras/albert/keras/albert_base_en_uncased/2
+
+A HuggingFace repository is downloaded with `huggingface_hub` into its
+standard cache, which reads HF_HOME, HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE
+itself: a second load downloads nothing, and works offline. Only the files a
+load reads are fetched: config.json, spiece.model, tokenizer_config.json where
+the repository has one (it sets the preprocessing; the published ALBERT
+repositories have none, so transformers' defaults apply: lowercase, no
+accents), and one weights file, model.safetensors where there is one, else
+pytorch_model.bin. A cut-off download leaves nothing behind: huggingface_hub
+writes a file under a temporary name and moves it into the cache whole.
+
+A Kaggle handle is downloaded with `kagglehub` (the `kaggle` extra) into its
+own cache; the directory it gives is read like any local directory.
+
+`resolve` also says what was resolved (`ResolvedModel`): `write_source`
+records it in the run files of what is made from the model.
+"""
+
+import dataclasses
+import json
+import os
+
+from albert_tf.model_dirs import CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_CONFIG_FILE, TORCH_FILE
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
+from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
+
+HF_SCHEME = "hf://"
+KAGGLE_SCHEME = "kaggle://"
+# The published ALBERT repositories, once top-level names: the Hub redirects
+# those to `albert/`; naming the repository directly keeps one cache for both spellings.
+PUBLISHED = tuple(f"albert-{size}-v{v}" for v in (1, 2) for size in ("base", "large", "xlarge", "xxlarge"))
+PUBLISHED_ORG = "albert"
+# The weights a load reads, in the order they are preferred (safetensors reads without torch).
+HF_WEIGHT_FILES = (SAFETENSORS_FILE, TORCH_FILE)
+# Where a run records the hub model it was made from.
+SOURCE_FILE = "model_source.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class ResolvedModel:
+    """What a model argument named, and the local directory it resolved to.
+
+    Attributes:
+        spec: the argument as given (`hf://...`, `kaggle://...` or a path).
+        path: the local directory to load (`spec` itself for a path).
+        hub: "hf", "kaggle", or None for a path.
+        repo: the repository ("albert/albert-base-v2") or Kaggle handle; None for a path.
+        revision: the revision asked for (None: the default branch, or the latest Kaggle version).
+        commit: the commit the revision resolved to (HF only; None otherwise).
+    """
+
+    spec: str
+    path: str
+    hub: str | None = None
+    repo: str | None = None
+    revision: str | None = None
+    commit: str | None = None
+
+    def to_dict(self):
+        """The record `write_source` writes (JSON-ready)."""
+        return {"model": self.spec, "hub": self.hub, "repo": self.repo, "revision": self.revision,
+                "commit": self.commit, "path": self.path}
+
+
+def is_hub_spec(spec):
+    """Whether `spec` is a hub handle (`hf://` or `kaggle://`) rather than a path."""
+    return isinstance(spec, str) and spec.startswith((HF_SCHEME, KAGGLE_SCHEME))
+
+
+def resolve_model(spec):
+    """The local directory `spec` names: a hub handle downloaded (see `resolve`), any other path as it is."""
+    return resolve(spec).path
+
+
+def resolve(spec):
+    """`spec` resolved to a local directory, with what it was resolved from.
+
+    Args:
+        spec: `hf://ORG/NAME[@REVISION]`, `hf://NAME` for the published
+            ALBERT names, `kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION]`,
+            or any path (returned unchanged; a `pathlib.Path` as a string).
+
+    Returns:
+        A `ResolvedModel`.
+
+    Raises:
+        UserError: one line naming `spec`: a malformed handle, a repository or
+            revision that does not exist, a gated or private repository without
+            a token, nothing cached while offline, a repository that is not
+            ALBERT, a download cut off, kagglehub not installed.
+    """
+    spec = os.fspath(spec)
+    if spec.startswith(HF_SCHEME):
+        return _resolve_hf(spec)
+    if spec.startswith(KAGGLE_SCHEME):
+        return _resolve_kaggle(spec)
+    return ResolvedModel(spec, spec)
+
+
+def write_source(resolved, directory):
+    """Records `resolved` as `directory/SOURCE_FILE` when it came from a hub; a path records nothing."""
+    if resolved.hub is not None:
+        files.write_text(os.path.join(directory, SOURCE_FILE), json.dumps(resolved.to_dict(), indent=2) + "\n")
+
+
+def parse_hf(spec):
+    """(repo, revision or None) of `hf://ORG/NAME[@REVISION]`; UserError naming `spec` when malformed."""
+    repo, at, revision = spec[len(HF_SCHEME):].partition("@")
+    if repo in PUBLISHED:
+        repo = f"{PUBLISHED_ORG}/{repo}"
+    parts = repo.split("/")
+    if len(parts) > 2 or not all(parts) or (at and not revision):
+        raise UserError(
+            f"{spec}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION (e.g. hf://albert/albert-base-v2)."
+        )
+    return repo, revision or None
+
+
+def _resolve_hf(spec):
+    repo, revision = parse_hf(spec)
+    fetch = _HFFetch(spec, repo, revision)
+    # config.json first: a repository of another model is refused before its weights download.
+    config_path = fetch(CONFIG_FILE)
+    snapshot = os.path.dirname(config_path)
+    _check_albert(spec, config_path)
+    # The rest from the same commit, even if the branch moves meanwhile.
+    fetch.revision = commit = os.path.basename(snapshot)
+    fetch(SPIECE_FILE)
+    fetch(TOKENIZER_CONFIG_FILE, optional=True)
+    for name in HF_WEIGHT_FILES:
+        if fetch(name, optional=True) is not None:
+            break
+    else:
+        raise UserError(
+            f"{spec}: {repo} has no weights albert-tf reads ({' or '.join(HF_WEIGHT_FILES)}); "
+            "only tf_model.h5 or flax weights, say? Convert them with transformers first."
+        )
+    return ResolvedModel(spec, snapshot, "hf", repo, revision, commit)
+
+
+class _HFFetch:
+    """Downloads one file of a repository into huggingface_hub's cache, each failure a one-line UserError."""
+
+    def __init__(self, spec, repo, revision):
+        self.spec, self.repo, self.revision = spec, repo, revision
+
+    def __call__(self, name, optional=False):
+        """The cached path of `name`; None for an `optional` file the repository (or, offline, the cache) lacks."""
+        # Imported on use: huggingface_hub loads an HTTP client (60 ms) that the
+        # command line's start-up, which imports this module, does not need.
+        import huggingface_hub
+        from huggingface_hub import errors as hub_errors
+
+        spec, repo = self.spec, self.repo
+        if optional:
+            cached = huggingface_hub.try_to_load_from_cache(repo, name, revision=self.revision)
+            if cached is not None and not isinstance(cached, str):
+                return None  # known absent at this revision (the cache notes that): not asked again
+        try:
+            return huggingface_hub.hf_hub_download(repo, name, revision=self.revision)
+        except hub_errors.GatedRepoError:
+            raise UserError(
+                f"{spec}: {repo} is gated. Accept its terms on its Hub page, then set HF_TOKEN to a token "
+                "of that account (or run `hf auth login`)."
+            ) from None
+        except hub_errors.RepositoryNotFoundError:
+            raise UserError(
+                f"{spec}: no repository {repo} on the Hub, or it is private and HF_TOKEN does not grant it. "
+                "Check the name (e.g. hf://albert/albert-base-v2), or set HF_TOKEN."
+            ) from None
+        except hub_errors.RevisionNotFoundError:
+            raise UserError(
+                f"{spec}: {repo} has no revision {self.revision!r}. Name one of its branches, tags or "
+                "commits, or leave out @REVISION for its main branch."
+            ) from None
+        except hub_errors.EntryNotFoundError as e:
+            # Remote: the repository lacks the file. Local (offline, or the Hub unreachable): the cache lacks it.
+            if optional:
+                return None
+            if isinstance(e, hub_errors.LocalEntryNotFoundError):
+                raise UserError(
+                    f"{spec}: {name} is not in the cache and the Hub cannot be reached (offline: "
+                    "HF_HUB_OFFLINE, or no network). Load it once with the network on, or unset HF_HUB_OFFLINE."
+                ) from None
+            raise UserError(f"{spec}: {repo} has no {name}; is it an ALBERT model repository?") from None
+        except Exception as e:
+            # A connection dropped mid-file (after huggingface_hub's five tries to resume it), a size
+            # that does not match, a server error: huggingface_hub's HTTP errors, OSErrors, and the
+            # transport errors of its HTTP client (httpx2). Nothing partial is kept: huggingface_hub
+            # moves a file into the cache only once it is whole. Any other exception is a bug.
+            if not isinstance(e, (hub_errors.HfHubHTTPError, OSError)) and not type(e).__module__.startswith("httpx"):
+                raise
+            reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+            raise UserError(
+                f"{spec}: the download of {name} failed ({reason}); nothing partial was kept. Run it again."
+            ) from None
+
+
+def _check_albert(spec, config_path):
+    """UserError naming `spec` when config.json describes another model type (a BERT repository, say)."""
+    try:
+        values = json.loads(files.read_text(config_path))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise UserError(f"{spec}: its {CONFIG_FILE} is not valid JSON: {e}") from None
+    model_type = values.get("model_type") if isinstance(values, dict) else None
+    if model_type != "albert":
+        raise UserError(
+            f"{spec}: not an ALBERT repository ({CONFIG_FILE} says model_type {model_type!r}, not 'albert'). "
+            "Name an ALBERT model, e.g. hf://albert/albert-base-v2."
+        )
+
+
+def _resolve_kaggle(spec):
+    handle = spec[len(KAGGLE_SCHEME):]
+    parts = handle.split("/")
+    if len(parts) not in (4, 5) or not all(parts):
+        raise UserError(
+            f"{spec}: expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
+            "(e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2)."
+        )
+    try:
+        import kagglehub
+    except ImportError:
+        raise UserError(
+            f"{spec}: kaggle:// handles download with kagglehub, which is not installed: "
+            "pip install 'albert-tf[kaggle]'."
+        ) from None
+    try:
+        path = kagglehub.model_download(handle)
+    except Exception as e:
+        # The user's to fix: kagglehub's own errors (credentials, a handle not found, the backend),
+        # requests' (OSErrors) and a malformed handle (ValueError). Anything else is a bug.
+        if not isinstance(e, (OSError, ValueError)) and not type(e).__module__.startswith("kagglehub"):
+            raise
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise UserError(f"{spec}: kagglehub could not download it ({reason}).") from None
+    return ResolvedModel(spec, str(path), "kaggle", handle, parts[4] if len(parts) == 5 else None)

@@ -1,0 +1,126 @@
+"""`hf://` and `kaggle://` handles wherever a model is loaded, against a loopback stand-in of the Hub."""
+
+import sys
+import types
+
+import numpy as np
+import pytest
+from huggingface_hub import constants
+
+from albert_tf import AlbertBackbone, AlbertClassifier, load_pretrained
+from albert_tf.hub import ResolvedModel, parse_hf, resolve, resolve_model
+from albert_tf.utils.errors import UserError
+from hub_fixtures import ALBERT, TOKEN, assert_matches_transformers, cached_files, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
+from hub_stand_in import commit_sha
+
+# The files a load fetches; the repository holds pytorch_model.bin, tokenizer.json and README.md too.
+FETCHED = ["config.json", "model.safetensors", "spiece.model", "tokenizer_config.json"]
+
+
+def test_hf_handle_loads_what_transformers_wrote_fetching_only_what_it_reads(hub_env, stand_in, hub_models):
+    resolved = resolve(f"hf://{ALBERT}")
+
+    assert resolved == ResolvedModel(f"hf://{ALBERT}", resolved.path, "hf", ALBERT, None, commit_sha("main"))
+    assert_matches_transformers(load_pretrained(f"hf://{ALBERT}"), hub_models["main"])
+    downloads = [(method, path) for method, path in stand_in.routes if "/resolve/" in path]
+    assert sorted({path.rsplit("/", 1)[1] for _, path in downloads}) == FETCHED, stand_in.routes
+    assert {method for method, _ in downloads} == {"HEAD", "GET"}
+    print("routes:", *sorted(set(stand_in.routes)), sep="\n  ")
+
+
+def test_a_task_from_a_hf_handle_tokenizes_as_the_original(hub_env):
+    model = AlbertClassifier.from_pretrained(f"hf://{ALBERT}", num_classes=2)
+
+    # No tokenizer_config.json in the repository: transformers' defaults, the original's preprocessing.
+    tokenizer = model.preprocessor.tokenizer
+    assert tokenizer.preprocessing.lower_case and tokenizer.preprocessing.strip_accents
+    assert tokenizer.encode("Café SOCIETY") == tokenizer.encode("cafe society")
+    assert model.predict(["a fine film"], verbose=0)["logits"].shape == (1, 2)
+
+
+def test_a_second_load_downloads_nothing_and_works_offline_with_the_server_stopped(
+        hub_env, stand_in, hub_models, monkeypatch):
+    first = resolve(f"hf://{ALBERT}")
+    stand_in.routes.clear()
+    assert resolve(f"hf://{ALBERT}") == first
+    assert stand_in.routes == [("HEAD", f"/{ALBERT}/resolve/main/config.json")]  # where main is now, no more
+    stand_in.stop()
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+
+    assert resolve(f"hf://{ALBERT}") == first
+    assert_matches_transformers(AlbertBackbone.from_pretrained(f"hf://{ALBERT}"), hub_models["main"].albert)
+
+
+def test_a_revision_pins_the_commit(hub_env, hub_models):
+    resolved = resolve(f"hf://{ALBERT}@v1")
+
+    assert (resolved.revision, resolved.commit) == ("v1", commit_sha("v1"))
+    assert_matches_transformers(load_pretrained(resolved.path), hub_models["v1"])
+    assert resolve(f"hf://{ALBERT}@{commit_sha('v1')}").path == resolved.path
+
+
+def test_the_published_names_resolve_with_and_without_the_org():
+    assert parse_hf("hf://albert-base-v2") == ("albert/albert-base-v2", None)
+    assert parse_hf("hf://albert/albert-xxlarge-v1@main") == ("albert/albert-xxlarge-v1", "main")
+    assert parse_hf("hf://bert-base-uncased") == ("bert-base-uncased", None)  # not renamed: not ALBERT's
+
+
+@pytest.mark.parametrize("spec", ["ram://models/x", "/tmp/x", "runs/base/final", "gs://bucket/run"])
+def test_paths_are_returned_as_they_are(spec):
+    assert resolve_model(spec) == spec and resolve(spec).hub is None
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("hf://org/missing", "no repository org/missing"),
+    ("hf://org/gated-albert", "is gated"),
+    (f"hf://{ALBERT}@v9", "has no revision 'v9'"),
+    ("hf://google-bert/bert-base-uncased", "not an ALBERT repository (config.json says model_type 'bert'"),
+    ("hf://org/cut-albert", "the download of model.safetensors failed"),
+    ("hf://a/b/c", "expected hf://ORG/NAME"),
+    ("hf://org/name@", "expected hf://ORG/NAME"),
+])
+def test_each_hub_error_is_one_line_naming_the_handle(spec, words, hub_env):
+    with pytest.raises(UserError) as e:
+        resolve_model(spec)
+
+    assert str(e.value).startswith(f"{spec}: ") and words in str(e.value) and "\n" not in str(e.value)
+    # Nothing half-written: no partial download, no weights, in the cache.
+    assert not [f for f in cached_files(hub_env) if "incomplete" in f or f.endswith("model.safetensors")]
+
+
+def test_a_gated_repository_loads_with_a_token(hub_env, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    assert resolve("hf://org/gated-albert").commit == commit_sha("main")
+
+
+def test_offline_with_an_empty_cache_says_so(hub_env, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(UserError, match=rf"^hf://{ALBERT}: config.json is not in the cache and the Hub cannot be "
+                                        "reached"):
+        load_pretrained(f"hf://{ALBERT}")
+
+
+def test_kaggle_handles_download_with_kagglehub(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "kagglehub", None)
+    with pytest.raises(UserError, match=r"^kaggle://keras/albert/keras/albert_base_en_uncased: .*"
+                                        r"pip install 'albert-tf\[kaggle\]'"):
+        resolve("kaggle://keras/albert/keras/albert_base_en_uncased")
+
+    asked = []
+    fake = types.SimpleNamespace(model_download=lambda handle: asked.append(handle) or str(tmp_path))
+    monkeypatch.setitem(sys.modules, "kagglehub", fake)
+    resolved = resolve("kaggle://keras/albert/keras/albert_base_en_uncased/2")
+    assert asked == ["keras/albert/keras/albert_base_en_uncased/2"]
+    assert (resolved.path, resolved.hub, resolved.revision) == (str(tmp_path), "kaggle", "2")
+    with pytest.raises(UserError, match="expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION"):
+        resolve("kaggle://keras/albert")
+
+    # kagglehub's own errors are the user's to fix (one line); any other is a bug and propagates.
+    not_found = type("NotFoundError", (Exception,), {"__module__": "kagglehub.exceptions"})
+    for error, expected in ((not_found("404 Client Error"), UserError), (RuntimeError("bug"), RuntimeError)):
+        def model_download(handle, error=error):
+            raise error
+
+        monkeypatch.setattr(fake, "model_download", model_download)
+        with pytest.raises(expected, match="kagglehub could not download it .404 Client Error.|bug"):
+            resolve("kaggle://keras/albert/keras/albert_base_en_uncased/2")
