@@ -213,7 +213,8 @@ def load_tokenizer(directory):
         raise UserError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):
         return hf_tokenizer(directory)
-    return AlbertTokenizer.load(directory)
+    # albert-tf's outputs keep their tokenizer in TOKENIZER_DIR, always with tokenizer.json.
+    return AlbertTokenizer.load(directory, require_config=os.path.basename(files.normpath(directory)) == TOKENIZER_DIR)
 
 
 def _hf_hint(directory):
