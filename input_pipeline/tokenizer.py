@@ -58,6 +58,10 @@ _UNSPACED_START = re.compile(f"[{UNSPACED_SCRIPT_CHARS}]")
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer.json"
 
+class NoTrainingText(UserError):
+    """`AlbertTokenizer.train` got no sentence with text in it."""
+
+
 class AlbertTokenizer:
     """SentencePiece tokenizer with ALBERT's special ids and preprocessing.
 
@@ -474,7 +478,7 @@ def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallb
     """SentencePiece's RuntimeError as a UserError naming the argument (and flag) to change."""
     message = str(error)
     if num_texts == 0:
-        return UserError(
+        return NoTrainingText(
             "There is no text to train on: every sentence of the corpus (`sentences`, `--input`) is empty "
             "after preprocessing."
         )

@@ -18,6 +18,7 @@ from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.utils import files
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
+from input_pipeline.tokenizer import NoTrainingText
 from albert_tf.utils.errors import UserError
 from input_pipeline.text_normalization import LANGUAGES
 
@@ -81,13 +82,11 @@ def run(args):
                 input_sentence_size=args.input_sentence_size,
                 seed=args.seed,
             )
-        except ValueError as e:
-            if corpus.num_documents == 0:
-                raise UserError(
-                    f"--input {' '.join(args.input)}: no text to train a tokenizer on "
-                    f"({corpus.num_empty_skipped} empty documents skipped)."
-                ) from e
-            raise
+        except NoTrainingText as e:
+            raise UserError(
+                f"--input {' '.join(args.input)}: no text to train a tokenizer on "
+                f"({corpus.num_empty_skipped} empty documents skipped)."
+            ) from e
         tokenizer.write(staging)
     print(
         f"Trained a {tokenizer.vocab_size}-piece {args.language} tokenizer on {corpus.num_documents} documents "

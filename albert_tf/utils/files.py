@@ -106,6 +106,11 @@ def write_text(path, text):
     write_bytes(path, text.encode("utf-8"))
 
 
+def size(path):
+    """The size of file `path` in bytes."""
+    return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
+
+
 def exists(path):
     return _gfile().exists(path) if is_url(path) else os.path.exists(path)
 

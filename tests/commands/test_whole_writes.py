@@ -1,0 +1,129 @@
+"""Every output is published whole: a kill between two writes leaves the old state or the new one.
+
+A kill is simulated by making the write after the first raise (KeyboardInterrupt,
+as Ctrl-C does) and reading what is left, at a local path and at a URL (ram://).
+"""
+
+import json
+import os
+import uuid
+
+import pytest
+
+from albert_tf import model_dirs
+from albert_tf.training import progress
+from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
+from data_fixtures import small_tokenizer
+from input_pipeline import AlbertTokenizer, Preprocessing
+
+
+def _root(tmp_path, where):
+    return str(tmp_path) if where == "local" else f"ram://whole-{uuid.uuid4().hex[:8]}"
+
+
+def _killed_at_the_second_write(monkeypatch):
+    """Makes `files.write_bytes` raise KeyboardInterrupt on its second call, as a kill between two writes."""
+    real, calls = files.write_bytes, []
+
+    def write_bytes(path, data):
+        calls.append(path)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        real(path, data)
+
+    monkeypatch.setattr(files, "write_bytes", write_bytes)
+    return calls
+
+
+def _korean():
+    # Another preprocessing than the English default: loading its spiece.model alone would go wrong silently.
+    return AlbertTokenizer(small_tokenizer().model_proto, Preprocessing.for_language("ko"), "ko")
+
+
+@pytest.mark.parametrize("where", ["local", "ram"])
+def test_a_kill_between_the_tokenizer_files_leaves_the_old_tokenizer(tmp_path, where, monkeypatch):
+    directory = os.path.join(_root(tmp_path, where), "run", model_dirs.TOKENIZER_DIR)
+    small_tokenizer().save(directory)
+    calls = _killed_at_the_second_write(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        _korean().save(directory)
+    monkeypatch.undo()
+    assert len(calls) == 2  # the kill fell between the tokenizer's two files
+    assert model_dirs.load_tokenizer(directory).language == "en"  # the old one, whole
+    assert sorted(files.listdir(os.path.dirname(directory))) == [model_dirs.TOKENIZER_DIR]  # nothing staged left
+    _korean().save(directory)
+    assert model_dirs.load_tokenizer(directory).language == "ko"
+
+
+def test_a_kill_during_a_first_tokenizer_save_leaves_no_tokenizer(tmp_path, monkeypatch):
+    directory = str(tmp_path / "run" / model_dirs.TOKENIZER_DIR)
+    _killed_at_the_second_write(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        _korean().save(directory)
+    monkeypatch.undo()
+    assert not files.exists(directory)
+    with pytest.raises(UserError, match="spiece.model is missing"):
+        model_dirs.load_tokenizer(directory)
+
+
+def test_a_lone_spiece_model_is_refused_where_albert_tf_wrote_it_and_read_elsewhere(tmp_path):
+    # What an older save, killed between its two files, left: spiece.model without tokenizer.json.
+    ours = tmp_path / "run" / model_dirs.TOKENIZER_DIR
+    bare = tmp_path / "downloaded"
+    for directory in (ours, bare):
+        directory.mkdir(parents=True)
+        (directory / model_dirs.SPIECE_FILE).write_bytes(_korean().model_proto)
+    with pytest.raises(UserError) as refused:
+        model_dirs.load_tokenizer(str(ours))
+    assert str(refused.value).count("\n") == 0 and "without tokenizer.json" in str(refused.value)
+    # A bare SentencePiece model (a hub download, the original release's) reads with the English default.
+    assert model_dirs.load_tokenizer(str(bare)).language == "en"
+
+
+@pytest.mark.parametrize("where", ["local", "ram"])
+def test_a_kill_while_a_file_is_written_leaves_the_old_file(tmp_path, where, monkeypatch):
+    path = os.path.join(_root(tmp_path, where), "metrics.json")
+    files.write_text(path, '{"old": true}')
+    real_open, opened = files.open_file, []
+
+    def open_then_kill(target, mode="r", **kwargs):
+        f = real_open(target, mode, **kwargs)
+        opened.append(target)
+        if len(opened) == 2:  # the staged copy (made empty first), half written
+            f.write(b'{"ne')
+            f.close()
+            raise KeyboardInterrupt
+        return f
+
+    monkeypatch.setattr(files, "open_file", open_then_kill)
+    with pytest.raises(KeyboardInterrupt):
+        files.write_text(path, '{"new": true}')
+    monkeypatch.undo()
+    assert opened[1] != path and json.loads(files.read_text(path)) == {"old": True}
+    assert files.listdir(os.path.dirname(path)) == ["metrics.json"]
+
+
+def _log(run_dir, start, steps, loss):
+    """Reports `steps` of a run that starts (or resumes) at `start`, every metric `loss`."""
+    logger = progress.ProgressLogger(run_dir, num_steps=1000, examples_per_step=8, log_every=100,
+                                     print_fn=lambda _: None)
+    logger.start(start)
+    for step in steps:
+        logger.update(step, dict.fromkeys(progress.METRICS, loss), learning_rate=1e-3, num_steps=50)
+    logger.close()
+
+
+@pytest.mark.parametrize("where", ["local", "ram"])
+def test_a_resume_appends_to_the_log_and_readers_drop_the_lost_steps(tmp_path, where):
+    run_dir = _root(tmp_path, where)
+    path = os.path.join(run_dir, progress.LOG_FILE)
+    _log(run_dir, 0, [100, 200, 300], loss=1.0)
+    # A kill cut the next line short; the run resumes from its checkpoint at step 250.
+    with files.open_file(path, "a") as f:
+        f.write('{"step": 40')
+    written = files.read_bytes(path)
+    _log(run_dir, 250, [300, 400], loss=2.0)
+    assert files.read_bytes(path).startswith(written)  # nothing written before was rewritten
+    records = progress.read_log(run_dir)
+    assert [(r["step"], r["loss"]) for r in records] == [(100, 1.0), (200, 1.0), (300, 2.0), (400, 2.0)]
