@@ -4,6 +4,7 @@ A kill is simulated by making the write after the first raise (KeyboardInterrupt
 as Ctrl-C does) and reading what is left, at a local path and at a URL (ram://).
 """
 
+import functools
 import json
 import os
 import uuid
@@ -14,7 +15,7 @@ from albert_tf import model_dirs
 from albert_tf.training import progress
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
-from data_fixtures import small_tokenizer
+from data_fixtures import imdb_documents, small_tokenizer
 from input_pipeline import AlbertTokenizer, Preprocessing
 
 
@@ -36,9 +37,13 @@ def _killed_at_the_second_write(monkeypatch):
     return calls
 
 
+@functools.lru_cache(maxsize=None)
 def _korean():
-    # Another preprocessing than the English default: loading its spiece.model alone would go wrong silently.
-    return AlbertTokenizer(small_tokenizer().model_proto, Preprocessing.for_language("ko"), "ko")
+    """Another model than `small_tokenizer`'s, with another preprocessing than the English default:
+    its spiece.model loaded alone would give wrong ids silently."""
+    documents = imdb_documents()[:200]
+    model = AlbertTokenizer.train((s for d in documents for s in d), 300, num_threads=2)
+    return AlbertTokenizer(model.model_proto, Preprocessing.for_language("ko"), "ko")
 
 
 @pytest.mark.parametrize("where", ["local", "ram"])
@@ -50,10 +55,12 @@ def test_a_kill_between_the_tokenizer_files_leaves_the_old_tokenizer(tmp_path, w
         _korean().save(directory)
     monkeypatch.undo()
     assert len(calls) == 2  # the kill fell between the tokenizer's two files
-    assert model_dirs.load_tokenizer(directory).language == "en"  # the old one, whole
+    old = model_dirs.load_tokenizer(directory)
+    assert (old.language, old.model_proto) == ("en", small_tokenizer().model_proto)  # the old one, whole
     assert sorted(files.listdir(os.path.dirname(directory))) == [model_dirs.TOKENIZER_DIR]  # nothing staged left
     _korean().save(directory)
-    assert model_dirs.load_tokenizer(directory).language == "ko"
+    new = model_dirs.load_tokenizer(directory)
+    assert (new.language, new.model_proto) == ("ko", _korean().model_proto)
 
 
 def test_a_kill_during_a_first_tokenizer_save_leaves_no_tokenizer(tmp_path, monkeypatch):
@@ -127,3 +134,19 @@ def test_a_resume_appends_to_the_log_and_readers_drop_the_lost_steps(tmp_path, w
     assert files.read_bytes(path).startswith(written)  # nothing written before was rewritten
     records = progress.read_log(run_dir)
     assert [(r["step"], r["loss"]) for r in records] == [(100, 1.0), (200, 1.0), (300, 2.0), (400, 2.0)]
+
+
+def test_a_kill_during_a_tflite_export_leaves_the_old_export(tmp_path, monkeypatch):
+    from albert_tf.export import export_tflite
+    from albert_tf.export.tflite import MODEL_FILE
+    from export_fixtures import classifier
+
+    out = tmp_path / "tflite"
+    out.mkdir()
+    (out / MODEL_FILE).write_bytes(b"the old export")
+    calls = _killed_at_the_second_write(monkeypatch)  # export.json, then model.tflite
+    with pytest.raises(KeyboardInterrupt):
+        export_tflite(classifier(), str(out), max_length=8, overwrite=True)
+    assert os.path.basename(calls[-1]) == MODEL_FILE
+    assert os.listdir(out) == [MODEL_FILE] and (out / MODEL_FILE).read_bytes() == b"the old export"
+    assert os.listdir(tmp_path) == ["tflite"]
