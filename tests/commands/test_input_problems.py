@@ -114,10 +114,13 @@ def test_text_that_is_not_utf8_names_the_file_and_the_flag(inputs, tmp_path, cap
 
     with pytest.raises(UserError, match=f"^{latin1} is not UTF-8 text"):
         read_table(str(latin1), "sentence", label_column="label")
-    code, err = albert_tf(capsys, "train-tokenizer", "--input", latin1, "--format", "text", "--out", tmp_path / "tok")
-    assert code == 2 and len(err) == 1 and err[0].startswith(f"albert-tf train-tokenizer: error: {latin1}: invalid "
-                                                               "UTF-8 at byte offset 20"), err
-    assert sorted(os.listdir(tmp_path)) == ["reviews.csv"]
+    # Past the first document: SentencePiece has begun reading, and wraps what its reader raises.
+    corpus = tmp_path / "reviews.txt"
+    corpus.write_bytes("a first review\n\nun très bon film\n".encode("latin-1"))
+    code, err = albert_tf(capsys, "train-tokenizer", "--input", corpus, "--out", tmp_path / "tok")
+    assert code == 2 and len(err) == 1 and err[0].startswith(f"albert-tf train-tokenizer: error: {corpus}: invalid "
+                                                               "UTF-8 at byte offset 21"), err
+    assert sorted(os.listdir(tmp_path)) == ["reviews.csv", "reviews.txt"]
 
 
 @pytest.mark.parametrize("damage", ["spiece.model garbage", "spiece.model truncated", "tokenizer.json truncated"])
