@@ -150,3 +150,19 @@ def test_a_kill_during_a_tflite_export_leaves_the_old_export(tmp_path, monkeypat
     assert os.path.basename(calls[-1]) == MODEL_FILE
     assert os.listdir(out) == [MODEL_FILE] and (out / MODEL_FILE).read_bytes() == b"the old export"
     assert os.listdir(tmp_path) == ["tflite"]
+
+
+def test_a_tokenizer_saved_beside_other_files_keeps_them_and_is_never_a_mix(tmp_path, monkeypatch):
+    # A model directory with its tokenizer files beside the weights: saving keeps the weights.
+    (tmp_path / "model.weights.h5").write_bytes(b"weights")
+    small_tokenizer().save(str(tmp_path))
+    _killed_at_the_second_write(monkeypatch)  # tokenizer.json written, spiece.model not
+    with pytest.raises(KeyboardInterrupt):
+        _korean().save(str(tmp_path))
+    monkeypatch.undo()
+    assert (tmp_path / "model.weights.h5").read_bytes() == b"weights"
+    with pytest.raises(UserError, match="spiece.model is missing"):  # no tokenizer, never the old model read the new way
+        AlbertTokenizer.load(str(tmp_path))
+    _korean().save(str(tmp_path))
+    assert AlbertTokenizer.load(str(tmp_path)).language == "ko"
+    assert sorted(os.listdir(tmp_path)) == ["model.weights.h5", "spiece.model", "tokenizer.json"]
