@@ -79,7 +79,7 @@ def check_paths(command, argv):
         elif kind == OUT and value != "-" and _writes_out(command, args):
             files.check_new_output(value, args.overwrite, flag, directory=command != "predict")
         elif kind == OUT and value != "-" or kind == RUN:
-            files.check_writable(value, flag)
+            files.check_writable(value, flag, inside=True)  # a run directory, or versions under --out
 
 
 def _writes_out(command, args):

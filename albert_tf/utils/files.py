@@ -310,7 +310,7 @@ def check_new_output(path, overwrite, name="--out", directory=True):
         raise UserError(f"{name} {path} is a file, expected a directory.")
     if not directory and isdir(path):
         raise UserError(f"{name} {path} is a directory, expected a file.")
-    check_writable(path, name, directory)
+    check_writable(path, name)
     if overwrite:
         return
     if isfile(path):
@@ -319,13 +319,15 @@ def check_new_output(path, overwrite, name="--out", directory=True):
         raise UserError(f"{name} {path} is not empty; {how} to replace it, or choose a new {name}.")
 
 
-def check_writable(path, name="--out", directory=True):
+def check_writable(path, name="--out", inside=False):
     """Refuses an output whose place cannot be written, before any work: a read-only or
     unwritable directory, or a file where a directory is needed.
 
-    The nearest existing directory of `path` is tried with a directory made
-    and removed at once, which also tells a read-only file system (or one
-    that refuses root) from a writable one. An object store answers only on
+    The nearest existing directory where the output will be written (beside
+    `path`, where `publish` stages it; or, with `inside`, in `path` itself,
+    for a run directory written in place) is tried with a directory made and
+    removed at once, which also tells a read-only file system (or one that
+    refuses root) from a writable one. An object store answers only on
     write: there `publish` reports the same one line.
 
     Raises:
@@ -333,7 +335,7 @@ def check_writable(path, name="--out", directory=True):
     """
     if is_url(path):
         return
-    existing = os.path.abspath(path) if directory else os.path.dirname(os.path.abspath(path))
+    existing = os.path.abspath(path) if inside else os.path.dirname(os.path.abspath(path))
     while not os.path.lexists(existing):
         existing = os.path.dirname(existing)
     if not os.path.isdir(existing):
