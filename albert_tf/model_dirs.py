@@ -142,6 +142,8 @@ def resolve_model_dir(path):
     Raises:
         ValueError: naming `path` when it is missing or holds no model.
     """
+    if files.isfile(path):
+        raise UserError(f"{path}: is a file, expected a model directory (or a run directory holding one).")
     if not files.isdir(path):
         raise UserError(f"{path}: no such directory.")
     if is_model_dir(path):

@@ -43,6 +43,9 @@ def run(args):
     if (args.model is None) == (args.model_base_path is None):
         raise UserError("Give what to serve once: BASE_PATH or --model DIR.")
     path = files.normpath(args.model or args.model_base_path)
+    if files.isfile(path):
+        raise UserError(f"{path}: is a file, expected a directory of SavedModel versions (1/, 2/, ...) or a model "
+                        "or run directory.")
     # Before loading or exporting the model (seconds): a taken port is known at once.
     _check_address(args.host, args.port)
     name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)

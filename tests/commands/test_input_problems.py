@@ -99,6 +99,13 @@ def test_paths_of_the_wrong_kind_say_what_was_expected(inputs, tmp_path, capsys)
                           "--overwrite")
     assert code == 2 and err == [f"albert-tf train-tokenizer: error: --out {tmp_path}/out.txt is a file, "
                                  "expected a directory."]
+    code, err = albert_tf(capsys, "finetune", "--task", "sst2", "--model", tmp_path / "out.txt", "--train",
+                          inputs / "train.tsv", "--out", tmp_path / "run")
+    assert code == 2 and err == [f"albert-tf finetune: error: --model {tmp_path}/out.txt: is a file, expected a "
+                                 "model directory (or a run directory holding one)."]
+    code, err = albert_tf(capsys, "serve", tmp_path / "out.txt", "--port", "0")
+    assert code == 2 and err == [f"albert-tf serve: error: {tmp_path}/out.txt: is a file, expected a directory of "
+                                 "SavedModel versions (1/, 2/, ...) or a model or run directory."]
     assert sorted(os.listdir(tmp_path)) == ["out.txt"]
 
 
