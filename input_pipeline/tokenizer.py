@@ -242,11 +242,24 @@ class AlbertTokenizer:
         return tokenizer
 
     def save(self, directory):
-        """Writes the tokenizer directory `directory` whole (`files.publish`), replacing an old one.
+        """Writes the tokenizer into `directory`, so that no reader ever pairs files of two tokenizers.
 
-        A reader sees the old directory or the new one, never `spiece.model`
-        without the `tokenizer.json` that says how to preprocess for it.
+        A directory of its own (new, or holding a tokenizer only) is published
+        whole (`files.publish`): a reader sees the old tokenizer or the new
+        one, never `spiece.model` without the `tokenizer.json` that says how
+        to preprocess for it. A directory shared with other files (a model
+        directory, an export) keeps them: an old `spiece.model` goes first,
+        then `write` puts `tokenizer.json` and `spiece.model` in, each whole,
+        so a reader in between finds no tokenizer (`load` says which file is
+        missing) rather than a mix.
         """
+        own = (MODEL_FILE, CONFIG_FILE)
+        if files.isdir(directory) and any(name not in own for name in files.listdir(directory)):
+            model_path = os.path.join(directory, MODEL_FILE)
+            if files.exists(model_path):
+                files.remove(model_path)
+            self.write(directory)
+            return
         with files.publish(directory, (MODEL_FILE,)) as staging:
             self.write(staging)
 

@@ -15,7 +15,7 @@ from albert_tf import model_dirs
 from albert_tf.training import progress
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
-from data_fixtures import imdb_documents, small_tokenizer
+from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
 
 
@@ -38,25 +38,32 @@ def _killed_at_the_second_write(monkeypatch):
 
 
 @functools.lru_cache(maxsize=None)
+def _tokenizer(first_document=0):
+    documents = imdb_documents()[first_document:first_document + 100]
+    return AlbertTokenizer.train((s for d in documents for s in d), 300, num_threads=2)
+
+
+def _english():
+    return _tokenizer()
+
+
 def _korean():
-    """Another model than `small_tokenizer`'s, with another preprocessing than the English default:
+    """Another model than `_english`'s, with another preprocessing than the English default:
     its spiece.model loaded alone would give wrong ids silently."""
-    documents = imdb_documents()[:200]
-    model = AlbertTokenizer.train((s for d in documents for s in d), 300, num_threads=2)
-    return AlbertTokenizer(model.model_proto, Preprocessing.for_language("ko"), "ko")
+    return AlbertTokenizer(_tokenizer(100).model_proto, Preprocessing.for_language("ko"), "ko")
 
 
 @pytest.mark.parametrize("where", ["local", "ram"])
 def test_a_kill_between_the_tokenizer_files_leaves_the_old_tokenizer(tmp_path, where, monkeypatch):
     directory = os.path.join(_root(tmp_path, where), "run", model_dirs.TOKENIZER_DIR)
-    small_tokenizer().save(directory)
+    _english().save(directory)
     calls = _killed_at_the_second_write(monkeypatch)
     with pytest.raises(KeyboardInterrupt):
         _korean().save(directory)
     monkeypatch.undo()
     assert len(calls) == 2  # the kill fell between the tokenizer's two files
     old = model_dirs.load_tokenizer(directory)
-    assert (old.language, old.model_proto) == ("en", small_tokenizer().model_proto)  # the old one, whole
+    assert (old.language, old.model_proto) == ("en", _english().model_proto)  # the old one, whole
     assert sorted(files.listdir(os.path.dirname(directory))) == [model_dirs.TOKENIZER_DIR]  # nothing staged left
     _korean().save(directory)
     new = model_dirs.load_tokenizer(directory)
@@ -155,7 +162,7 @@ def test_a_kill_during_a_tflite_export_leaves_the_old_export(tmp_path, monkeypat
 def test_a_tokenizer_saved_beside_other_files_keeps_them_and_is_never_a_mix(tmp_path, monkeypatch):
     # A model directory with its tokenizer files beside the weights: saving keeps the weights.
     (tmp_path / "model.weights.h5").write_bytes(b"weights")
-    small_tokenizer().save(str(tmp_path))
+    _english().save(str(tmp_path))
     _killed_at_the_second_write(monkeypatch)  # tokenizer.json written, spiece.model not
     with pytest.raises(KeyboardInterrupt):
         _korean().save(str(tmp_path))
