@@ -142,6 +142,8 @@ def resolve_model_dir(path):
     Raises:
         ValueError: naming `path` when it is missing or holds no model.
     """
+    if files.isfile(path):
+        raise UserError(f"{path}: is a file, expected a model directory (or a run directory holding one).")
     if not files.isdir(path):
         raise UserError(f"{path}: no such directory.")
     if is_model_dir(path):
@@ -213,7 +215,8 @@ def load_tokenizer(directory):
         raise UserError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
     if is_hf_tokenizer_dir(directory):
         return hf_tokenizer(directory)
-    return AlbertTokenizer.load(directory)
+    # albert-tf's outputs keep their tokenizer in TOKENIZER_DIR, always with tokenizer.json.
+    return AlbertTokenizer.load(directory, require_config=os.path.basename(files.normpath(directory)) == TOKENIZER_DIR)
 
 
 def _hf_hint(directory):

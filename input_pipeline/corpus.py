@@ -3,6 +3,9 @@
 Formats:
     "sentences": the original ALBERT/BERT format, one sentence per line and a
         blank line between documents.
+    "lines": one document per line (a review, an article: one text per
+        line, no blank lines); with `split_sentences` each line is split
+        into sentences, so that sentence pairs form inside it.
     "text": plain text; each file is one document, split into sentences.
     "csv", "jsonl": one document per row, taken from a named column/field and
         split into sentences.
@@ -12,11 +15,15 @@ the corpus size. Empty or whitespace-only documents (a text file, row or
 record with no text) are skipped and counted; in the "sentences" format any
 run of blank lines is one separator.
 
-`split_sentences=True` also splits each line of the "sentences" format with
-the rule-based splitter below: a corpus of one text per line (a review, an
-article) then gives documents of several sentences, which sentence-order
-prediction needs (a one-sentence document can only be paired with another
-document, so its examples always have label 1).
+`split_sentences=True` also splits each line of the "sentences" and "lines"
+formats with the rule-based splitter below: a corpus of one text per line (a
+review, an article) then gives documents of several sentences, which
+sentence-order prediction needs (a one-sentence document can only be paired
+with another document, so its examples always have label 1).
+
+A "sentences" file of many lines and no blank line at all reads as one
+document, which is seldom what its writer meant: `Corpus.notes` says so and
+names the "lines" format.
 """
 
 import csv
@@ -28,7 +35,9 @@ from albert_tf.utils.errors import UserError
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.text_normalization import UNSPACED_SCRIPT_CHARS
 
-FORMATS = ("auto", "sentences", "text", "csv", "jsonl")
+FORMATS = ("auto", "sentences", "lines", "text", "csv", "jsonl")
+# A "sentences" file of at least this many lines and no blank line gets a note (`Corpus.notes`).
+_ONE_DOCUMENT_LINES = 100
 
 _ABBREVIATIONS = frozenset(
     "mr mrs ms dr prof st jr sr vs etc e.g i.e no vol fig mt ft approx dept".split()
@@ -121,8 +130,13 @@ class Corpus:
         format: one of `FORMATS`. "auto" picks csv/jsonl by file extension and
             "sentences" (the original format) otherwise.
         column: the CSV column or JSONL field holding the text (csv/jsonl only).
-        split_sentences: also split each line of the "sentences" format into
-            sentences (`split_sentences`); the other formats are always split.
+        split_sentences: also split each line of the "sentences" and "lines"
+            formats into sentences (`split_sentences`); the other formats are
+            always split.
+
+    Attributes:
+        notes: lines on how files were read that their writer may not expect
+            (a "sentences" file read as one document), for the caller to show.
     """
 
     def __init__(self, paths, format="auto", column=None, split_sentences=False):
@@ -139,9 +153,11 @@ class Corpus:
                 raise UserError(f"{path} is {self._format_of(path)}: pass `column` naming the text field.")
         self.num_documents = 0
         self.num_empty_skipped = 0
+        self.notes = []
 
     def __iter__(self):
         self.num_documents = self.num_empty_skipped = 0
+        self.notes = []
         for path in self.files:
             for document in self._read(path):
                 if document:
@@ -162,15 +178,23 @@ class Corpus:
         return {".csv": "csv", ".jsonl": "jsonl", ".json": "jsonl"}.get(extension, "sentences")
 
     def _read(self, path):
-        reader = {
-            "sentences": _read_sentence_lines,
-            "text": _read_plain_text,
-            "csv": _read_csv,
-            "jsonl": _read_jsonl,
-        }[self._format_of(path)]
-        if reader is _read_sentence_lines and self.split_sentences:
-            reader = _read_split_lines
-        return reader(path, self.column)
+        fmt = self._format_of(path)
+        if fmt == "sentences":
+            return self._read_sentence_lines(path)
+        if fmt == "lines":
+            return _read_lines(path, self.split_sentences)
+        return {"text": _read_plain_text, "csv": _read_csv, "jsonl": _read_jsonl}[fmt](path, self.column)
+
+    def _read_sentence_lines(self, path):
+        num_documents = num_lines = 0
+        for document in _read_sentence_lines(path):
+            num_documents, num_lines = num_documents + 1, len(document)
+            yield [s for line in document for s in split_sentences(line)] if self.split_sentences else document
+        if num_documents == 1 and num_lines >= _ONE_DOCUMENT_LINES:
+            self.notes.append(
+                f"{path}: {num_lines} lines and no blank line, read as one document (the sentences format puts a "
+                'blank line between documents); for one text per line, use the "lines" format.'
+            )
 
 
 def _list_files(paths):
@@ -206,7 +230,7 @@ def _decoded_lines(path):
             yield line.rstrip("\r\n")
 
 
-def _read_sentence_lines(path, column):
+def _read_sentence_lines(path):
     # Any run of blank (or whitespace-only) lines is one document separator.
     document = []
     for line in _decoded_lines(path):
@@ -220,9 +244,10 @@ def _read_sentence_lines(path, column):
         yield document
 
 
-def _read_split_lines(path, column):
-    for document in _read_sentence_lines(path, column):
-        yield [sentence for line in document for sentence in split_sentences(line)]
+def _read_lines(path, split):
+    for line in _decoded_lines(path):
+        line = line.strip()
+        yield (split_sentences(line) if split else [line]) if line else []
 
 
 def _read_plain_text(path, column):

@@ -29,6 +29,7 @@ import re
 
 import numpy as np
 import sentencepiece as spm
+from google.protobuf.message import DecodeError
 
 from input_pipeline import byte_fallback as byte_fallback_lib
 from albert_tf.utils import files
@@ -56,6 +57,10 @@ _UNSPACED_START = re.compile(f"[{UNSPACED_SCRIPT_CHARS}]")
 
 MODEL_FILE = "spiece.model"
 CONFIG_FILE = "tokenizer.json"
+
+class NoTrainingText(UserError):
+    """`AlbertTokenizer.train` got no sentence with text in it."""
+
 
 class AlbertTokenizer:
     """SentencePiece tokenizer with ALBERT's special ids and preprocessing.
@@ -146,20 +151,26 @@ class AlbertTokenizer:
         guard = AccentStrippingGuard() if preprocessing.strip_accents else None
 
         num_texts = 0
+        # What the sentence iterator raised: it reaches us wrapped in SentencePiece's RuntimeError.
+        failure = None
 
         def processed():
-            nonlocal num_texts
-            for sentence in sentences:
+            nonlocal num_texts, failure
+            try:
+                for sentence in sentences:
+                    if guard is not None:
+                        guard.observe(sentence)
+                    text = preprocessing.apply(sentence)
+                    if text:
+                        num_texts += 1
+                        yield text
+                # SentencePiece reads the whole stream before it trains, so the guard
+                # stops a doomed run before the expensive part.
                 if guard is not None:
-                    guard.observe(sentence)
-                text = preprocessing.apply(sentence)
-                if text:
-                    num_texts += 1
-                    yield text
-            # SentencePiece reads the whole stream before it trains, so the guard
-            # stops a doomed run before the expensive part.
-            if guard is not None:
-                guard.check()
+                    guard.check()
+            except Exception as e:
+                failure = e
+                raise
 
         model = io.BytesIO()
         options = _trainer_options(vocab_size, character_coverage, input_sentence_size, num_threads, byte_fallback)
@@ -172,32 +183,57 @@ class AlbertTokenizer:
         try:
             spm.SentencePieceTrainer.train(sentence_iterator=processed(), model_writer=model, **options)
         except RuntimeError as e:
-            if guard is not None:
-                # An exception raised by the sentence iterator reaches us wrapped
-                # in SentencePiece's RuntimeError: re-raise the guard's own error.
-                guard.check()
+            if failure is not None:  # the input's own error (bad UTF-8, the accent guard), not SentencePiece's
+                raise failure from None
             # SentencePiece reports unusable input as RuntimeError: that is bad input, so a ValueError.
             raise _training_error(e, num_texts, vocab_size, character_coverage, byte_fallback) from e
         tokenizer = cls(model.getvalue(), preprocessing, language)
         return tokenizer.with_embedded_preprocessing() if tokenizer.can_embed_preprocessing else tokenizer
 
     @classmethod
-    def load(cls, directory):
+    def load(cls, directory, require_config=False):
         """Loads a tokenizer saved by `save` (`spiece.model` + `tokenizer.json`).
 
         Tokenizers saved before languages existed have no "language" (and no
         "normalization" step) in `tokenizer.json`: they load as "en".
+
+        A lone `spiece.model` loads with the English default preprocessing: a
+        bare SentencePiece model (a hub download, the original release's
+        model) has no `tokenizer.json`. albert-tf never leaves one alone (`save`
+        publishes the directory whole, `tokenizer.json` written first), so
+        where a directory is albert-tf's own (`require_config`: the `tokenizer/`
+        of a run, a model or a data directory), a lone `spiece.model` is the
+        remnant of an unfinished write, and loading it with the wrong
+        preprocessing would give wrong ids silently: it is refused.
+
+        Args:
+            directory: the tokenizer directory, local or a URL.
+            require_config: refuse `spiece.model` without `tokenizer.json`.
+
+        Raises:
+            UserError: one line naming the file that is missing, corrupt or truncated.
         """
         model_path = os.path.join(directory, MODEL_FILE)
         if not files.isfile(model_path):
             raise UserError(f"No tokenizer in {directory!r}: {MODEL_FILE} is missing.")
-        proto = files.read_bytes(model_path)
         config_path = os.path.join(directory, CONFIG_FILE)
-        if not files.isfile(config_path):
-            return cls(proto)
-        config = json.loads(files.read_text(config_path))
-        language = config.get("language", "en")
-        tokenizer = cls(proto, Preprocessing.from_config(config["preprocessing"], language), language)
+        has_config = files.isfile(config_path)
+        if require_config and not has_config:
+            raise UserError(
+                f"{directory} holds {MODEL_FILE} without {CONFIG_FILE}, which albert-tf always writes with it "
+                "(a write that did not finish): write the tokenizer again, or remove the directory."
+            )
+        try:
+            config = json.loads(files.read_text(config_path)) if has_config else {}
+            language = config.get("language", "en")
+            preprocessing = Preprocessing.from_config(config["preprocessing"], language) if has_config else None
+        except (UnicodeDecodeError, ValueError, KeyError, TypeError, AttributeError) as e:
+            raise UserError(f"{config_path} is not a readable {CONFIG_FILE} ({type(e).__name__}: {e}).") from None
+        try:
+            tokenizer = cls(files.read_bytes(model_path), preprocessing, language)
+        except (DecodeError, RuntimeError, IndexError) as e:  # protobuf's, sentencepiece's: bytes that are no model
+            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise UserError(f"{model_path} is not a SentencePiece model (corrupt or truncated): {reason}") from None
         if config.get("byte_fallback", tokenizer.byte_fallback) != tokenizer.byte_fallback:
             raise UserError(
                 f"{config_path} says byte_fallback={config['byte_fallback']} but {model_path} has "
@@ -206,8 +242,34 @@ class AlbertTokenizer:
         return tokenizer
 
     def save(self, directory):
-        files.makedirs(directory)
-        files.write_bytes(os.path.join(directory, MODEL_FILE), self.model_proto)
+        """Writes the tokenizer into `directory`, so that no reader ever pairs files of two tokenizers.
+
+        A directory of its own (new, or holding a tokenizer only) is published
+        whole (`files.publish`): a reader sees the old tokenizer or the new
+        one, never `spiece.model` without the `tokenizer.json` that says how
+        to preprocess for it. A directory shared with other files (a model
+        directory, an export) keeps them: an old `spiece.model` goes first,
+        then `write` puts `tokenizer.json` and `spiece.model` in, each whole,
+        so a reader in between finds no tokenizer (`load` says which file is
+        missing) rather than a mix.
+        """
+        own = (MODEL_FILE, CONFIG_FILE)
+        if files.isdir(directory) and any(name not in own for name in files.listdir(directory)):
+            model_path = os.path.join(directory, MODEL_FILE)
+            if files.exists(model_path):
+                files.remove(model_path)
+            self.write(directory)
+            return
+        with files.publish(directory, (MODEL_FILE,)) as staging:
+            self.write(staging)
+
+    def write(self, directory):
+        """Writes `tokenizer.json`, then `spiece.model`, into `directory`, a staging directory the caller publishes.
+
+        `spiece.model` comes last (and is copied last at a URL, as an entry
+        file of `files.publish`), so a directory albert-tf wrote never holds
+        it alone; see `load`.
+        """
         config = {
             "vocab_size": self.vocab_size,
             "language": self.language,
@@ -216,6 +278,7 @@ class AlbertTokenizer:
             "preprocessing": dataclasses.asdict(self.preprocessing),
         }
         files.write_text(os.path.join(directory, CONFIG_FILE), json.dumps(config, indent=2, ensure_ascii=False))
+        files.write_bytes(os.path.join(directory, MODEL_FILE), self.model_proto)
 
     # ---- vocabulary ---------------------------------------------------------------------
 
@@ -428,7 +491,7 @@ def _training_error(error, num_texts, vocab_size, character_coverage, byte_fallb
     """SentencePiece's RuntimeError as a UserError naming the argument (and flag) to change."""
     message = str(error)
     if num_texts == 0:
-        return UserError(
+        return NoTrainingText(
             "There is no text to train on: every sentence of the corpus (`sentences`, `--input`) is empty "
             "after preprocessing."
         )

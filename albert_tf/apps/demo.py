@@ -116,7 +116,7 @@ def _run_demo(out_dir, config, print_fn, progress):
     tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
     documents = movie_reviews.imdb_documents("pretrain", limit=config.documents)
     if files.isfile(os.path.join(tokenizer_dir, "spiece.model")):
-        tokenizer = AlbertTokenizer.load(tokenizer_dir)
+        tokenizer = AlbertTokenizer.load(tokenizer_dir, require_config=True)
         if tokenizer.vocab_size != model_config.vocab_size:
             raise UserError(
                 f"{out_dir} was made with --vocab-size {tokenizer.vocab_size} (its tokenizer has "

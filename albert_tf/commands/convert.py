@@ -23,9 +23,10 @@ preset is read wherever a model directory is, with no keras-hub.
 """
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag, check_out
+from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
 
@@ -62,7 +63,7 @@ def run(args):
         raise UserError("--config is only used with --from tf1.")
     if args.tokenizer is not None and args.to_format is None:
         raise UserError("--tokenizer is only used with --to hf or --to keras-hub.")
-    check_out(args.out, args.overwrite)
+    files.check_new_output(args.out, args.overwrite)
     # A hub handle downloads (once) after the cheap checks above.
     source = resolve(src)
     src = source.path

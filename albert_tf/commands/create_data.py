@@ -4,9 +4,8 @@ The data directory keeps a copy of its tokenizer (OUT/tokenizer), so
 `pretrain --data OUT` needs no --tokenizer.
 
 It reports how many documents have one sentence and the balance of
-sentence_order_label, and warns when most documents cannot form a sentence
-pair: a corpus of one text per line (blank lines between) wants
---split-sentences.
+sentence_order_label, and warns when the examples are mostly label 1: a
+corpus of one text per line wants --format lines --split-sentences.
 """
 
 import os
@@ -14,8 +13,9 @@ import sys
 import time
 
 from albert_tf.commands.flags import add_command, add_config_flags, add_split_sentences_flag, config_kwargs
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.model_dirs import TOKENIZER_DIR, load_tokenizer
+from albert_tf.utils import files
 from input_pipeline import Corpus, PretrainingDataConfig, write_pretraining_tfrecords
 from input_pipeline.corpus import FORMATS
 
@@ -23,7 +23,8 @@ from input_pipeline.corpus import FORMATS
 def add_parser(subparsers):
     parser = add_command(subparsers, "create-data", description=__doc__)
     parser.add_argument("--input", nargs="+", required=True, metavar="FILE_OR_DIR", help="Corpus files or directories.")
-    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
+    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: csv/jsonl by extension, else sentences: one sentence per line, a blank line "
+                        "between documents; lines: one document per line).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
     add_split_sentences_flag(parser)
     parser.add_argument("--tokenizer", required=True, metavar="DIR", help="A train-tokenizer output directory.")
@@ -41,14 +42,26 @@ def add_parser(subparsers):
 def report_pairs(pair_stats, task, command, where=""):
     """Prints what the data makes of the pair task, and one warning line when pairs cannot form."""
     print(f"Sentence pairs{where}: {pair_stats.describe()}")
-    if pair_stats.pairs_cannot_form(task):
-        print(
-            f"albert-tf {command}: warning: {100 * pair_stats.single_sentence_share:.0f}% of the documents have one "
-            f"sentence, which pairs with another document (label 1), so {100 * pair_stats.label_1_share:.0f}% of "
-            f"the examples have sentence_order_label 1 and the {task} task learns little; for one text per line "
-            "pass --split-sentences (or write one sentence per line, a blank line between documents).",
-            file=sys.stderr,
-        )
+    if not pair_stats.pairs_cannot_form(task):
+        return
+    single = f"{100 * pair_stats.single_sentence_share:.0f}% of the {pair_stats.num_documents} documents"
+    if pair_stats.single_sentence_share >= 0.5:
+        cause = f"{single} have one sentence, which pairs with another document (label 1)"
+    else:
+        cause = (f"only {single} have one sentence, but most sequences hold one sentence, which pairs with another "
+                 "document (label 1): sentences longer than a sequence, as when long texts are read as sentences")
+    print(
+        f"albert-tf {command}: warning: {100 * pair_stats.label_1_share:.0f}% of the examples have "
+        f"sentence_order_label 1, so the {task} task learns little: {cause}. For one text per line, pass "
+        "--format lines --split-sentences (or write one sentence per line, a blank line between documents).",
+        file=sys.stderr,
+    )
+
+
+def report_corpus_notes(corpus, command):
+    """Prints the corpus's notes on how its files were read (`Corpus.notes`), one warning line each."""
+    for note in corpus.notes:
+        print(f"albert-tf {command}: warning: {note}", file=sys.stderr)
 
 
 def run(args):
@@ -56,7 +69,7 @@ def run(args):
     tokenizer = load_tokenizer(args.tokenizer)
     corpus = Corpus(args.input, format=args.format, column=args.column, split_sentences=args.split_sentences)
     start = time.perf_counter()
-    with fresh_output_dir(args.out, args.overwrite) as staging:
+    with files.publish_output(args.out, args.overwrite, ENTRY_FILES) as staging:
         stats = write_pretraining_tfrecords(
             corpus, tokenizer, staging, config, dupe_factor=args.dupe_factor, seed=args.seed,
             num_workers=args.num_workers, documents_per_shard=args.documents_per_shard,
@@ -68,4 +81,5 @@ def run(args):
         f"{stats['num_documents']} documents ({corpus.num_empty_skipped} empty skipped) in {seconds:.1f}s "
         f"({stats['num_examples'] / seconds:.0f} examples/s)"
     )
+    report_corpus_notes(corpus, "create-data")
     report_pairs(stats["pair_stats"], config.task, "create-data")

@@ -16,10 +16,10 @@ line to the command's parser, which names the mistyped flag first.
 """
 
 import argparse
+import codecs
 import difflib
 
 from albert_tf import hub, model_dirs
-from albert_tf.commands.outputs import check_out
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -29,6 +29,7 @@ FILE = "file"  # a file that exists ("-": standard input)
 DIR = "dir"  # a directory that exists
 MODEL = "model"  # a model directory, a run holding one, a HF directory (`model_dirs.resolve_model_dir`), a hub handle
 OUT = "out"  # an output that must be new or empty unless --overwrite ("-": standard output)
+RUN = "run"  # a run directory: new, or one to resume; its place must be writable
 
 # Command -> {flag: kind}, in the order the flags are checked (the first
 # problem is reported). tests/commands/test_journeys_errors.py checks that every flag
@@ -36,7 +37,8 @@ OUT = "out"  # an output that must be new or empty unless --overwrite ("-": stan
 FLAGS = {
     "train-tokenizer": {"--input": PATHS, "--out": OUT},
     "create-data": {"--input": PATHS, "--tokenizer": DIR, "--out": OUT},
-    "pretrain": {"--data": PATHS, "--eval-data": PATHS, "--tokenizer": DIR, "--config": FILE},
+    "pretrain": {"--data": PATHS, "--eval-data": PATHS, "--tokenizer": DIR, "--config": FILE, "--out": RUN},
+    "demo": {"--out": RUN},
     "finetune": {"--train": FILE, "--eval": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
     "predict": {"--input": FILE, "--model": DIR, "--output": OUT},
     "export": {"--calibration-text": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
@@ -67,15 +69,17 @@ def check_paths(command, argv):
                     raise UserError(f"{flag} {path}: no such file or directory.")
         elif kind == FILE and value != "-":
             _check_file(flag, value)
-        elif kind == DIR and not files.isdir(value):
-            raise UserError(f"{flag} {value}: no such directory.")
+        elif kind == DIR:
+            _check_dir(flag, value)
         elif kind == MODEL:
             try:
                 model_dirs.resolve_model_dir(value)
             except ValueError as e:
                 raise UserError(f"{flag} {e}") from None
         elif kind == OUT and value != "-" and _writes_out(command, args):
-            check_out(value, args.overwrite, flag)
+            files.check_new_output(value, args.overwrite, flag, directory=command != "predict")
+        elif kind == OUT and value != "-" or kind == RUN:
+            files.check_writable(value, flag, inside=True)  # a run directory, or versions under --out
 
 
 def _writes_out(command, args):
@@ -87,6 +91,14 @@ def _writes_out(command, args):
     return True
 
 
+def _check_dir(flag, path):
+    if files.isfile(path):
+        what = " holding spiece.model" if flag == "--tokenizer" else ""
+        raise UserError(f"{flag} {path}: is a file, expected a directory{what}.")
+    if not files.isdir(path):
+        raise UserError(f"{flag} {path}: no such directory.")
+
+
 def _check_file(flag, path):
     if files.isdir(path):
         raise UserError(f"{flag} {path}: is a directory, expected a file.")
@@ -94,9 +106,28 @@ def _check_file(flag, path):
         raise UserError(f"{flag} {path}: no such file or directory.")
     if not files.is_url(path):
         try:
-            open(path, "rb").close()
+            offset = _first_non_utf8(path)
         except PermissionError:
             raise UserError(f"{flag} {path}: permission denied.") from None
+        if offset is not None:
+            raise UserError(f"{flag} {path}: not UTF-8 text (byte offset {offset}); save it as UTF-8.")
+
+
+def _first_non_utf8(path, chunk_size=1 << 20):
+    """The file offset of the first bytes of `path` that are not UTF-8, or None."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(chunk_size)
+            pending = len(decoder.getstate()[0])  # bytes of a character begun in the chunk before
+            try:
+                decoder.decode(chunk, final=not chunk)
+            except UnicodeDecodeError as e:
+                return offset - pending + e.start
+            if not chunk:
+                return None
+            offset += len(chunk)
 
 
 class _Unread(Exception):

@@ -25,7 +25,7 @@ import argparse
 import os
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag, check_out, fresh_output_dir
+from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES
 from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
@@ -152,7 +152,7 @@ def run(args):
         # leaves no half-written version for TF-Serving to load.
         existing = version_dirs(args.out) if files.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
-        check_out(os.path.join(args.out, str(version)), args.overwrite, flag="version")
+        files.check_new_output(os.path.join(args.out, str(version)), args.overwrite, "version")
         # An existing version is empty here, or --overwrite was given.
         path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=max_length, version=version,
                                   truncate_from=truncate_from, max_windows=max_windows, precision=precision,
@@ -164,13 +164,12 @@ def run(args):
     texts = None
     if args.quantize in CALIBRATED_MODES:
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
-    with fresh_output_dir(args.out, args.overwrite) as staging:
-        path = export_tflite(
-            model, staging, tokenizer=tokenizer, max_length=max_length, quantize=args.quantize,
-            representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
-            max_windows=max_windows, metadata=not args.no_metadata,
-        )
-    print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path.replace(staging, args.out)}")
+    path = export_tflite(
+        model, args.out, tokenizer=tokenizer, max_length=max_length, quantize=args.quantize,
+        representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
+        max_windows=max_windows, metadata=not args.no_metadata, overwrite=args.overwrite,
+    )
+    print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path}")
     return 0
 
 
@@ -230,7 +229,7 @@ def default_max_length(run, model):
 def _calibration_texts(path, limit):
     if path is None:
         return [text for text, _ in movie_reviews.imdb_reviews("pretrain")[:limit]]
-    with files.open_file(path) as f:
+    with files.open_text(path) as f:
         lines = [line.rstrip("\n") for line in f if line.strip()][:limit]
     if not lines:
         raise UserError(f"--calibration-text {path} has no non-empty lines.")

@@ -35,12 +35,13 @@ import contextlib
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.hub import resolve, write_source
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
+from albert_tf.utils import files
 from albert_tf.utils.errors import Interrupted
 
 
@@ -95,7 +96,7 @@ def run(args):
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
     # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone.
     chief = is_chief(strategy)
-    output = fresh_output_dir(args.out, args.overwrite, keep_when=_kept) if chief else contextlib.nullcontext(args.out)
+    output = files.publish_output(args.out, args.overwrite, ENTRY_FILES, keep_when=_kept) if chief else contextlib.nullcontext(args.out)
     try:
         with output as staging:
             write_source(source, staging)

@@ -198,9 +198,9 @@ def add_split_sentences_flag(parser):
     """--split-sentences, for the commands that read a corpus (`input_pipeline.Corpus(split_sentences=...)`)."""
     parser.add_argument(
         "--split-sentences", action="store_true",
-        help="Split each line of the sentences format into sentences (rule-based: . ! or ? before a space and "
-        "a word not in lowercase, or 。！？), for a corpus of one text per line: without it each such text is a "
-        "one-sentence document, which forms no sentence pair.",
+        help="Split each line of the sentences and lines formats into sentences (rule-based: . ! or ? before a "
+        "space and a word not in lowercase, or 。！？), for a corpus of one text per line: without it each such "
+        "text is one sentence, which forms no sentence pair inside it.",
     )
 
 

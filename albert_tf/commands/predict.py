@@ -27,7 +27,7 @@ import os
 import sys
 
 from albert_tf.commands.flags import add_command, add_mixed_precision_flag
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_file
+from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.hub import resolve_model
 from albert_tf.precision import choose_precision
 from albert_tf.utils import files
@@ -75,7 +75,7 @@ def run(args):
     if args.output == "-":
         _write(sys.stdout, records)
     else:
-        with fresh_output_file(args.output, args.overwrite) as staging:
+        with files.publish_output(args.output, args.overwrite, name="--output", directory=False) as staging:
             with files.open_file(staging, "w") as f:
                 _write(f, records)
     errors = sum("error" in r for r in records)
@@ -98,7 +98,8 @@ def _input_lines(path):
         stream = getattr(sys.stdin, "buffer", None)
         text = stream.read().decode("utf-8") if stream is not None else sys.stdin.read()
     else:
-        text = files.read_bytes(path).decode("utf-8")
+        with files.open_text(path, newline="") as f:
+            text = f.read()
     lines = text.split("\n")
     if lines[-1] == "":
         lines.pop()  # the end of the last line, not an empty line after it

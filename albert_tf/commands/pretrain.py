@@ -25,7 +25,7 @@ import threading
 
 import numpy as np
 
-from albert_tf.commands.create_data import report_pairs
+from albert_tf.commands.create_data import report_corpus_notes, report_pairs
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, add_split_sentences_flag, add_strategy_flags,
     config_kwargs, strategy_from_flags,
@@ -233,6 +233,7 @@ def _load_data(args, model_tokenizer=None):
     data_config = PretrainingDataConfig(**{k: v for k, v in raw_only.items() if v is not None})
     text = Corpus(args.data, format=args.format, column=args.column, split_sentences=args.split_sentences)
     corpus = TokenizedCorpus.from_documents(text, tokenizer)
+    report_corpus_notes(text, "pretrain")
     _report_pairs(corpus, data_config, args.seed)
     info = {"kind": "text", "paths": args.data, "config": dataclasses.asdict(data_config),
             "num_documents": corpus.num_documents}

@@ -47,6 +47,9 @@ def run(args):
     _check_address(args.host, args.port)
     source = resolve(args.model or args.model_base_path)
     path = files.normpath(source.path)
+    if files.isfile(path):
+        raise UserError(f"{path}: is a file, expected a directory of SavedModel versions (1/, 2/, ...) or a model "
+                        "or run directory.")
     name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)
     if source.repo is not None:
         # The repository's name (hf: ORG/NAME) or the variation (kaggle), not the download's directory name.

@@ -12,10 +12,13 @@ raw text. --rewrite gives a tokenizer trained before that its own.
 import argparse
 import dataclasses
 
+from albert_tf.commands.create_data import report_corpus_notes
 from albert_tf.commands.flags import add_command, add_split_sentences_flag
-from albert_tf.commands.outputs import add_overwrite_flag, fresh_output_dir
+from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
+from albert_tf.utils import files
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
+from input_pipeline.tokenizer import NoTrainingText
 from albert_tf.utils.errors import UserError
 from input_pipeline.text_normalization import LANGUAGES
 
@@ -29,7 +32,8 @@ def add_parser(subparsers):
         help="Train nothing: write DIR's tokenizer to --out with its preprocessing built into spiece.model "
         "(English tokenizers without byte fallback; the ids stay the same).",
     )
-    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: by extension).")
+    parser.add_argument("--format", choices=FORMATS, default="auto", help="Corpus format (auto: csv/jsonl by extension, else sentences: one sentence per line, a blank line "
+                        "between documents; lines: one document per line).")
     parser.add_argument("--column", help="CSV column / JSONL field with the text.")
     add_split_sentences_flag(parser)
     parser.add_argument("--vocab-size", type=int, default=30000, help="Pieces, the 5 special ones included.")
@@ -65,7 +69,7 @@ def run(args):
         strip_accents=preset.strip_accents and not (args.keep_accents or args.cased),
         lower_case=preset.lower_case and not (args.no_lower_case or args.cased),
     )
-    with fresh_output_dir(args.out, args.overwrite) as staging:
+    with files.publish_output(args.out, args.overwrite, ENTRY_FILES) as staging:
         corpus = Corpus(args.input, format=args.format, column=args.column, split_sentences=args.split_sentences)
         try:
             tokenizer = AlbertTokenizer.train(
@@ -78,19 +82,18 @@ def run(args):
                 input_sentence_size=args.input_sentence_size,
                 seed=args.seed,
             )
-        except ValueError as e:
-            if corpus.num_documents == 0:
-                raise UserError(
-                    f"--input {' '.join(args.input)}: no text to train a tokenizer on "
-                    f"({corpus.num_empty_skipped} empty documents skipped)."
-                ) from e
-            raise
-        tokenizer.save(staging)
+        except NoTrainingText as e:
+            raise UserError(
+                f"--input {' '.join(args.input)}: no text to train a tokenizer on "
+                f"({corpus.num_empty_skipped} empty documents skipped)."
+            ) from e
+        tokenizer.write(staging)
     print(
         f"Trained a {tokenizer.vocab_size}-piece {args.language} tokenizer on {corpus.num_documents} documents "
         f"({corpus.num_empty_skipped} empty skipped), byte fallback {'on' if tokenizer.byte_fallback else 'off'}; "
         f"saved to {args.out}"
     )
+    report_corpus_notes(corpus, "train-tokenizer")
 
 
 def _rewrite(args):
@@ -104,9 +107,9 @@ def _rewrite(args):
             f"preprocessing in spiece.model. Received: language={tokenizer.language!r}, "
             f"byte_fallback={tokenizer.byte_fallback}"
         )
-    with fresh_output_dir(args.out, args.overwrite) as staging:
+    with files.publish_output(args.out, args.overwrite, ENTRY_FILES) as staging:
         rewritten = tokenizer.with_embedded_preprocessing()
-        rewritten.save(staging)
+        rewritten.write(staging)
     print(
         f"Wrote {args.rewrite}'s tokenizer to {args.out} with its preprocessing in spiece.model "
         f"({len(tokenizer.model_proto):,} -> {len(rewritten.model_proto):,} bytes); the ids are unchanged"

@@ -22,11 +22,10 @@ import keras
 import numpy as np
 from safetensors.numpy import save
 
-from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.hf_checkpoint import BACKBONE_PREFIX
 from albert_tf.hub import write_source
 from albert_tf.model_dirs import (
-    CONFIG_FILE, SAFETENSORS_FILE, SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_DIR, hf_tokenizer,
+    CONFIG_FILE, ENTRY_FILES, SAFETENSORS_FILE, SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_DIR, hf_tokenizer,
 )
 from albert_tf.models import AlbertPretrainer, checkpoint_weights
 from albert_tf.models.pretrained import save_pretrained
@@ -64,18 +63,16 @@ def convert_from_hf(src_dir, out_dir, overwrite=False, source=None):
     Returns:
         A `checkpoint_weights.ConversionReport`.
     """
-    check_output_dir(out_dir, overwrite)
+    files.check_new_output(out_dir, overwrite, "out_dir")
     report = load_hf(src_dir)
     tokenizer = hf_tokenizer(src_dir)
 
-    def write(directory):
-        save_pretrained(report.model, directory)
+    with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        save_pretrained(report.model, staging)
         if tokenizer is not None:
-            tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
+            tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
         if source is not None:
-            write_source(source, directory)
-
-    write_dir(out_dir, write, overwrite)
+            write_source(source, staging)
     return report
 
 
@@ -163,21 +160,19 @@ def to_hf(model, out_dir, tokenizer=None, overwrite=False, source=None):
             type, or a non-empty `out_dir` without `overwrite`; nothing is
             written then.
     """
-    check_output_dir(out_dir, overwrite)
+    files.check_new_output(out_dir, overwrite, "out_dir")
     tensors = hf_tensors(model)
     config = hf_config(model)
     tokenizer_files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
 
-    def write(directory):
-        files.write_text(os.path.join(directory, CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True) + "\n")
+    with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        files.write_text(os.path.join(staging, CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True) + "\n")
         # transformers refuses safetensors files without a known "format".
-        files.write_bytes(os.path.join(directory, SAFETENSORS_FILE), save(tensors, metadata={"format": "pt"}))
+        files.write_bytes(os.path.join(staging, SAFETENSORS_FILE), save(tensors, metadata={"format": "pt"}))
         for name, content in tokenizer_files.items():
-            files.write_bytes(os.path.join(directory, name), content)
+            files.write_bytes(os.path.join(staging, name), content)
         if source is not None:
-            write_source(source, directory)
-
-    write_dir(out_dir, write, overwrite)
+            write_source(source, staging)
 
 
 def convert_to_hf(src_dir, out_dir, tokenizer=None, overwrite=False, source=None):
@@ -185,7 +180,7 @@ def convert_to_hf(src_dir, out_dir, tokenizer=None, overwrite=False, source=None
 
     `tokenizer` (an `AlbertTokenizer`) is written along when given; `source` as in `to_hf`.
     """
-    check_output_dir(out_dir, overwrite)
+    files.check_new_output(out_dir, overwrite, "out_dir")
     model = load_pretrained(src_dir)
     to_hf(model, out_dir, tokenizer, overwrite, source)
     return model

@@ -30,9 +30,9 @@ import tempfile
 import keras
 import numpy as np
 
-from albert_tf.convert.destination import check_output_dir, write_dir
 from albert_tf.keras_hub_preset import keras_hub_config, keras_hub_name
 from albert_tf.loading import load_pretrained
+from albert_tf.model_dirs import ENTRY_FILES
 from albert_tf.models import AlbertBackbone, checkpoint_weights
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -55,7 +55,7 @@ def save_keras_hub_preset(model, tokenizer, directory, overwrite=False, print_fn
             the tokenizer's preprocessing), or keras-hub not installed;
             nothing is written then.
     """
-    check_output_dir(directory, overwrite)
+    files.check_new_output(directory, overwrite, "directory")
     backbone = _backbone_to_write(model, print_fn)
     kwargs = keras_hub_config(backbone.config)
     if backbone.config.sharing == "none":
@@ -69,7 +69,8 @@ def save_keras_hub_preset(model, tokenizer, directory, overwrite=False, print_fn
         theirs.save_to_preset(local)
         if proto is not None:
             keras_hub.models.AlbertTokenizer(proto=proto).save_to_preset(local)
-        write_dir(directory, lambda staging: _copy_tree(local, staging), overwrite)
+        with files.publish_output(directory, overwrite, ENTRY_FILES, "directory") as staging:
+            _copy_tree(local, staging)
 
 
 def convert_to_keras_hub(src_dir, out_dir, tokenizer=None, overwrite=False, print_fn=print):
@@ -77,7 +78,7 @@ def convert_to_keras_hub(src_dir, out_dir, tokenizer=None, overwrite=False, prin
 
     See `save_keras_hub_preset`; `tokenizer` (an `AlbertTokenizer`) is written along when given.
     """
-    check_output_dir(out_dir, overwrite)
+    files.check_new_output(out_dir, overwrite, "out_dir")
     model = load_pretrained(src_dir)
     save_keras_hub_preset(model, tokenizer, out_dir, overwrite, print_fn)
     return model

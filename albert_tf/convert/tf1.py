@@ -10,7 +10,7 @@ with a note; any other variable the model does not have is an error.
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.convert.destination import check_output_dir, write_dir
+from albert_tf.model_dirs import ENTRY_FILES
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
 from albert_tf.models.checkpoint_weights import TF1_PROJECTION, load_checkpoint, tf1_scheme
 from albert_tf.models.pretrained import save_pretrained
@@ -97,9 +97,10 @@ def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print, overwrite=Fal
     Returns:
         A `checkpoint_weights.ConversionReport`.
     """
-    check_output_dir(out_dir, overwrite)
+    files.check_new_output(out_dir, overwrite, "out_dir")
     report = load_tf1(ckpt_prefix, config, print_fn)
-    write_dir(out_dir, lambda d: save_pretrained(report.model, d), overwrite)
+    with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        save_pretrained(report.model, staging)
     return report
 
 

@@ -19,6 +19,7 @@ import json
 import os
 
 import tensorflow as tf
+from google.protobuf.message import DecodeError
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
@@ -86,7 +87,15 @@ def load_saved_model(path):
 
     if not files.isfile(os.path.join(path, SAVED_MODEL_FILE)):
         raise UserError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
-    return tf.saved_model.load(path)
+    try:
+        return tf.saved_model.load(path)
+    except (OSError, tf.errors.OpError, DecodeError) as e:  # a corrupt or truncated saved_model.pb or variables
+        raise UserError(f"{path} is not a readable SavedModel (corrupt or truncated): {_first_line(e)}") from None
+
+
+def _first_line(error):
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
 
 
 def custom_ops(path):

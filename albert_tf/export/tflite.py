@@ -73,12 +73,16 @@ METADATA_OUTPUTS = {signatures_lib.CLASSIFIER: "probabilities", signatures_lib.R
 def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH, quantize="none",
                   representative_texts=None, batch_size=1, label_names=None,
                   num_mask_positions=DEFAULT_NUM_MASK_POSITIONS, truncate_from="end", max_windows=1,
-                  metadata=True):
-    """Converts `model` to `out_dir/model.tflite` (see the module docstring).
+                  metadata=True, overwrite=False):
+    """Converts `model` to `out_dir/model.tflite` (see the module docstring), published whole.
+
+    `out_dir` appears with every file in it or not at all (`files.publish`):
+    a failed or killed export leaves no half-written model and an old
+    `out_dir` (with `overwrite`) as it was.
 
     Args:
         model: an `AlbertBackbone`, `AlbertPretrainer` or task model.
-        out_dir: output directory (created).
+        out_dir: output directory: new or empty, unless `overwrite`.
         tokenizer: an `AlbertTokenizer` to ship next to the model; needed for
             int8. Default: the model's preprocessor's.
         max_length: the fixed sequence length.
@@ -99,12 +103,17 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             TextClassifier and the Task Library's BertNLClassifier run the
             file on raw text; the model then has one output. False: no
             metadata, and every output (`logits` too).
+        overwrite: replace a non-empty `out_dir`.
 
     Returns:
         The path of the written `.tflite` file.
+
+    Raises:
+        UserError: `out_dir` is not empty (without `overwrite`) or cannot be written.
     """
     if quantize not in QUANTIZE_MODES:
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}. Received: quantize={quantize!r}")
+    files.check_new_output(out_dir, overwrite, "out_dir")
     interface = signatures_lib.describe_model(model, label_names)
     check_max_length(interface, max_length)
     signatures_lib.check_max_windows(interface, max_windows)
@@ -199,11 +208,6 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             interface.label_names if interface.kind == signatures_lib.CLASSIFIER else None,
             **_metadata_descriptions(interface),
         )
-    files.makedirs(out_dir)
-    path = os.path.join(out_dir, MODEL_FILE)
-    files.write_bytes(path, flatbuffer)
-    if tokenizer is not None:
-        tokenizer.save(out_dir)
     metadata = export_metadata(
         interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE], truncate_from, max_windows,
         quantize=quantize,
@@ -217,8 +221,12 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         "byte_fallback, as the sentencepiece library does), pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
         "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
-    files.write_text(os.path.join(out_dir, METADATA_FILE), json.dumps(metadata, indent=2))
-    return path
+    with files.publish_output(out_dir, overwrite, (MODEL_FILE,), "out_dir") as staging:
+        if tokenizer is not None:
+            tokenizer.write(staging)
+        files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
+        files.write_bytes(os.path.join(staging, MODEL_FILE), flatbuffer)
+    return os.path.join(files.normpath(out_dir), MODEL_FILE)
 
 
 def check_metadata_length(max_length):

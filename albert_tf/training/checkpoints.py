@@ -11,9 +11,9 @@ nothing is written where a reader looks:
   state file is rewritten (atomically) for TensorFlow's tools, never trusted:
   a garbage or stale state file cannot send a run back to step 0.
 * A directory such as `final/`, and each run file, is published whole
-  (`files.publish`); a kill between moving an old `final/` aside and
-  renaming the new one in leaves no `final/`, which the trainer rebuilds
-  from the last checkpoint.
+  (`files.publish`, `files.write_text`); a kill between moving an old
+  `final/` aside and renaming the new one in leaves no `final/`, which the
+  trainer rebuilds from the last checkpoint.
 """
 
 import os
@@ -138,24 +138,7 @@ def write_state_file(directory, steps):
         return
     lines = [f'model_checkpoint_path: "{PREFIX}-{steps[-1]}"']
     lines += [f'all_model_checkpoint_paths: "{PREFIX}-{s}"' for s in steps]
-    write_atomically(os.path.join(directory, STATE_FILE), "\n".join(lines) + "\n")
-
-
-def write_atomically(path, text):
-    """Writes a text file whole (`files.publish`): readers see the old or the new file."""
-    with files.publish(path, directory=False) as staging:
-        files.write_text(staging, text)
-
-
-def publish_directory(write, target, entry_files=()):
-    """Runs `write(staging_dir)` and publishes the result as `target` (`files.publish`).
-
-    A kill during `write` leaves the old `target` untouched; an exception
-    between the two renames puts it back; a SIGKILL there leaves no `target`
-    plus debris that `remove_debris` deletes.
-    """
-    with files.publish(target, entry_files) as staging:
-        write(staging)
+    files.write_text(os.path.join(directory, STATE_FILE), "\n".join(lines) + "\n")
 
 
 def _remove_checkpoint(directory, step):

@@ -4,6 +4,12 @@ Every `log_every` steps the metrics averaged over the steps since the last
 line are printed, written to TensorBoard (RUN_DIR/tensorboard) and appended
 to RUN_DIR/train_log.jsonl (which the demo's loss curve is drawn from).
 A held-out evaluation made at a reporting step joins its line and record.
+
+train_log.jsonl is append-only: a line once written is never rewritten, so
+a kill at any moment leaves every earlier line whole. A resumed run appends
+a resume record, `{"step": STEP, "resumed": true}`: the lines after STEP
+written before it come from steps the run lost (it went back to its
+checkpoint at STEP), and `read_log` drops them.
 """
 
 import datetime
@@ -18,6 +24,7 @@ from albert_tf.utils import files
 
 LOG_FILE = "train_log.jsonl"
 TENSORBOARD_DIR = "tensorboard"
+RESUMED = "resumed"  # the key of a resume record
 # Printed in this order; every one is also a TensorBoard scalar.
 METRICS = ("loss", "mlm_loss", "sop_loss", "mlm_accuracy", "sop_accuracy", "grad_norm")
 
@@ -45,13 +52,12 @@ class ProgressLogger:
         self._reset_window()
 
     def start(self, step):
-        """Begins reporting at `step`, dropping log lines after it (written before a crash)."""
+        """Begins reporting at `step`; on resume, marks the log lines after it as lost (see the module docstring)."""
         self._reset_window()
-        if not self.enabled or not files.isfile(self.log_path):
-            return
-        with files.open_file(self.log_path) as f:
-            kept = [line for line in f if line.strip() and json.loads(line)["step"] <= step]
-        files.write_text(self.log_path, "".join(kept))
+        if self.enabled and files.isfile(self.log_path):
+            # After a line a kill cut short, on a line of its own.
+            cut = not files.read_bytes(self.log_path).endswith(b"\n")
+            self._append({"step": step, RESUMED: True}, cut)
 
     def update(self, step, metrics, learning_rate, num_steps=1, evaluation=None):
         """Adds the mean metrics (dict of floats) of the `num_steps` steps up to `step`; reports every `log_every` steps.
@@ -87,9 +93,12 @@ class ProgressLogger:
                 if name != "step":
                     _write_scalar(name, value, step)
         self._writer.flush()
+        self._append(record)
+
+    def _append(self, record, new_line=False):
         # Appending to an object (gs://) rewrites it whole: fine at one line per `log_every` steps.
         with files.open_file(self.log_path, "a") as f:
-            f.write(json.dumps(record) + "\n")
+            f.write("\n" * new_line + json.dumps(record) + "\n")
 
     def close(self):
         if self._writer is not None:
@@ -114,9 +123,23 @@ def _write_scalar(name, value, step):
 
 
 def read_log(run_dir):
-    """The records of RUN_DIR/train_log.jsonl, oldest first."""
+    """The records of RUN_DIR/train_log.jsonl, oldest first: those of the steps the run kept.
+
+    A resume record drops the records after its step written before it, and
+    is not returned itself. A last line cut short by a kill is skipped.
+    """
     path = os.path.join(run_dir, LOG_FILE)
     if not files.isfile(path):
         return []
+    records = []
     with files.open_file(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue  # a line a kill cut short
+            if record.get(RESUMED):
+                records = [r for r in records if r["step"] <= record["step"]]
+            else:
+                records.append(record)
+    return records

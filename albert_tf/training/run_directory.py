@@ -82,11 +82,11 @@ class RunDirectory:
         checkpoints.remove_debris(self.path)
         checkpoints.remove_debris(self.checkpoint_dir)
         files.makedirs(self.checkpoint_dir)
-        # Atomic writes: other workers read these files while the chief writes them.
-        checkpoints.write_atomically(os.path.join(self.path, CONFIG_FILE), model_config.to_json())
+        # Whole files (`files.write_text`): other workers read them while the chief writes them.
+        files.write_text(os.path.join(self.path, CONFIG_FILE), model_config.to_json())
         # Next to the checkpoints too, so the checkpoint directory alone rebuilds the model.
-        checkpoints.write_atomically(os.path.join(self.checkpoint_dir, CONFIG_FILE), model_config.to_json())
-        checkpoints.write_atomically(
+        files.write_text(os.path.join(self.checkpoint_dir, CONFIG_FILE), model_config.to_json())
+        files.write_text(
             os.path.join(self.path, TRAINING_CONFIG_FILE), json.dumps(training, indent=2, sort_keys=True) + "\n"
         )
         if tokenizer is not None:
@@ -102,15 +102,13 @@ class RunDirectory:
 
     def save_final(self, model, tokenizer, step):
         """`save_pretrained(model)` into a staging directory renamed to `final/`: never a partial final/."""
-        def write(directory):
-            save_pretrained(model, directory)
+        with files.publish(self.final_dir, ENTRY_FILES + (FINAL_STEP_FILE,)) as staging:
+            save_pretrained(model, staging)
             # The model directory carries its tokenizer, so finetune, export
             # and convert need only RUN_DIR/final.
             if tokenizer is not None:
-                tokenizer.save(os.path.join(directory, TOKENIZER_DIR))
-            files.write_text(os.path.join(directory, FINAL_STEP_FILE), json.dumps({"step": step}))
-
-        checkpoints.publish_directory(write, self.final_dir, ENTRY_FILES + (FINAL_STEP_FILE,))
+                tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
+            files.write_text(os.path.join(staging, FINAL_STEP_FILE), json.dumps({"step": step}))
 
     def _check_resume(self, model_config, training):
         """Compares this run with the one saved in the directory; see `write_run_files`."""

@@ -15,7 +15,8 @@ metadata.json, spiece.model, config.json, ...) come last into the new place
 and leave the old place first: a reader that finds the entry files finds
 every other file beside them, and a directory without them is incomplete.
 
-`publish` is how every output is written whole, at a path or a URL.
+`publish` is how every output is written whole, at a path or a URL, and
+`publish_output` how a command writes one that must be new (or --overwrite).
 """
 
 import builtins
@@ -23,7 +24,10 @@ import contextlib
 import errno
 import os
 import shutil
+import tempfile
 import uuid
+
+from albert_tf.utils.errors import UserError
 
 _SCHEME = "://"
 
@@ -48,6 +52,17 @@ def open_file(path, mode="r", encoding="utf-8", newline=None):
         # An object store replaces an object on write; TensorFlow's ram:// appends to it instead.
         gfile.remove(path)
     return gfile.GFile(path, mode)
+
+
+@contextlib.contextmanager
+def open_text(path, newline=None):
+    """Opens UTF-8 text file `path` for reading; bytes that are not UTF-8 raise a UserError naming it."""
+    with open_file(path, "r", newline=newline) as f:
+        try:
+            yield f
+        except UnicodeDecodeError as e:
+            bad = e.object[e.start:e.start + 4]
+            raise UserError(f"{path} is not UTF-8 text ({e.reason}: {bad!r}); save it as UTF-8.") from None
 
 
 def read_bytes(path):
@@ -81,22 +96,19 @@ def _as_os_errors(path):
 
 
 def write_bytes(path, data):
-    """Writes file `path` whole; at a URL through a temporary object renamed over it (old or new, never half)."""
-    if not is_url(path):
-        with open(path, "wb") as f:
-            f.write(data)
-        return
+    """Writes file `path` whole (`publish`): a reader sees the old file or the new one, never half of it."""
     with publish(path, directory=False) as staging, open_file(staging, "wb") as f:
         f.write(data)
 
 
 def write_text(path, text):
-    """`write_bytes` of UTF-8 text (locally in text mode, as `open(path, "w")` writes)."""
-    if not is_url(path):
-        with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
-        return
+    """`write_bytes` of UTF-8 text."""
     write_bytes(path, text.encode("utf-8"))
+
+
+def size(path):
+    """The size of file `path` in bytes."""
+    return _gfile().stat(path).length if is_url(path) else os.path.getsize(path)
 
 
 def exists(path):
@@ -212,7 +224,7 @@ PREVIOUS_PREFIX = ".previous-"
 
 
 @contextlib.contextmanager
-def publish(target, entry_files=(), directory=True, keep_when=None):
+def publish(target, entry_files=(), directory=True, keep_when=None, name=None):
     """Yields a staging path beside `target`; when the block succeeds, it replaces `target` whole.
 
     The one way every command and the trainer write an output that readers
@@ -239,14 +251,24 @@ def publish(target, entry_files=(), directory=True, keep_when=None):
             when the staging output is complete all the same (an interrupted
             run's finished part); it is then published before the exception
             goes on.
+        name: the flag or argument that named `target`, for the error
+            raised when its place cannot be written.
+
+    Raises:
+        UserError: naming `target` (and `name`) when its place cannot be
+            written: a read-only or unwritable directory, a file where a
+            directory is needed.
     """
     target = normpath(target)
-    parent, name = os.path.split(target)
-    makedirs(parent or ".")
-    suffix = f"{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    parent, base = os.path.split(target)
+    suffix = f"{base}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     staging = os.path.join(parent, STAGING_PREFIX + suffix)
-    if directory:
-        makedirs(staging)
+    with _unwritable_as_user_error(target, name):
+        makedirs(parent or ".")
+        if directory:
+            makedirs(staging)
+        else:  # created here, so that an unwritable place fails before the block's work
+            open_file(staging, "wb").close()
     try:
         yield staging
     except BaseException as e:
@@ -256,6 +278,83 @@ def publish(target, entry_files=(), directory=True, keep_when=None):
             _delete(staging)
         raise
     _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
+
+
+@contextlib.contextmanager
+def _unwritable_as_user_error(target, name):
+    """Turns the OSError of creating something at `target` into a UserError naming it."""
+    try:
+        with _as_os_errors(target):
+            yield
+    except OSError as e:
+        reason = e.strerror or str(e)
+        if e.filename and normpath(os.fspath(e.filename)) != target:
+            reason += f": {e.filename}"
+        raise UserError(f"{name + ' ' if name else ''}{target}: cannot write there ({reason}).") from None
+
+
+def check_new_output(path, overwrite, name="--out", directory=True):
+    """Refuses an output that exists (a non-empty directory, a file) unless `overwrite`, and one of the wrong kind.
+
+    Args:
+        path: the output, local or a URL.
+        overwrite: whether an existing output may be replaced.
+        name: the flag (`--out`) or argument (`out_dir`) that named it, for the messages.
+        directory: whether the output is a directory (else a file).
+
+    Raises:
+        UserError: one line naming `name` and `path`.
+    """
+    how = "pass --overwrite" if name.startswith("-") else "pass overwrite=True"
+    if directory and isfile(path):
+        raise UserError(f"{name} {path} is a file, expected a directory.")
+    if not directory and isdir(path):
+        raise UserError(f"{name} {path} is a directory, expected a file.")
+    check_writable(path, name)
+    if overwrite:
+        return
+    if isfile(path):
+        raise UserError(f"{name} {path} exists; {how} to replace it.")
+    if isdir(path) and listdir(path):
+        raise UserError(f"{name} {path} is not empty; {how} to replace it, or choose a new {name}.")
+
+
+def check_writable(path, name="--out", inside=False):
+    """Refuses an output whose place cannot be written, before any work: a read-only or
+    unwritable directory, or a file where a directory is needed.
+
+    The nearest existing directory where the output will be written (beside
+    `path`, where `publish` stages it; or, with `inside`, in `path` itself,
+    for a run directory written in place) is tried with a directory made and
+    removed at once, which also tells a read-only file system (or one that
+    refuses root) from a writable one. An object store answers only on
+    write: there `publish` reports the same one line.
+
+    Raises:
+        UserError: one line naming `name`, `path` and what stands in the way.
+    """
+    if is_url(path):
+        return
+    existing = os.path.abspath(path) if inside else os.path.dirname(os.path.abspath(path))
+    while not os.path.lexists(existing):
+        existing = os.path.dirname(existing)
+    if not os.path.isdir(existing):
+        raise UserError(f"{name} {path}: {existing} is a file, expected a directory.")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=existing))
+    except OSError as e:
+        raise UserError(f"{name} {path}: cannot write in {existing} ({e.strerror or e}).") from None
+
+
+def publish_output(path, overwrite, entry_files=(), name="--out", directory=True, keep_when=None):
+    """`publish` of an output that must be new or empty unless `overwrite` (`check_new_output`).
+
+    The one way a command (or a library function given an output directory)
+    writes its output: refused at once when it exists, then written whole.
+    Arguments as `check_new_output` and `publish`.
+    """
+    check_new_output(path, overwrite, name, directory)
+    return publish(path, entry_files, directory, keep_when, name)
 
 
 def _put_in_place(staging, target, previous, entry_files):

@@ -72,7 +72,7 @@ def read_glue(path, task, labelled=True, on_error="raise", lines=None):
     labels = LabelMap(spec.label_names)
     log = RowLog(on_error)
     if lines is None:
-        with files.open_file(path) as f:
+        with files.open_text(path) as f:
             lines = [line.rstrip("\r\n") for line in f]
     if not lines:
         raise UserError(f"{path}: the file is empty.")

@@ -38,7 +38,7 @@ def _documents(path):
                 if not name.startswith("."):
                     yield from _documents(os.path.join(root, name))
         return
-    with files.open_file(path) as f:
+    with files.open_text(path) as f:
         if path.endswith(".jsonl"):
             for number, obj in read_jsonl(f, path, require_object=False):
                 yield f"{path}:{number}", obj

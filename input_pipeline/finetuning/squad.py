@@ -85,7 +85,7 @@ def read_squad(path, on_error="raise", labelled=True):
         `ReadResult` of `SquadExample`s.
     """
     try:
-        with files.open_file(path) as f:
+        with files.open_text(path) as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
         raise UserError(f"{path}: not valid JSON: {e}") from e

@@ -37,7 +37,7 @@ def iter_rows(path, lines=None, fmt=None, blanks=False):
         ValueError: for a JSONL line that is not a JSON object, naming the line.
     """
     fmt = fmt or table_format(path)
-    with files.open_file(path, newline="") if lines is None else contextlib.nullcontext() as f:
+    with files.open_text(path, newline="") if lines is None else contextlib.nullcontext() as f:
         if lines is not None:
             # csv reads the line ends: a quoted field may span lines.
             f = (line + "\n" for line in lines)

@@ -27,7 +27,7 @@ class TaggedExample:
 
 def _conll_sentences(path):
     words, tags, start = [], [], None
-    with files.open_file(path) as f:
+    with files.open_text(path) as f:
         for number, line in enumerate(f, 1):
             fields = line.split()
             if not fields or fields[0] == "-DOCSTART-":
@@ -46,7 +46,7 @@ def read_tagging(path, labelled=True, tokens_field="tokens", tags_field="tags", 
     """Reads tagged sentences. Returns: `ReadResult` of `TaggedExample`s."""
     log = RowLog(on_error)
     if path.endswith(".jsonl") or path.endswith(".json"):
-        with files.open_file(path) as f:
+        with files.open_text(path) as f:
             # (line, (words, tags)), or (line, None) for a blank line.
             rows = [(number, None if row is None else (row.get(tokens_field), row.get(tags_field)))
                     for number, row in read_jsonl(f, path, blanks=True)]

@@ -110,11 +110,11 @@ class TokenizedCorpus:
         )
 
     def save(self, directory):
-        """Writes one .npy file per array (memory-mappable by `load`)."""
-        files.makedirs(directory)
-        for name in self._ARRAYS:
-            with files.open_file(os.path.join(directory, name + ".npy"), "wb") as f:
-                np.save(f, getattr(self, name))
+        """Writes one .npy file per array (memory-mappable by `load`), the directory whole (`files.publish`)."""
+        with files.publish(directory) as staging:
+            for name in self._ARRAYS:
+                with files.open_file(os.path.join(staging, name + ".npy"), "wb") as f:
+                    np.save(f, getattr(self, name))
 
     @classmethod
     def load(cls, directory, mmap=True):

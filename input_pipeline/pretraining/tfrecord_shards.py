@@ -108,6 +108,8 @@ def write_pretraining_tfrecords(
         "sentence_order_label_counts": list(pair_stats.label_counts),
         # Lets a resumed reader find its place without reading the shards before it.
         "shard_examples": [count for count, _ in results],
+        # Lets a reader tell a truncated shard at once, instead of mid-training.
+        "shard_bytes": [files.size(os.path.join(output_dir, SHARD_PATTERN.format(i))) for i in range(len(results))],
         "vocab_size": tokenizer.vocab_size,
         "dupe_factor": dupe_factor,
         "seed": seed,
@@ -182,12 +184,31 @@ def serialize_example(example):
 
 
 def read_metadata(data_dir):
-    """Reads `metadata.json` of a `write_pretraining_tfrecords` output directory."""
+    """Reads `metadata.json` of a `write_pretraining_tfrecords` output directory, and checks its shards.
+
+    Every shard must be there with the size written (directories written
+    before sizes were recorded have none to check), so that a truncated or
+    missing shard is refused before training rather than met in the middle.
+
+    Raises:
+        UserError: one line naming the unreadable metadata.json, or the
+            missing or truncated shard.
+    """
     path = os.path.join(data_dir, METADATA_FILE)
     if not files.isfile(path):
         raise UserError(f"{data_dir!r} has no {METADATA_FILE}; is it a create-data output directory?")
-    metadata = json.loads(files.read_text(path))
-    metadata["config"] = PretrainingDataConfig(**metadata["config"])
+    try:
+        metadata = json.loads(files.read_text(path))
+        metadata["config"] = PretrainingDataConfig(**metadata["config"])
+        shard_paths = [os.path.join(data_dir, SHARD_PATTERN.format(i)) for i in range(metadata["num_shards"])]
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        raise UserError(f"{path} is not a readable {METADATA_FILE} ({type(e).__name__}: {e}); rerun create-data.") from None
+    for shard, expected in zip(shard_paths, metadata.get("shard_bytes", [None] * len(shard_paths))):
+        if not files.isfile(shard):
+            raise UserError(f"{shard} is missing: {data_dir} is incomplete; rerun create-data.")
+        if expected is not None and files.size(shard) != expected:
+            raise UserError(f"{shard} has {files.size(shard)} bytes where {METADATA_FILE} says {expected} "
+                            "(truncated or replaced); rerun create-data.")
     return metadata
 
 

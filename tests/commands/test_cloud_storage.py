@@ -16,7 +16,8 @@ from albert_tf.export import saved_model, tflite
 from albert_tf.model_dirs import ENTRY_FILES
 from albert_tf.recipes.finetune import RUN_FILE
 from cli_helpers import user_environment
-from albert_tf.utils import files, movie_reviews, tokenizer
+from albert_tf.utils import files
+from input_pipeline import movie_reviews, tokenizer
 from input_pipeline.pretraining import tfrecord_shards as tfrecord
 from journey_fixtures import write_sentences_corpus, write_sst2
 
@@ -98,15 +99,15 @@ def test_local_paths_move_by_one_rename(tmp_path):
     assert files.normpath("gs://b//c/") == "gs://b//c" and files.normpath("a//b/") == "a/b"
 
 
-def test_fresh_output_dir_at_a_url_is_whole_or_absent(bucket):
-    with outputs.fresh_output_dir(f"{bucket}/out", overwrite=False) as staging:
+def test_publish_output_at_a_url_is_whole_or_absent(bucket):
+    with files.publish_output(f"{bucket}/out", False, outputs.ENTRY_FILES) as staging:
         files.write_text(os.path.join(staging, "metadata.json"), "{}")
     assert files.listdir(bucket) == ["out"] and files.listdir(f"{bucket}/out") == ["metadata.json"]
     with pytest.raises(ValueError, match="--overwrite"):
-        with outputs.fresh_output_dir(f"{bucket}/out", overwrite=False):
+        with files.publish_output(f"{bucket}/out", False, outputs.ENTRY_FILES):
             pass
     with pytest.raises(RuntimeError):
-        with outputs.fresh_output_dir(f"{bucket}/failed", overwrite=False) as staging:
+        with files.publish_output(f"{bucket}/failed", False, outputs.ENTRY_FILES) as staging:
             files.write_text(os.path.join(staging, "half"), "x")
             raise RuntimeError
     assert files.listdir(bucket) == ["out"]

@@ -76,6 +76,42 @@ def test_split_sentences_flag_splits_each_line_of_the_original_format(tmp_path):
     assert list(Corpus(path, split_sentences=True)) == [["First one.", "First two.", "Second one."]]
 
 
+def test_lines_format_reads_each_line_as_a_document(tmp_path):
+    # One text per line and no blank line: each line is a document, split into sentences with the flag.
+    path = tmp_path / "reviews.txt"
+    path.write_text("Great film. See it!\n\nDull. Far too long.\nOne sentence only.\n", encoding="utf-8")
+    corpus = Corpus(path, format="lines", split_sentences=True)
+    assert list(corpus) == [["Great film.", "See it!"], ["Dull.", "Far too long."], ["One sentence only."]]
+    assert (corpus.num_documents, corpus.num_empty_skipped, corpus.notes) == (3, 1, [])
+    assert list(Corpus(path, format="lines")) == [["Great film. See it!"], ["Dull. Far too long."],
+                                                  ["One sentence only."]]
+
+
+def test_a_sentences_file_of_many_lines_and_no_blank_line_names_the_lines_format(tmp_path):
+    path = tmp_path / "reviews.txt"
+    path.write_text("".join(f"Review {i}. It was fine.\n" for i in range(100)), encoding="utf-8")
+    corpus = Corpus(path)
+    assert [len(document) for document in corpus] == [100]
+    assert corpus.notes == [f'{path}: 100 lines and no blank line, read as one document (the sentences format '
+                            'puts a blank line between documents); for one text per line, use the "lines" format.']
+    path.write_text("".join(f"Review {i}. It was fine.\n\n" for i in range(100)), encoding="utf-8")
+    corpus = Corpus(path)
+    assert len(list(corpus)) == 100 and corpus.notes == []
+
+
+def test_the_pair_warning_says_what_it_found(capsys):
+    from albert_tf.commands.create_data import report_pairs
+    from input_pipeline.pretraining.examples import PairStats
+
+    # One document of long lines: no one-sentence document, yet every example has label 1.
+    report_pairs(PairStats(1, 0, (14, 186)), "sop", "create-data")
+    warning = capsys.readouterr().err
+    assert "only 0% of the 1 documents have one sentence, but most sequences hold one sentence" in warning
+    assert "93% of the examples have sentence_order_label 1" in warning and "--format lines" in warning
+    report_pairs(PairStats(200, 200, (0, 200)), "sop", "create-data")
+    assert "100% of the 200 documents have one sentence, which pairs" in capsys.readouterr().err
+
+
 def test_movie_reviews_split_is_fixed_and_disjoint():
     pretrain, heldout = movie_reviews.imdb_reviews("pretrain"), movie_reviews.imdb_reviews("heldout")
     assert len(pretrain) + len(heldout) == 25000 and abs(len(heldout) - 5000) < 200

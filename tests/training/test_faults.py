@@ -216,19 +216,16 @@ def test_damaged_pretrained_files_give_a_value_error_naming_the_file(tmp_path, d
 
 @pytest.mark.parametrize("root", ["local", "ram"])
 def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_path, root, monkeypatch):
-    from albert_tf.training import checkpoints
     from albert_tf.utils import files
 
     base = str(tmp_path) if root == "local" else f"ram://{tmp_path.name}-publish"
     target = os.path.join(base, "best")
 
-    def write(text):
-        def to(directory):
-            files.makedirs(directory)
-            files.write_text(os.path.join(directory, "weights.txt"), text)
-        return to
+    def publish(text):
+        with files.publish(target, ("weights.txt",)) as staging:
+            files.write_text(os.path.join(staging, "weights.txt"), text)
 
-    checkpoints.publish_directory(write("old"), target, ("weights.txt",))
+    publish("old")
     moves, real_move = [], files.move
 
     def move_then_interrupt(source, destination, entry_files=()):
@@ -239,7 +236,7 @@ def test_an_interrupt_between_the_two_renames_puts_the_old_directory_back(tmp_pa
 
     monkeypatch.setattr(files, "move", move_then_interrupt)
     with pytest.raises(KeyboardInterrupt):
-        checkpoints.publish_directory(write("new"), target, ("weights.txt",))
+        publish("new")
     monkeypatch.setattr(files, "move", real_move)
     assert files.read_text(os.path.join(target, "weights.txt")) == "old"
     assert [name.rstrip("/") for name in files.listdir(base)] == ["best"]  # no staging or set-aside debris
