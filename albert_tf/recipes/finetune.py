@@ -166,7 +166,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     run = state.restore(log)  # {"epoch", "batch", "loss_sum", "history", "best", "best_epoch"}
     history, best, best_epoch = run["history"], run["best"], run["best_epoch"]
     stop = _StopAtStep(strategy, stop_requested)
-    epoch = run["epoch"]
+    finished = history[-1]["epoch"] if history else 0
     try:
         for epoch in range(run["epoch"], config.epochs + 1):
             skip = run["batch"] if epoch == run["epoch"] else 0
@@ -199,17 +199,17 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                 best, best_epoch = scores, epoch
             if writes:
                 _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
+            finished = epoch
             # A rerun after a kill from here on starts at the next epoch.
             saved = state.save(epoch + 1, 0, 0.0, history, best, best_epoch) if epoch < config.epochs else None
             # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
             log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
                 + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
                 + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
-            if saved and stop.stopped:  # asked during the evaluation: the next epoch starts from here
+            if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
                 raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
                                  path=saved)
     except KeyboardInterrupt:
-        finished = history[-1]["epoch"] if history else 0
         if best_epoch is not None and writes:
             # An epoch stopped while its best/ was being written is not finished.
             kept = [r for r in history if r["epoch"] <= max(finished, best_epoch)]
