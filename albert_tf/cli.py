@@ -10,18 +10,19 @@ command, with the closest known one) is one line naming the problem, exit 2;
 a `RunStopped` run (Ctrl-C: 130, SIGTERM: 143, a diverged loss: 1) says in one
 line where it stopped, what it kept and what to do next. A command whose
 module sets `STOPS_ON_SIGTERM` gets `args.stop_requested`, which SIGTERM sets
-instead of ending the process (`albert_tf.utils.preemption`). Any other exception is a bug: its traceback with `--verbose`, else one
+instead of ending the process (`albert_tf.utils.preemption`), from the moment
+`albert-tf` starts; the other commands end on SIGTERM at once. Any other exception is a bug: its traceback with `--verbose`, else one
 line saying so, exit 1. The paths a command line names are checked before the
 command's module loads (`albert_tf.commands.early_checks`), and its flags
 before TensorFlow loads. TensorFlow's C++ and CUDA start-up messages are off
 unless `--verbose`.
 """
 
-import contextlib
 import importlib
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import traceback
@@ -169,6 +170,13 @@ def main(argv=None):
 
 
 def _run(argv, verbose):
+    # From the start, TensorFlow's import included: a SIGTERM while a long command
+    # loads is seen at its first safe point, not lost.
+    with sigterm_requests_stop() as requested:
+        return _run_command(argv, verbose, requested)
+
+
+def _run_command(argv, verbose, sigterm):
     from albert_tf.commands import COMMANDS
     from albert_tf.commands.early_checks import check_paths
     from albert_tf.commands.flags import closest_command
@@ -185,10 +193,14 @@ def _run(argv, verbose):
         return _user_error(command, e)
     args = build_parser(argv).parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
+    args.stop_requested = sigterm.is_set
+    if not args._stops_on_sigterm:
+        # These end at once, as SIGTERM ends a process (a signal already received, now).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if sigterm.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
     try:
-        with sigterm_requests_stop() if args._stops_on_sigterm else contextlib.nullcontext() as requested:
-            args.stop_requested = requested.is_set if requested else (lambda: False)
-            return args._run(args) or 0
+        return args._run(args) or 0
     except UserError as e:
         return _user_error(args.command, e)
     except RunStopped as e:

@@ -74,3 +74,14 @@ def test_a_stopped_run_prints_one_line_and_exits_with_the_code_of_why_it_stopped
                                      "raise RunStopped('diverged', 'at step 4 (the loss is nan)', then='Lower it.')")
     assert done.returncode == 1 and done.stderr == (
         "albert-tf train-tokenizer: training diverged at step 4 (the loss is nan); nothing was kept. Lower it.\n")
+
+
+def test_sigterm_asks_a_long_command_to_stop_instead_of_ending_it(tmp_path):
+    # train-tokenizer stops on SIGTERM: the signal sets args.stop_requested, and the command raises at its safe point.
+    done = _albert_tf_with(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGTERM); "
+                                     "from albert_tf.utils.errors import RunStopped; "
+                                     "raise (RunStopped('preempted', 'at once') if args.stop_requested() "
+                                     "else SystemExit(5))")
+    assert done.returncode == 143 and done.stderr == (
+        "albert-tf train-tokenizer: stopped by SIGTERM at once; nothing was kept. Rerun the same command to start "
+        "again.\n")
