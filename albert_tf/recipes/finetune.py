@@ -26,12 +26,13 @@ import contextlib
 import json
 import math
 import os
+import tempfile
 import time
 
 import keras
 import tensorflow as tf
 
-from albert_tf.distribute import any_worker, clip_after_all_reduce, is_chief
+from albert_tf.distribute import any_worker, clip_after_all_reduce, is_chief, num_workers
 from albert_tf.loading import load_pretrained
 from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
@@ -273,7 +274,24 @@ class _ResumeState:
         )
 
     def restore(self, log):
-        """The run's position: where a newest readable checkpoint left it, else the start."""
+        """The run's position: where a newest readable checkpoint left it, else the start.
+
+        Raises:
+            UserError: the workers of a cluster found different positions
+                (each its own unfinished run, on disks of their own).
+        """
+        run = self._restore(log)
+        steps = int(self._optimizer.iterations.numpy())  # 0 on a start
+        if num_workers(self._strategy) > 1:
+            mean = self._strategy.reduce(
+                tf.distribute.ReduceOp.MEAN, self._strategy.run(lambda: tf.constant(float(steps), tf.float64)), None)
+            if any_worker(self._strategy, float(mean) != steps):
+                raise UserError(f"The workers resume from different steps ({self.directory} differs between "
+                                "them): put --out on storage every worker reads (gs://), or move the unfinished "
+                                "run away on every worker to start over.")
+        return run
+
+    def _restore(self, log):
         start = {"epoch": 1, "batch": 0, "loss_sum": 0.0, "history": [], "best": None, "best_epoch": None}
         newest = checkpoints.newest_checkpoint(self.directory)
         if newest is None:
@@ -308,8 +326,9 @@ class _ResumeState:
         step = int(self._optimizer.iterations.numpy())
         if self._writes:
             return checkpoints.save_checkpoint(self._checkpoint, self.directory, step, keep=2)
-        # Every worker takes part in a save (variables may be read with collectives); the others write scratch.
-        scratch = os.path.join(self.directory, f".worker_{self._strategy.cluster_resolver.task_id}")
+        # Every worker takes part in a save (variables may be read with collectives); the others write a local
+        # scratch copy, outside `out_dir`, which they never touch.
+        scratch = tempfile.mkdtemp(prefix=f"albert-tf-worker-{self._strategy.cluster_resolver.task_id}-")
         self._checkpoint.write(checkpoints.checkpoint_path(scratch, step))
         files.rmtree(scratch, ignore_errors=True)
         return checkpoints.checkpoint_path(self.directory, step)
