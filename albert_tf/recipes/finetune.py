@@ -264,9 +264,10 @@ class _ResumeState:
         with strategy.scope():
             # Built before a restore: `fit` and `CustomLoop` then find it built.
             model.optimizer.build(model.trainable_variables)
-            self._position = tf.Variable([1, 0], dtype=tf.int64, trainable=False)
-            self._loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
-            self._record = tf.Variable("", dtype=tf.string, trainable=False)
+        # Outside the strategy: each worker's own bookkeeping (a collective cannot mirror a string).
+        self._position = tf.Variable([1, 0], dtype=tf.int64, trainable=False)
+        self._loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self._record = tf.Variable("", dtype=tf.string, trainable=False)
         # Lists of variables, in the order the same model and optimizer always build them.
         self._checkpoint = tf.train.Checkpoint(
             model=[v.value for v in model.variables], optimizer=[v.value for v in model.optimizer.variables],
