@@ -158,6 +158,11 @@ def _readable_or_absent(name, out):
             assert sum(1 for _ in tf.data.TFRecordDataset(path)) > 0
         load_tokenizer(os.path.join(out, "tokenizer"))
     elif name.startswith("pretrain") or name == "demo":
+        if name == "demo" and os.path.exists(os.path.join(out, "tokenizer")):
+            # The run directory's tokenizer whole, never a lone spiece.model that loads with the default
+            # preprocessing: a window of two writes today, closed by the writes branch's publish.
+            load_tokenizer(os.path.join(out, "tokenizer"))
+            assert os.path.isfile(os.path.join(out, "tokenizer", "tokenizer.json"))
         checkpoint_dir = os.path.join(out, "checkpoints")
         for index in (n for n in os.listdir(checkpoint_dir) if n.endswith(".index")) if os.path.isdir(
                 checkpoint_dir) else ():
