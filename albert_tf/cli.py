@@ -4,11 +4,14 @@ Each subcommand lives in its own module under `albert_tf.commands` with two
 functions, `add_parser(subparsers)` and `run(args)`.
 
 The commands report through `albert_tf.utils.errors`, and only this module
-prints: a `UserError` (bad input: a missing or unreadable file, a wrong
-format, a bad flag value; also a mistyped flag or command, with the closest
-known one) is one line naming the problem, exit 2; an `Interrupted` run (Ctrl-C,
-SIGTERM, a diverged loss) says what was kept, with its own exit code (Ctrl-C:
-130). Any other exception is a bug: its traceback with `--verbose`, else one
+prints and picks the exit code: a `UserError` (bad input: a missing or
+unreadable file, a wrong format, a bad flag value; also a mistyped flag or
+command, with the closest known one) is one line naming the problem, exit 2;
+a `RunStopped` run (Ctrl-C: 130, SIGTERM: 143, a diverged loss: 1) says in one
+line where it stopped, what it kept and what to do next. A command whose
+module sets `STOPS_ON_SIGTERM` gets `args.stop_requested`, which SIGTERM sets
+instead of ending the process (`albert_tf.utils.preemption`), from the moment
+`albert-tf` starts; the other commands end on SIGTERM at once. Any other exception is a bug: its traceback with `--verbose`, else one
 line saying so, exit 1. The paths a command line names are checked before the
 command's module loads (`albert_tf.commands.early_checks`), and its flags
 before TensorFlow loads. TensorFlow's C++ and CUDA start-up messages are off
@@ -19,12 +22,31 @@ import importlib
 import json
 import os
 import re
+import signal
 import sys
 import threading
 import traceback
 
 from albert_tf import __version__
-from albert_tf.utils.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USER_ERROR, Interrupted, UserError
+from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, PREEMPTED, RunStopped, UserError
+from albert_tf.utils.preemption import sigterm_requests_stop
+
+# Bad input: a one-line error naming the flag or file.
+EXIT_USER_ERROR = 2
+# A run that failed: an internal error (a bug), or a run that stopped itself (a diverged loss).
+EXIT_FAILED = 1
+# The shell's code for a process ended by SIGINT (128 + 2).
+EXIT_INTERRUPTED = 130
+# A run stopped by SIGTERM after saving what it had: 128 + 15, what a process
+# killed by SIGTERM reports to its shell or container runtime, and the
+# "restart" code of TensorFlow's own preemption handler on Google Cloud; a
+# scheduler that retries preempted jobs reruns the command, which resumes.
+EXIT_PREEMPTED = 143
+_STOPS = {  # RunStopped.why -> (how the line starts, exit code)
+    INTERRUPTED: ("interrupted", EXIT_INTERRUPTED),
+    PREEMPTED: ("stopped by SIGTERM", EXIT_PREEMPTED),
+    DIVERGED: ("training diverged", EXIT_FAILED),
+}
 
 
 def build_parser(argv=None):
@@ -47,7 +69,8 @@ def build_parser(argv=None):
     for name, (module_name, help) in COMMANDS.items():
         if name in chosen:
             module = importlib.import_module(module_name)
-            module.add_parser(subparsers).set_defaults(_run=module.run)
+            module.add_parser(subparsers).set_defaults(
+                _run=module.run, _stops_on_sigterm=getattr(module, "STOPS_ON_SIGTERM", False))
         else:
             subparsers.add_parser(name, help=help)
     return parser
@@ -147,6 +170,13 @@ def main(argv=None):
 
 
 def _run(argv, verbose):
+    # From the start, TensorFlow's import included: a SIGTERM while a long command
+    # loads is seen at its first safe point, not lost.
+    with sigterm_requests_stop() as requested:
+        return _run_command(argv, verbose, requested)
+
+
+def _run_command(argv, verbose, sigterm):
     from albert_tf.commands import COMMANDS
     from albert_tf.commands.early_checks import check_paths
     from albert_tf.commands.flags import closest_command
@@ -163,17 +193,24 @@ def _run(argv, verbose):
         return _user_error(command, e)
     args = build_parser(argv).parse_args(argv)
     prefix = f"albert-tf {args.command}: error:"
+    args.stop_requested = sigterm.is_set
+    if not args._stops_on_sigterm:
+        # These end at once, as SIGTERM ends a process (a signal already received, now).
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        if sigterm.is_set():
+            os.kill(os.getpid(), signal.SIGTERM)
     try:
         return args._run(args) or 0
     except UserError as e:
         return _user_error(args.command, e)
-    except Interrupted as e:
+    except RunStopped as e:
         # After Ctrl-C's "^C" echo, on a line of its own.
-        start = "\n" if e.exit_code == EXIT_INTERRUPTED else ""
-        print(f"{start}albert-tf {args.command}: {e.message}", file=sys.stderr, flush=True)
-        return e.exit_code
-    except KeyboardInterrupt:
-        print(f"\nalbert-tf {args.command}: interrupted.", file=sys.stderr)
+        start = "\n" if e.why == INTERRUPTED else ""
+        print(f"{start}albert-tf {args.command}: {stop_message(e)}", file=sys.stderr, flush=True)
+        return _STOPS[e.why][1]
+    except KeyboardInterrupt:  # a command that has nothing to keep
+        print(f"\nalbert-tf {args.command}: {stop_message(RunStopped(INTERRUPTED, 'before it finished'))}",
+              file=sys.stderr)
         return EXIT_INTERRUPTED
     except FileNotFoundError as e:
         print(f"{prefix} {e.filename}: no such file or directory", file=sys.stderr)
@@ -192,6 +229,18 @@ def _run(argv, verbose):
         return EXIT_USER_ERROR
     except Exception as e:
         return _internal_error(args.command, e, verbose)
+
+
+def stop_message(stop):
+    """The one line of a `RunStopped`: why and where it stopped, what it kept, what to do next."""
+    if stop.saved == CHECKPOINT:
+        kept = f"the newest checkpoint is {stop.path}"
+    elif stop.saved:
+        kept = f"kept {stop.saved}" + (f" in {stop.path}" if stop.path else "")
+    else:
+        kept = "nothing was kept"
+    then = stop.then or f"Rerun the same command to {'resume' if stop.saved else 'start again'}."
+    return f"{_STOPS[stop.why][0]} {stop.where}; {kept}. {then}"
 
 
 def _user_error(command, error):

@@ -107,6 +107,19 @@ def num_workers(strategy):
     return max(1, sum(len(jobs.get(job, ())) for job in ("chief", "worker")))
 
 
+def any_worker(strategy, flag):
+    """Whether `flag` is True on any worker of `strategy`'s cluster (`flag` itself on one worker).
+
+    A stop request (SIGTERM) may reach one worker, and every worker must stop
+    at the same step: every worker calls this at the same point of its loop,
+    and each call is one scalar all-reduce.
+    """
+    if num_workers(strategy) == 1:
+        return flag
+    asked = strategy.run(lambda: tf.constant(1.0 if flag else 0.0))
+    return bool(strategy.reduce(tf.distribute.ReduceOp.SUM, asked, axis=None) > 0)
+
+
 # Seconds to wait for a grpc:// TPU address to accept a connection: TensorFlow
 # itself waits without end on an address where nothing listens.
 TPU_CONNECT_TIMEOUT = 10

@@ -59,13 +59,13 @@ def main():
     trainer = Trainer(TINY_MODEL, config, args.run_dir, dataset_fn, strategy=get_strategy(args.strategy))
     print(f"compile_step: {trainer.compile_step}")
     if args.stop_at_step:
-        from albert_tf.training.trainer import TrainingStopped
+        from albert_tf.utils.errors import RunStopped
 
         index = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index")
         try:
             trainer.train(stop_requested=lambda: index == 1 and trainer.step >= args.stop_at_step)
-        except TrainingStopped as stopped:
-            print(f"stopped at step {stopped.step}, saved {stopped.checkpoint}")
+        except RunStopped as stopped:
+            print(f"stopped at step {stopped.step}, saved {stopped.path}")
         return
     trainer.train()
     if args.out:

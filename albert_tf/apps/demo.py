@@ -39,7 +39,7 @@ from albert_tf.training import (
 from albert_tf.training.run_directory import CHECKPOINT_DIR
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews, make_pretraining_dataset
 from albert_tf.utils import files
-from albert_tf.utils.errors import Interrupted, UserError
+from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"
@@ -48,63 +48,63 @@ PLOT_FILE = "loss_curve.png"
 _EVAL_SEED = 12345
 _EVAL_BATCH_SIZE = 32
 
-class DemoInterrupted(Interrupted):
-    """Ctrl-C stopped `run_demo`; its message says where, and what a rerun of the same call resumes from.
-
-    Attributes:
-        stage: what the demo was doing ("training the tokenizer", "pretraining", ...).
-        step, num_steps: pretraining steps done and planned (step is None before the model exists).
-        tokenizer_dir: the saved tokenizer's directory, or None before it is saved.
-        checkpoint, checkpoint_step: the newest complete checkpoint and its step, or None.
-    """
-
-    def __init__(self, out_dir, stage, step, num_steps):
-        tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
-        checkpoint_dir = os.path.join(out_dir, CHECKPOINT_DIR)
-        steps = checkpoints.checkpoint_steps(checkpoint_dir)
-        self.stage, self.step, self.num_steps = stage, step, num_steps
-        self.tokenizer_dir = tokenizer_dir if files.isfile(os.path.join(tokenizer_dir, "spiece.model")) else None
-        self.checkpoint_step = steps[-1] if steps else None
-        self.checkpoint = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
-        super().__init__(self._where_and_kept())
-
-    def _where_and_kept(self):
-        where = f"while {self.stage}" + (f", at step {self.step} of {self.num_steps}" if self.step is not None else "")
-        if self.checkpoint:
-            kept = f"its last checkpoint is {self.checkpoint} (step {self.checkpoint_step})"
-        elif self.tokenizer_dir:
-            kept = f"its tokenizer is saved in {self.tokenizer_dir}, no checkpoint was written yet"
-        else:
-            kept = "nothing was saved yet"
-        return f"{where}; {kept}"
-
-
 @dataclasses.dataclass
 class _Progress:
-    """Where `run_demo` is, for the message of an interruption."""
+    """Where `run_demo` is, for the `RunStopped` of an interruption."""
 
     stage: str = "reading the reviews"
     trainer: Trainer | None = None
 
 
-def run_demo(out_dir, config=DemoConfig(), print_fn=print):
+def run_demo(out_dir, config=DemoConfig(), print_fn=print, stop_requested=None):
     """Runs (or resumes) the demo into `out_dir`.
+
+    Args:
+        out_dir: the run directory; the same call resumes it.
+        config: a `DemoConfig`.
+        print_fn: where progress lines go.
+        stop_requested: optional `fn() -> bool` (a preemption's SIGTERM), asked
+            between the stages and after every pretraining loop: True stops
+            the demo there, keeping what it finished (`Trainer.train`).
 
     Returns:
         dict: what metrics.json holds (held-out accuracies, baseline, timings).
 
     Raises:
-        DemoInterrupted: on Ctrl-C, saying which stage stopped and the last checkpoint.
+        RunStopped: Ctrl-C, or `stop_requested`: the stage it stopped in, and
+            what a rerun of the same call resumes from (the newest checkpoint,
+            else the tokenizer, else nothing).
     """
     progress = _Progress()
+    stop_requested = stop_requested or (lambda: False)
+
+    def stop_point(stage):
+        """Enters `stage`; first stops the demo, keeping what it finished, if a stop was requested."""
+        if stop_requested():
+            raise RunStopped(PREEMPTED, f"before {stage}", **_kept(out_dir))
+        progress.stage = stage
+
     try:
-        return _run_demo(out_dir, config, print_fn, progress)
-    except KeyboardInterrupt as e:
-        step = progress.trainer.step if progress.trainer else None
-        raise DemoInterrupted(out_dir, progress.stage, step, config.trainer.num_steps) from e
+        return _run_demo(out_dir, config, print_fn, stop_point, stop_requested, progress)
+    except KeyboardInterrupt:
+        where = f"while {progress.stage}"
+        if progress.trainer is not None:
+            where += f", at step {progress.trainer.step} of {config.trainer.num_steps}"
+        raise RunStopped(INTERRUPTED, where, **_kept(out_dir)) from None
 
 
-def _run_demo(out_dir, config, print_fn, progress):
+def _kept(out_dir):
+    """What a rerun resumes from, as `RunStopped`'s saved and path: the newest checkpoint, else the tokenizer."""
+    newest = checkpoints.newest_checkpoint(os.path.join(out_dir, CHECKPOINT_DIR))
+    if newest:
+        return {"saved": CHECKPOINT, "path": newest}
+    tokenizer_dir = os.path.join(out_dir, TOKENIZER_DIR)
+    if files.isfile(os.path.join(tokenizer_dir, "spiece.model")):
+        return {"saved": "its tokenizer (no checkpoint was written yet)", "path": tokenizer_dir}
+    return {}
+
+
+def _run_demo(out_dir, config, print_fn, stop_point, stop_requested, progress):
     _require_matplotlib()  # before minutes of training, not after
     start = time.perf_counter()
     earlier = _earlier_timings(out_dir)
@@ -126,7 +126,7 @@ def _run_demo(out_dir, config, print_fn, progress):
         print_fn(f"Reusing the tokenizer in {tokenizer_dir}")
         reused_tokenizer = True
     else:
-        progress.stage = "training the tokenizer"
+        stop_point("training the tokenizer")
         print_fn(f"Training a {model_config.vocab_size}-piece tokenizer on {config.tokenizer_documents} "
                  "IMDB reviews...")
         sentences = (s for document in documents[: config.tokenizer_documents] for s in document)
@@ -139,16 +139,16 @@ def _run_demo(out_dir, config, print_fn, progress):
 
     # === Pretraining (resumes from the last checkpoint) ===
     mark = time.perf_counter()
-    progress.stage = "tokenizing the pretraining reviews"
+    stop_point("tokenizing the pretraining reviews")
     corpus = TokenizedCorpus.from_documents(documents, tokenizer)
     print_fn(
         f"Pretraining on {corpus.num_documents} reviews ({len(corpus.token_ids):,} tokens): "
         f"{trainer_config.num_steps} steps of {trainer_config.global_batch_size} x {data_config.max_seq_length} "
         "tokens"
     )
-    progress.stage = "computing the PPMI-SVD start"
+    stop_point("computing the PPMI-SVD start")
     word_embeddings_init = ppmi_svd_init(corpus, print_fn) if config.embedding_init == "ppmi-svd" else None
-    progress.stage = "building the model"
+    stop_point("building the model")
     progress.trainer = Trainer(
         model_config, trainer_config, out_dir,
         pretraining_dataset_fn(corpus, data_config, seed=trainer_config.seed),
@@ -160,9 +160,9 @@ def _run_demo(out_dir, config, print_fn, progress):
     )
     trainer = progress.trainer
     print_fn(f"Precision: {trainer.precision.describe()}")
-    progress.stage = "pretraining"
+    stop_point("pretraining")
     steps_before = (checkpoints.checkpoint_steps(os.path.join(out_dir, CHECKPOINT_DIR)) or [0])[-1]
-    trainer.train()
+    trainer.train(stop_requested=stop_requested)
     seconds = time.perf_counter() - mark
     if trainer.step > steps_before or "pretraining_seconds" not in earlier:
         timings["pretraining_seconds"] = earlier.get("pretraining_seconds", 0.0) + seconds
@@ -171,7 +171,8 @@ def _run_demo(out_dir, config, print_fn, progress):
 
     # === Held-out evaluation and the unigram baseline ===
     mark = time.perf_counter()
-    progress.stage = "evaluating on held-out reviews"
+    # A stop from here on keeps the finished pretraining: a rerun evaluates again (seconds).
+    stop_point("evaluating on held-out reviews")
     baseline_id = most_frequent_masked_id(
         make_pretraining_dataset(corpus, trainer_config.global_batch_size, seed=trainer_config.seed,
                                  config=data_config),
@@ -183,6 +184,7 @@ def _run_demo(out_dir, config, print_fn, progress):
     results = evaluate_pretraining(
         trainer.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id
     )
+    stop_point("writing the results")
     records = read_log(out_dir)
     timings["evaluation_seconds"] = time.perf_counter() - mark
     timings["total_seconds"] = sum(timings.values())

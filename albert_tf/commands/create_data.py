@@ -19,6 +19,9 @@ from albert_tf.utils import files
 from input_pipeline import Corpus, PretrainingDataConfig, write_pretraining_tfrecords
 from input_pipeline.corpus import FORMATS
 
+# SIGTERM stops the writing at the next shard and publishes nothing (`write_pretraining_tfrecords`).
+STOPS_ON_SIGTERM = True
+
 
 def add_parser(subparsers):
     parser = add_command(subparsers, "create-data", description=__doc__)
@@ -73,6 +76,7 @@ def run(args):
         stats = write_pretraining_tfrecords(
             corpus, tokenizer, staging, config, dupe_factor=args.dupe_factor, seed=args.seed,
             num_workers=args.num_workers, documents_per_shard=args.documents_per_shard,
+            stop_requested=args.stop_requested,
         )
         tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
     seconds = time.perf_counter() - start

@@ -16,7 +16,7 @@ from albert_tf.commands.flags import (
 from albert_tf.config import AlbertConfig
 from albert_tf.training.config import TrainerConfig
 from input_pipeline import PretrainingDataConfig
-from albert_tf.utils.errors import Interrupted
+from albert_tf.utils.errors import RunStopped
 
 # The library configs' fields the demo lets a flag change, each group with the demo's defaults.
 _GROUPS = (
@@ -29,6 +29,8 @@ _GROUPS = (
                                               "checkpoint_every", "keep_checkpoints", "log_every", "seed")),
 )
 _DEMO_FIELDS = tuple(DemoConfig().own_fields())
+# SIGTERM stops it between stages and pretraining loops, keeping what it finished (`run_demo`).
+STOPS_ON_SIGTERM = True
 
 
 def add_parser(subparsers):
@@ -44,13 +46,15 @@ def add_parser(subparsers):
 
 def run(args):
     # Deferred for start-up: the demo imports TensorFlow, and the flags are read (their errors reported) before.
-    from albert_tf.apps.demo import DemoInterrupted, run_demo
+    from albert_tf.apps.demo import run_demo
 
     try:
-        run_demo(args.out, config_from_args(args))
-    except DemoInterrupted as e:
-        then = "resume" if e.tokenizer_dir or e.checkpoint else "start again"
-        raise Interrupted(f"interrupted {e}. Rerun the same command to {then}: {_command_line(args)}") from e
+        run_demo(args.out, config_from_args(args), stop_requested=args.stop_requested)
+    except RunStopped as stop:
+        # The same stop, with the command line that resumes it (only this module knows the flags).
+        if stop.then is None:
+            stop.then = f"Rerun the same command to {'resume' if stop.saved else 'start again'}: {_command_line(args)}"
+        raise
     return 0
 
 

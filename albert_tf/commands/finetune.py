@@ -25,12 +25,17 @@ epoch runs in a strategy.run loop that takes the steps model.fit takes on one
 device. Every worker evaluates on its own copy of the weights; only the chief
 (worker 0, unless TF_CONFIG names a chief) writes OUT; the others never touch it.
 
-Ctrl-C after an epoch finished keeps the best finished epoch: OUT is written
-as a normal run's (usable by predict and export), and OUT/finetune.json says
-"interrupted". Ctrl-C before that writes nothing.
+The run is written in OUT's parent as .unfinished-NAME/ and becomes OUT when
+it ends. SIGTERM (a preemption) stops it after the running step with a
+checkpoint of model, optimizer and data position there (exit 143); rerunning
+the same command resumes mid-epoch, to the weights an unstopped run ends with.
+A kill (SIGKILL) loses the running epoch at most: every epoch's end is
+checkpointed too. Ctrl-C after an epoch finished keeps the best finished
+epoch: OUT is written as a normal run's (usable by predict and export), and
+OUT/finetune.json says "interrupted". Ctrl-C before that writes nothing.
 """
 
-import contextlib
+import os
 
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
@@ -42,7 +47,12 @@ from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
 from albert_tf.utils import files
-from albert_tf.utils.errors import Interrupted
+from albert_tf.utils.errors import INTERRUPTED, RunStopped
+
+# SIGTERM checkpoints the step reached into the unfinished run (`finetune`'s `stop_requested`).
+STOPS_ON_SIGTERM = True
+# The unfinished run beside --out, which a rerun of the same command resumes.
+UNFINISHED_PREFIX = ".unfinished-"
 
 
 def add_parser(subparsers):
@@ -72,7 +82,7 @@ def run(args):
     # reported) before.
     from albert_tf.distribute import is_chief
     from albert_tf.models import AlbertBackbone
-    from albert_tf.recipes.finetune import finetune
+    from albert_tf.recipes.finetune import RESUME_DIR, finetune
 
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
@@ -96,42 +106,51 @@ def run(args):
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
     # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone.
     chief = is_chief(strategy)
-    output = files.publish_output(args.out, args.overwrite, ENTRY_FILES, keep_when=_kept) if chief else contextlib.nullcontext(args.out)
+    if chief:
+        files.check_new_output(args.out, args.overwrite)
+    work = unfinished_dir(args.out)
     try:
-        with output as staging:
-            write_source(source, staging)
-            # Flushed: each epoch's line shows as it ends, also through a pipe.
-            result = finetune(config, backbone, tokenizer, args.train, args.eval, staging,
-                              log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy)
-    except (KeyboardInterrupt, Interrupted) as e:
-        worker = None if chief else strategy.cluster_resolver.task_id
-        raise Interrupted(_interrupted(e, args, worker)) from e
+        # Flushed: each epoch's line shows as it ends, also through a pipe.
+        result = finetune(config, backbone, tokenizer, args.train, args.eval, work,
+                          log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy,
+                          stop_requested=args.stop_requested)
+    except RunStopped as stop:
+        if not chief:
+            stop.saved, stop.path = None, None
+            stop.then = f"Worker {strategy.cluster_resolver.task_id}: the chief alone writes {args.out}."
+        elif stop.why == INTERRUPTED and stop.saved:
+            _publish(work, args.out, source)
+            stop.path = args.out
+            stop.then = (f"finetune.json marks it \"interrupted\". Use it as it is (albert-tf predict --model "
+                         f"{args.out}), or rerun with --overwrite to train all {config.epochs} epochs.")
+        elif stop.why == INTERRUPTED:
+            files.rmtree(work, ignore_errors=True)
+        raise
+    except BaseException:
+        if chief and not files.isdir(os.path.join(work, RESUME_DIR)):
+            files.rmtree(work, ignore_errors=True)  # nothing a rerun could resume
+        raise
+    if chief:
+        _publish(work, args.out, source)
     best = result["best"]
     saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
         f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
 
 
-def _kept(error):
-    from albert_tf.recipes.finetune import FinetuneInterrupted
+def unfinished_dir(out):
+    """Where the run of `--out OUT` is written until it ends: OUT's parent's .unfinished-NAME."""
+    parent, name = os.path.split(files.normpath(out))
+    return os.path.join(parent, UNFINISHED_PREFIX + name)
 
-    return isinstance(error, FinetuneInterrupted) and error.best_epoch is not None
 
+def _publish(work, out, source):
+    """Publishes the finished (or kept) run in `work` as `out`, whole (`files.publish`), and removes `work`.
 
-def _interrupted(error, args, worker=None):
-    """One line: where the run stopped, what was kept in --out, and what to do next.
-
-    `worker`: the task id of a worker other than the chief, which keeps nothing.
+    `source`: the resolved `--model` (`albert_tf.hub.resolve`), recorded when it came from a hub.
     """
-    from albert_tf.recipes.finetune import FinetuneInterrupted
-
-    where = str(error) if isinstance(error, FinetuneInterrupted) else "interrupted before training"
-    if worker is not None:
-        return f"worker {worker}: {where}; the chief alone writes {args.out}."
-    if not _kept(error):
-        return (f"{where}, before any epoch finished; nothing was kept (nothing written to {args.out}). "
-                "Rerun the same command to start again.")
-    return (f"{where}; kept the best finished epoch, {error.best_epoch} ({error.metric} "
-            f"{error.best[error.metric]:.4f}), in {args.out} (finetune.json marks it \"interrupted\"). "
-            f"Use it as it is (albert-tf predict --model {args.out}), or rerun with --overwrite to train "
-            f"all {error.epochs} epochs.")
+    with files.publish(out, ENTRY_FILES) as staging:
+        write_source(source, staging)
+        for name in files.listdir(work):
+            files.move(os.path.join(work, name.rstrip("/")), os.path.join(staging, name.rstrip("/")))
+    files.rmtree(work, ignore_errors=True)

@@ -16,12 +16,9 @@ disagrees with the model is refused. training_config.json records the model
 ("init_from", with the hub commit).
 """
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
-import threading
 
 import numpy as np
 
@@ -39,7 +36,7 @@ from albert_tf.training.config import EMBEDDING_INITS, TrainerConfig
 import input_pipeline
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from albert_tf.utils import files
-from albert_tf.utils.errors import EXIT_FAILED, EXIT_PREEMPTED, Interrupted, UserError
+from albert_tf.utils.errors import UserError
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
@@ -54,6 +51,8 @@ _MODEL_FLAGS = ("embedding_size", "hidden_size", "num_hidden_layers", "num_atten
                 "num_hidden_groups", "inner_group_num", "hidden_act", "hidden_dropout", "attention_dropout",
                 "max_position_embeddings", "sharing")
 _TRAINER_FLAGS = [f.name for f in dataclasses.fields(TrainerConfig)]
+# SIGTERM checkpoints the step reached (`Trainer.train`'s `stop_requested`).
+STOPS_ON_SIGTERM = True
 
 
 def add_parser(subparsers):
@@ -112,10 +111,7 @@ def run(args):
     # Before reading the data: a TPU that is not there is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
-    from albert_tf.training import Trainer, TrainingDiverged, ppmi_svd_init
-    from albert_tf.training import checkpoints
-    from albert_tf.training.run_directory import CHECKPOINT_DIR
-    from albert_tf.training.trainer import TrainingStopped
+    from albert_tf.training import Trainer, ppmi_svd_init
 
     init = _init_from(args) if args.init_from else None
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args, init and init.tokenizer)
@@ -153,39 +149,8 @@ def run(args):
     # Under a mixed policy the weights, LayerNorm, softmax and losses stay float32.
     print(f"Precision: {trainer.precision.describe()}; remat: {'on' if trainer_config.remat else 'off'}; "
           f"steps per loop: {trainer_config.steps_per_loop}")
-    try:
-        with _sigterm_requests_stop() as stop:
-            trainer.train(stop_requested=stop.is_set)
-    except TrainingStopped as e:
-        raise Interrupted(f"SIGTERM: saved step {e.step} of {e.num_steps} to {e.checkpoint}; "
-                          "rerun the same command to resume.", EXIT_PREEMPTED) from e
-    except TrainingDiverged as e:
-        raise Interrupted(str(e), EXIT_FAILED) from e
-    except KeyboardInterrupt as e:
-        checkpoint_dir = os.path.join(args.out, CHECKPOINT_DIR)
-        steps = checkpoints.checkpoint_steps(checkpoint_dir)
-        latest = checkpoints.checkpoint_path(checkpoint_dir, steps[-1]) if steps else None
-        kept = f"its last checkpoint is {latest}" if latest else "no checkpoint was written yet"
-        raise Interrupted(f"interrupted at step {trainer.step} of {trainer_config.num_steps}; {kept}. "
-                          "Rerun the same command to resume.") from e
+    trainer.train(stop_requested=args.stop_requested)
     return 0
-
-
-@contextlib.contextmanager
-def _sigterm_requests_stop():
-    """Yields a `threading.Event` that SIGTERM sets instead of killing the process, for the run's duration.
-
-    TPU VMs, spot GPU machines and Kubernetes stop a job with SIGTERM and
-    kill it a grace period later. Python runs a signal handler only between
-    calls into TensorFlow, so the event is seen when the running loop ends,
-    and the trainer saves that step (`Trainer.train`'s `stop_requested`).
-    """
-    requested = threading.Event()
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: requested.set())
-    try:
-        yield requested
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _load_data(args, model_tokenizer=None):

@@ -7,6 +7,9 @@ An English tokenizer's spiece.model carries its preprocessing (lowercasing,
 accent stripping), so that any SentencePiece runtime (MediaPipe, the TFLite
 Task Library, HF, a bare SentencePieceProcessor) gives albert-tf's ids from
 raw text. --rewrite gives a tokenizer trained before that its own.
+
+SIGTERM while the corpus is read stops there and publishes nothing (exit
+143); once SentencePiece trains, the run finishes and publishes --out.
 """
 
 import argparse
@@ -19,8 +22,13 @@ from albert_tf.utils import files
 from input_pipeline import AlbertTokenizer, Corpus, Preprocessing
 from input_pipeline.corpus import FORMATS
 from input_pipeline.tokenizer import NoTrainingText
-from albert_tf.utils.errors import UserError
+from albert_tf.utils.errors import PREEMPTED, RunStopped, UserError
 from input_pipeline.text_normalization import LANGUAGES
+
+# SIGTERM stops the reading of the corpus (`_until_stopped`).
+STOPS_ON_SIGTERM = True
+# Sentences read between two looks at the stop request.
+_STOP_EVERY = 1000
 
 
 def add_parser(subparsers):
@@ -73,7 +81,7 @@ def run(args):
         corpus = Corpus(args.input, format=args.format, column=args.column, split_sentences=args.split_sentences)
         try:
             tokenizer = AlbertTokenizer.train(
-                corpus.sentences(),
+                _until_stopped(corpus.sentences(), args.stop_requested),
                 args.vocab_size,
                 language=args.language,
                 preprocessing=preprocessing,
@@ -94,6 +102,14 @@ def run(args):
         f"saved to {args.out}"
     )
     report_corpus_notes(corpus, "train-tokenizer")
+
+
+def _until_stopped(sentences, stop_requested):
+    """`sentences`, until `stop_requested()` (asked every `_STOP_EVERY`) raises `RunStopped`."""
+    for count, sentence in enumerate(sentences):
+        if count % _STOP_EVERY == 0 and stop_requested():
+            raise RunStopped(PREEMPTED, f"while reading the corpus, after {count:,} sentences")
+        yield sentence
 
 
 def _rewrite(args):

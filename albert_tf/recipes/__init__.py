@@ -15,7 +15,6 @@ from albert_tf.utils.lazy import lazy_names
 # Public name -> module that defines it.
 _EXPORTS = {
     "FinetuneConfig": "albert_tf.recipes.config",
-    "FinetuneInterrupted": "albert_tf.recipes.finetune",
     "finetune": "albert_tf.recipes.finetune",
     "load_run": "albert_tf.recipes.finetune",
     "RunSettings": "albert_tf.recipes.finetune",

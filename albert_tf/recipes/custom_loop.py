@@ -63,16 +63,18 @@ class CustomLoop:
         self._step = tf.function(self._distributed_step)
         self._local = None
 
-    def train_epoch(self, dataset_fn):
-        """One pass over the epoch's global batches.
+    def train_epoch(self, dataset_fn, stop=None):
+        """One pass over the epoch's global batches, or its first steps up to a stop.
 
         Args:
             dataset_fn: called with no argument, returns a `tf.data.Dataset`
                 of (inputs, labels) global batches of static shape
                 (global_batch_size, ...), in the same order on every worker.
+            stop: optional `fn() -> bool`, asked after every step on every
+                worker (it must agree across them): True ends the pass there.
 
         Returns:
-            float, the mean training loss over the epoch's steps (`fit`'s "loss").
+            (the mean training loss over the steps taken (`fit`'s "loss"), the number of steps).
         """
         batches = self.strategy.distribute_datasets_from_function(
             lambda context: _replica_rows(dataset_fn(), context, self.global_batch_size)
@@ -84,9 +86,11 @@ class CustomLoop:
             for batch in batches:
                 total += self._step(batch)
                 steps += 1
+                if stop is not None and stop():
+                    break
         if not steps:
             raise ValueError("The training dataset gave no batch.")
-        return float(total) / steps
+        return float(total) / steps, steps
 
     def local_model(self):
         """The task model with this worker's copy of the current weights, in plain variables.

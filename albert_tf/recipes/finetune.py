@@ -7,11 +7,19 @@ Output directory:
     finetune.json    the resolved `FinetuneConfig`, label names, per-epoch
                      metrics and the best epoch: enough to rebuild and rerun;
                      "interrupted" when Ctrl-C stopped the run after an epoch
-                     finished (`FinetuneInterrupted`)
+                     finished
+    resume/          while the run is unfinished: checkpoints of model,
+                     optimizer (its step, moments, loss scale), the dropout
+                     seeds and the data position (epoch and batch), written at
+                     every epoch's end and at a stop request; a call on the
+                     same directory with the same settings resumes from the
+                     newest, mid-epoch, to the weights an unstopped run ends
+                     with. Removed when the run ends.
 
 Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
 (where `fit` does not run) with `CustomLoop`, which takes the same steps.
-Only the chief of a multi-worker cluster writes the output directory.
+Only the chief of a multi-worker cluster writes the output directory (so a
+multi-worker run resumes when it is on storage every worker reads, gs://).
 """
 
 import contextlib
@@ -19,12 +27,13 @@ import dataclasses
 import json
 import math
 import os
+import tempfile
 import time
 
 import keras
 import tensorflow as tf
 
-from albert_tf.distribute import clip_after_all_reduce, is_chief
+from albert_tf.distribute import any_worker, clip_after_all_reduce, is_chief, num_workers
 from albert_tf.loading import load_pretrained
 from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
@@ -35,28 +44,13 @@ from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.recipes.registry import RECIPES, get_recipe
 from albert_tf.recipes.sentence import SentenceRecipe
+from albert_tf.training import checkpoints
 from albert_tf.utils import files
-from albert_tf.utils.errors import Interrupted, UserError
+from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
 from input_pipeline.finetuning import make_dataset
 
 RUN_FILE = "finetune.json"
-
-
-class FinetuneInterrupted(Interrupted):
-    """Ctrl-C during `finetune`'s epochs.
-
-    Attributes:
-        epoch, epochs: the epoch that was running, of how many.
-        best_epoch: the best finished epoch, complete in `out_dir` (best/,
-            tokenizer/, finetune.json with "interrupted"); None when no epoch
-            had finished, and `out_dir` holds nothing usable.
-        best: that epoch's scores (None with it).
-        metric: the name of the score that picked it.
-    """
-
-    def __init__(self, epoch, epochs, best_epoch, best, metric):
-        super().__init__(f"interrupted in epoch {epoch} of {epochs}")
-        self.epoch, self.epochs, self.best_epoch, self.best, self.metric = epoch, epochs, best_epoch, best, metric
+RESUME_DIR = "resume"
 
 
 def check_lengths(config, backbone, tokenizer):
@@ -68,7 +62,8 @@ def check_lengths(config, backbone, tokenizer):
         )
 
 
-def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0, strategy=None):
+def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0, strategy=None,
+             stop_requested=None):
     """Fine-tunes `backbone` on a task and keeps the best epoch.
 
     Under a `strategy` other than the default one, `config.fixed_shapes`
@@ -97,9 +92,22 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         strategy: a `tf.distribute.Strategy` (default: the current one). The
             backbone's variables must have been created under its `scope()`;
             the task model and optimizer are built under it here.
+        stop_requested: optional `fn() -> bool` (a preemption's SIGTERM),
+            asked after every training step: True checkpoints model,
+            optimizer and data position into `out_dir/resume/` and raises
+            `RunStopped`; calling again with the same arguments resumes
+            there. On several workers any worker's request stops them all
+            at the same step.
 
     Returns:
         dict with "history" (per-epoch metrics), "best_epoch" and "best".
+
+    Raises:
+        RunStopped: why "preempted" (`stop_requested`; `out_dir` holds the
+            finished epochs' outputs and the checkpoint a call resumes from)
+            or "interrupted" (Ctrl-C; `saved` names the best finished epoch,
+            complete in `out_dir` with finetune.json marking it
+            "interrupted", or is None when none had finished).
     """
     if not isinstance(backbone, AlbertBackbone):
         raise ValueError(f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}")
@@ -141,30 +149,50 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     loop = CustomLoop(model, strategy, config.batch_size) if custom else None
     # Non-chief workers of a cluster train and evaluate as the chief does, and write nothing.
     writes = is_chief(strategy)
+    state = _ResumeState(model, strategy, out_dir, writes,
+                         settings={"config": config.to_dict(), "train": str(train_path), "eval": str(eval_path),
+                                   "labels": label_names, "backbone": backbone.config.to_dict()})
 
-    def epoch_dataset(epoch):
+    def epoch_dataset(epoch, skip=0):
         # One dataset per epoch, for a new order each: see make_dataset's `shuffle`.
-        return make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True, seed=config.seed + epoch - 1,
-                            bucket=config.bucket and not config.fixed_shapes, label_pad=recipe.label_pad,
-                            pad_to=config.pad_to, remainder="drop" if config.fixed_shapes else "keep")
+        dataset = make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True,
+                               seed=config.seed + epoch - 1, bucket=config.bucket and not config.fixed_shapes,
+                               label_pad=recipe.label_pad, pad_to=config.pad_to,
+                               remainder="drop" if config.fixed_shapes else "keep")
+        return dataset.skip(skip)
 
     if writes:
         files.makedirs(out_dir)
         tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
     main_metric = recipe.metrics[0]
-    history, best, best_epoch, epoch, finished = [], None, None, 1, 0
+    run = state.restore(log)  # {"epoch", "batch", "loss_sum", "history", "best", "best_epoch"}
+    history, best, best_epoch = run["history"], run["best"], run["best_epoch"]
+    stop = _StopAtStep(strategy, stop_requested)
+    finished = history[-1]["epoch"] if history else 0
     try:
-        for epoch in range(1, config.epochs + 1):
+        for epoch in range(run["epoch"], config.epochs + 1):
+            skip = run["batch"] if epoch == run["epoch"] else 0
+            loss_sum = run["loss_sum"] if epoch == run["epoch"] else 0.0
             start = time.perf_counter()
+            stop.batches = 0
             if loop is None:
-                fit = model.fit(epoch_dataset(epoch), epochs=epoch, initial_epoch=epoch - 1, shuffle=False,
-                                verbose=verbose)
-                train_loss, trained = float(fit.history["loss"][-1]), model
+                fit = model.fit(epoch_dataset(epoch, skip), epochs=epoch, initial_epoch=epoch - 1, shuffle=False,
+                                verbose=verbose, callbacks=[stop])
+                batches, trained = stop.batches, model
+                loss_sum += float(fit.history["loss"][-1]) * batches if batches else 0.0
             else:
-                train_loss, trained = loop.train_epoch(lambda: epoch_dataset(epoch)), loop.local_model()
+                mean, batches = loop.train_epoch(lambda: epoch_dataset(epoch, skip), stop.agreed)
+                trained = loop.local_model()
+                loss_sum += mean * batches
+            done = skip + batches
+            if stop.stopped and done < steps_per_epoch:
+                saved = state.save(epoch, done, loss_sum, history, best, best_epoch)
+                raise RunStopped(PREEMPTED, f"in epoch {epoch} of {config.epochs}, at step {done} of "
+                                            f"{steps_per_epoch}", step=done, saved=CHECKPOINT, path=saved)
             train_seconds = time.perf_counter() - start
             scores = recipe.evaluate(trained, evaluation, config)
-            record = {"epoch": epoch, "train_loss": train_loss, "train_seconds": round(train_seconds, 2), **scores}
+            record = {"epoch": epoch, "train_loss": loss_sum / max(done, 1), "train_seconds": round(train_seconds, 2),
+                      **scores}
             history.append(record)
             improved = best is None or scores[main_metric] > best[main_metric]
             if improved:
@@ -174,19 +202,142 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             if writes:
                 _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
             finished = epoch
+            # A rerun after a kill from here on starts at the next epoch.
+            saved = state.save(epoch + 1, 0, 0.0, history, best, best_epoch) if epoch < config.epochs else None
             # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
             log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
                 + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
                 + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
+            if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
+                raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
+                                 path=saved)
     except KeyboardInterrupt:
-        epoch = finished + 1  # the epoch that did not finish
         if best_epoch is not None and writes:
             # An epoch stopped while its best/ was being written is not finished.
             kept = [r for r in history if r["epoch"] <= max(finished, best_epoch)]
             _write_run(out_dir, config, label_names, kept, best_epoch, train, evaluation,
-                       interrupted={"epoch": epoch, "epochs": config.epochs})
-        raise FinetuneInterrupted(epoch, config.epochs, best_epoch, best, main_metric) from None
+                       interrupted={"epoch": finished + 1, "epochs": config.epochs})
+        state.remove()
+        kept = None if best_epoch is None else f"the best finished epoch, {best_epoch} ({main_metric} " \
+                                               f"{best[main_metric]:.4f})"
+        raise RunStopped(INTERRUPTED, f"in epoch {finished + 1} of {config.epochs}", saved=kept,
+                         path=out_dir if kept else None) from None
+    state.remove()
     return {"history": history, "best_epoch": best_epoch, "best": best}
+
+
+class _StopAtStep(keras.callbacks.Callback):
+    """Asks `stop_requested` after every training step; True ends `fit` there (`stopped`), whole.
+
+    Counts the steps of the running `fit` in `batches`. `agreed()` is the same
+    question for `CustomLoop`. On several workers, any worker's request stops all.
+    """
+
+    def __init__(self, strategy, stop_requested):
+        super().__init__()
+        self._strategy, self._requested = strategy, stop_requested
+        self.stopped, self.batches = False, 0
+
+    def agreed(self):
+        if self._requested is not None and not self.stopped:
+            self.stopped = any_worker(self._strategy, self._requested())
+        return self.stopped
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.batches += 1
+        if self.agreed():
+            self.model.stop_training = True
+
+
+class _ResumeState:
+    """The checkpoints of an unfinished fine-tuning run in `out_dir/resume/`, and their restore.
+
+    A checkpoint holds every variable of the task model (the dropout seeds
+    too) and of its optimizer, the position (epoch, batch, the epoch's loss
+    so far) and a JSON record of the finished epochs and of the settings it
+    was made with; a call with other settings starts over.
+    """
+
+    def __init__(self, model, strategy, out_dir, writes, settings):
+        self._strategy, self._writes, self._settings = strategy, writes, settings
+        self._optimizer = model.optimizer
+        self.directory = os.path.join(out_dir, RESUME_DIR)
+        with strategy.scope():
+            # Built before a restore: `fit` and `CustomLoop` then find it built.
+            model.optimizer.build(model.trainable_variables)
+        # Outside the strategy: each worker's own bookkeeping (a collective cannot mirror a string).
+        self._position = tf.Variable([1, 0], dtype=tf.int64, trainable=False)
+        self._loss_sum = tf.Variable(0.0, dtype=tf.float64, trainable=False)
+        self._record = tf.Variable("", dtype=tf.string, trainable=False)
+        # Lists of variables, in the order the same model and optimizer always build them.
+        self._checkpoint = tf.train.Checkpoint(
+            model=[v.value for v in model.variables], optimizer=[v.value for v in model.optimizer.variables],
+            position=self._position, loss_sum=self._loss_sum, record=self._record,
+        )
+
+    def restore(self, log):
+        """The run's position: where a newest readable checkpoint left it, else the start.
+
+        Raises:
+            UserError: the workers of a cluster found different positions
+                (each its own unfinished run, on disks of their own).
+        """
+        run = self._restore(log)
+        steps = int(self._optimizer.iterations.numpy())  # 0 on a start
+        if num_workers(self._strategy) > 1:
+            mean = self._strategy.reduce(
+                tf.distribute.ReduceOp.MEAN, self._strategy.run(lambda: tf.constant(float(steps), tf.float64)), None)
+            if any_worker(self._strategy, float(mean) != steps):
+                raise UserError(f"The workers resume from different steps ({self.directory} differs between "
+                                "them): put --out on storage every worker reads (gs://), or move the unfinished "
+                                "run away on every worker to start over.")
+        return run
+
+    def _restore(self, log):
+        start = {"epoch": 1, "batch": 0, "loss_sum": 0.0, "history": [], "best": None, "best_epoch": None}
+        newest = checkpoints.newest_checkpoint(self.directory)
+        if newest is None:
+            return start
+        if self._settings_of(newest) not in (None, self._settings):  # None: unreadable, the restore falls back
+            log(f"{self.directory} holds an unfinished run with other settings; starting over.")
+            self.remove()
+            return start
+        path = checkpoints.restore_newest_readable(self._checkpoint, self.directory, log)
+        record = json.loads(self._record.numpy().decode())
+        epoch, batch = (int(x) for x in self._position.numpy())
+        log(f"Resuming from {path}: epoch {epoch}, step {batch}")
+        return {"epoch": epoch, "batch": batch, "loss_sum": float(self._loss_sum.numpy()),
+                **{k: record[k] for k in ("history", "best", "best_epoch")}}
+
+    @staticmethod
+    def _settings_of(path):
+        """The settings a checkpoint was made with, read without restoring it (None if unreadable)."""
+        try:
+            record = tf.train.load_checkpoint(path).get_tensor("record/.ATTRIBUTES/VARIABLE_VALUE")
+            return json.loads(record)["settings"]
+        except Exception:  # a damaged checkpoint: `restore_newest_readable` reports it and falls back
+            return None
+
+    def save(self, epoch, batch, loss_sum, history, best, best_epoch):
+        """Checkpoints the position before `batch` of `epoch`; returns the checkpoint's path."""
+        self._position.assign([epoch, batch])
+        self._loss_sum.assign(loss_sum)
+        self._record.assign(json.dumps({"settings": self._settings, "history": history, "best": best,
+                                        "best_epoch": best_epoch}))
+        # Named by the optimizer's step, which grows with every save.
+        step = int(self._optimizer.iterations.numpy())
+        if self._writes:
+            return checkpoints.save_checkpoint(self._checkpoint, self.directory, step, keep=2)
+        # Every worker takes part in a save (variables may be read with collectives); the others write a local
+        # scratch copy, outside `out_dir`, which they never touch.
+        scratch = tempfile.mkdtemp(prefix=f"albert-tf-worker-{self._strategy.cluster_resolver.task_id}-")
+        self._checkpoint.write(checkpoints.checkpoint_path(scratch, step))
+        files.rmtree(scratch, ignore_errors=True)
+        return checkpoints.checkpoint_path(self.directory, step)
+
+    def remove(self):
+        if self._writes:
+            files.rmtree(self.directory, ignore_errors=True)
 
 
 def _build(config, recipe, backbone, label_names, num_examples, log):

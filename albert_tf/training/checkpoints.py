@@ -46,6 +46,12 @@ def checkpoint_steps(directory):
     return sorted(int(m.group(1)) for m in map(_INDEX.match, files.listdir(directory)) if m)
 
 
+def newest_checkpoint(directory):
+    """The path prefix of the newest complete checkpoint in `directory`, or None."""
+    steps = checkpoint_steps(directory)
+    return checkpoint_path(directory, steps[-1]) if steps else None
+
+
 def remove_debris(directory):
     """Deletes what killed writes left in `directory`: staging and `*_temp` directories,
     directories moved aside, and checkpoint shards without an `.index` file."""
@@ -99,8 +105,10 @@ def save_checkpoint(checkpoint, directory, step, keep):
 def restore_newest_readable(checkpoint, directory, print_fn=print):
     """Restores the newest checkpoint of `directory` that reads back whole.
 
-    An unreadable newest checkpoint (truncated, corrupted, half-deleted) is
-    reported through `print_fn` and the previous one is tried.
+    An unreadable newest checkpoint (truncated, corrupted, half-deleted: any
+    error reading it, TensorFlow's own or its reader's, such as the
+    `IndexError` of a truncated data shard) is reported in one line through
+    `print_fn`, naming it, and the previous one is tried.
 
     Returns:
         The restored checkpoint's path prefix, or None when `directory` has no checkpoint.
@@ -117,8 +125,10 @@ def restore_newest_readable(checkpoint, directory, print_fn=print):
         path = checkpoint_path(directory, step)
         try:
             checkpoint.read(path).assert_existing_objects_matched()
-        except (tf.errors.OpError, ValueError, AssertionError) as e:
-            reason = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        except Exception as e:  # whatever the reader raises for a damaged file
+            if isinstance(e, tf.errors.ResourceExhaustedError):
+                raise  # out of memory says nothing about the file
+            reason = f"{type(e).__name__}: {str(e).strip().splitlines()[0]}" if str(e).strip() else type(e).__name__
             failures.append(f"{os.path.basename(path)}: {reason}")
             print_fn(f"Checkpoint {path} is unreadable ({reason}); falling back to the previous one.")
             continue

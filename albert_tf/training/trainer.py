@@ -21,8 +21,8 @@ join that step's progress line, log record and TensorBoard point.
 Runs are resumable: a `tf.train.Checkpoint` of model, optimizer and step is
 written every `checkpoint_every` steps, and a restarted run restores it and
 asks the input pipeline to skip the micro-batches already consumed (no lost
-or repeated examples). A non-finite loss stops the run with
-`TrainingDiverged`: the graph loop stops after the step that made it and
+or repeated examples). A non-finite loss stops the run with a `RunStopped`
+(why "diverged"): the graph loop stops after the step that made it and
 returns, so the host, which reads the metrics at the end of each loop, sees
 it there with no step run after it; a checkpoint is only written when every
 weight is finite.
@@ -38,7 +38,7 @@ import os
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import is_chief, num_workers
+from albert_tf.distribute import any_worker, is_chief
 from albert_tf.precision import choose_precision
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
@@ -47,25 +47,7 @@ from albert_tf.training.progress import ProgressLogger
 from albert_tf.training.run_directory import RunDirectory
 from albert_tf.training.step_runner import StepRunner
 from albert_tf.utils import files
-from albert_tf.utils.errors import UserError
-
-
-class TrainingDiverged(RuntimeError):
-    """The loss or the weights became NaN or infinite; the run stopped."""
-
-
-class TrainingStopped(Exception):
-    """A stop was requested (a preemption's SIGTERM); the run checkpointed at a loop boundary and stopped.
-
-    Attributes:
-        step: the step reached and checkpointed.
-        num_steps: the run's `num_steps`.
-        checkpoint: the path of that checkpoint (what a rerun resumes from).
-    """
-
-    def __init__(self, step, num_steps, checkpoint):
-        super().__init__(f"stopped at step {step} of {num_steps}; saved {checkpoint}")
-        self.step, self.num_steps, self.checkpoint = step, num_steps, checkpoint
+from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, PREEMPTED, RunStopped, UserError
 
 
 class Trainer:
@@ -176,18 +158,21 @@ class Trainer:
         Args:
             stop_requested: optional `fn() -> bool`, asked after every loop
                 (every `steps_per_loop` steps at most): True checkpoints the
-                step reached and raises `TrainingStopped`. A preemption
-                notice (SIGTERM) sets it; a running loop is never cut, so a
-                stop waits for at most one loop. On several workers the run
-                stops when any worker's says so, all at the same step.
+                step reached and raises `RunStopped` (why "preempted"). A
+                preemption notice (SIGTERM, `albert_tf.utils.preemption`)
+                sets it; a running loop is never cut, so a stop waits for at
+                most one loop. On several workers the run stops when any
+                worker's says so, all at the same step.
 
         Returns:
             dict: the last progress record (step, losses, accuracies, ...).
 
         Raises:
-            TrainingDiverged: the loss or the weights became non-finite. The
-                last good checkpoint is kept.
-            TrainingStopped: `stop_requested` said so before the last step.
+            RunStopped: why "diverged": the loss or the weights became
+                non-finite (the last good checkpoint is kept); "preempted":
+                `stop_requested` said so before the last step (that step is
+                checkpointed); "interrupted": Ctrl-C (the newest checkpoint
+                is kept).
         """
         c = self.config
         start = self.restore()
@@ -213,19 +198,25 @@ class Trainer:
                 done, means, record = self.run_loop(iterator, length)
                 step += done
                 if not math.isfinite(record["loss"]):
-                    raise TrainingDiverged(self._divergence_message(
-                        step, f"the loss is {record['loss']} (found at the end of the loop of steps "
+                    raise self._diverged(
+                        step, f"the loss is {record['loss']}, found at the end of the loop of steps "
                               f"{step - done + 1}-{step - done + length}, which stopped there: the metrics are read "
-                              "once per loop)"
-                    ))
+                              "once per loop"
+                    )
                 evaluation = self.evaluate() if self._evaluates_at(step) else None
                 # Keras evaluates the schedule at the iteration count before the update.
                 progress.update(step, means, float(self._schedule(step - 1)), num_steps=done, evaluation=evaluation)
                 saved = None
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     saved = self._save_checkpoint(step)
-                if step < c.num_steps and stop_requested is not None and self._stop_agreed(stop_requested()):
-                    raise TrainingStopped(step, c.num_steps, saved or self._save_checkpoint(step))
+                if step < c.num_steps and stop_requested is not None and any_worker(self.strategy, stop_requested()):
+                    raise RunStopped(PREEMPTED, f"at step {step} of {c.num_steps}", step=step, saved=CHECKPOINT,
+                                     path=saved or self._save_checkpoint(step))
+        except KeyboardInterrupt:
+            # Ctrl-C may cut a loop or a save: what is kept is the newest complete checkpoint.
+            newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
+            raise RunStopped(INTERRUPTED, f"at step {self.step} of {c.num_steps}", step=self.step,
+                             saved=newest and CHECKPOINT, path=newest) from None
         finally:
             progress.close()
         if self._is_chief:
@@ -273,7 +264,7 @@ class Trainer:
 
     def _save_checkpoint(self, step):
         if not self.runner.weights_finite():
-            raise TrainingDiverged(self._divergence_message(step, "a weight is NaN or infinite"))
+            raise self._diverged(step, "a weight is NaN or infinite")
         if self._is_chief:
             path = checkpoints.save_checkpoint(self._checkpoint, self.checkpoint_dir, step, self.config.keep_checkpoints)
             self._print(f"Saved checkpoint {path}")
@@ -285,23 +276,14 @@ class Trainer:
         files.rmtree(scratch, ignore_errors=True)
         return checkpoints.checkpoint_path(self.checkpoint_dir, step)
 
-    def _stop_agreed(self, requested):
-        """Whether any worker asked to stop: a SIGTERM may reach one worker, and every worker must save."""
-        if num_workers(self.strategy) == 1:
-            return requested
-        # One scalar all-reduce per loop; every worker reaches this point after the same loops.
-        asked = self.strategy.run(lambda: tf.constant(1.0 if requested else 0.0))
-        return bool(self.strategy.reduce(tf.distribute.ReduceOp.SUM, asked, axis=None) > 0)
-
-    def _divergence_message(self, step, what):
-        steps = checkpoints.checkpoint_steps(self.checkpoint_dir)
-        latest = checkpoints.checkpoint_path(self.checkpoint_dir, steps[-1]) if steps else None
-        kept = f"The last good checkpoint, {latest}, is kept" if latest else "No checkpoint was written yet"
-        return (
-            f"Training diverged at step {step}: {what}. {kept}. Lower the learning rate "
-            f"(now {self.config.learning_rate}) or lengthen the warmup (now {self.config.num_warmup_steps} steps), "
-            + ("then rerun the same command to resume from that checkpoint." if latest
-               else "then rerun the same command: it starts again from step 0.")
+    def _diverged(self, step, what):
+        """The `RunStopped` of a run that diverged at `step` (`what` says how); the last good checkpoint is kept."""
+        newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
+        return RunStopped(
+            DIVERGED, f"at step {step} ({what})", step=step, saved=newest and CHECKPOINT, path=newest,
+            then=f"Lower the learning rate (now {self.config.learning_rate}) or lengthen the warmup (now "
+                 f"{self.config.num_warmup_steps} steps), then rerun the same command: it "
+                 + ("resumes from that checkpoint." if newest else "starts again from step 0."),
         )
 
 

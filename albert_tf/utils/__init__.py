@@ -3,7 +3,8 @@
 Nothing here imports TensorFlow or Keras at module level, so the input
 pipeline and the CLI's start-up import them freely:
 
-- `errors`: the errors a command shows its user (`UserError`, `Interrupted`).
+- `errors`: the errors a command shows its user (`UserError`, `RunStopped`).
+- `preemption`: SIGTERM as a request to stop at the next safe point.
 - `files`: every read and write through `tf.io.gfile` (local, `gs://`,
   `ram://`), and `publish`, which makes an output appear whole or not at all.
 - `lazy`: PEP 562 lazy public names for package `__init__` modules.

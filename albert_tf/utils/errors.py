@@ -1,44 +1,49 @@
-"""The errors `albert-tf` shows its user, and its exit codes besides 0.
+"""The errors `albert-tf` shows its user.
 
-Library code raises them; only `albert_tf.cli` prints them:
+Library code raises them; only `albert_tf.cli` prints them and picks the exit code:
 
 - `UserError`: bad input the user must fix (a flag value, a file's content, a
   directory that holds no model). One line naming the flag or file, exit 2.
   It is a ValueError, so library callers that catch ValueError keep working.
-- `Interrupted`: a run that stopped before its end (Ctrl-C, SIGTERM, a
-  diverged loss), with what was kept and what to do next. Its message and
-  its exit code; subclasses carry the data a command words it from.
+- `RunStopped`: a run that stopped before its end (Ctrl-C, SIGTERM or a
+  cluster's preemption notice, a diverged loss), with where it stopped, what
+  it kept and where: the one kind of stop every command and library loop raises.
 
 Any other exception is a bug: its traceback with --verbose, else one line
 pointing there, and exit 1.
 """
 
-# Bad input: a one-line error naming the flag or file.
-EXIT_USER_ERROR = 2
-# A run that failed: an internal error (a bug), or a run that stopped itself (a diverged loss).
-EXIT_FAILED = 1
-# The shell's code for a process ended by SIGINT (128 + 2).
-EXIT_INTERRUPTED = 130
-# A run stopped by SIGTERM after saving its step: 128 + 15, what a process
-# killed by SIGTERM reports to its shell or container runtime, and the
-# "restart" code of TensorFlow's own preemption handler on Google Cloud; a
-# scheduler that retries preempted jobs reruns the command, which resumes.
-EXIT_PREEMPTED = 143
+# Why a run stopped (`RunStopped.why`).
+INTERRUPTED = "interrupted"  # Ctrl-C
+PREEMPTED = "preempted"  # SIGTERM, or a cluster's preemption notice
+DIVERGED = "diverged"  # a non-finite loss or weight
+WHY = (INTERRUPTED, PREEMPTED, DIVERGED)
+# `RunStopped.saved` of a run that kept a training checkpoint.
+CHECKPOINT = "checkpoint"
 
 
 class UserError(ValueError):
     """Bad input the user must fix; the message names the flag or file and what it got."""
 
 
-class Interrupted(Exception):
-    """A run stopped before its end.
+class RunStopped(Exception):
+    """A run stopped before its end, at a point where what it kept is whole.
 
     Args:
-        message: what stopped, what was kept and what to do next (one line).
-        exit_code: the process's exit status, e.g. `EXIT_INTERRUPTED`.
+        why: `INTERRUPTED`, `PREEMPTED` or `DIVERGED`.
+        where: where it stopped, a phrase: "at step 6 of 12", "in epoch 2 of 3, at step 14 of 30",
+            "while training the tokenizer", "at step 8 (the loss is nan)".
+        step: the step reached, or None where steps do not apply.
+        saved: what was kept: `CHECKPOINT` (a training checkpoint, which a rerun
+            resumes from), another noun phrase ("the best finished epoch, 1 (accuracy
+            0.8100)"), or None when nothing was.
+        path: where `saved` is, or None.
+        then: what to do next, one sentence; None: rerun the same command (to
+            resume when something was saved, else to start again).
     """
 
-    def __init__(self, message, exit_code=EXIT_INTERRUPTED):
-        super().__init__(message)
-        self.message = message
-        self.exit_code = exit_code
+    def __init__(self, why, where, *, step=None, saved=None, path=None, then=None):
+        if why not in WHY:
+            raise ValueError(f"`why` must be one of {WHY}. Received: why={why!r}")
+        self.why, self.where, self.step, self.saved, self.path, self.then = why, where, step, saved, path, then
+        super().__init__(f"{why} {where}; saved {saved or 'nothing'}" + (f" in {path}" if path else ""))

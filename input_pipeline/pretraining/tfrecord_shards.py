@@ -31,7 +31,7 @@ from input_pipeline.pretraining.examples import (
     instances_of_documents,
     make_example,
 )
-from albert_tf.utils.errors import UserError
+from albert_tf.utils.errors import PREEMPTED, RunStopped, UserError
 from input_pipeline.tokenizer import AlbertTokenizer
 
 METADATA_FILE = "metadata.json"
@@ -56,6 +56,7 @@ def write_pretraining_tfrecords(
     seed=0,
     num_workers=None,
     documents_per_shard=2000,
+    stop_requested=None,
 ):
     """Writes sharded TFRecords of pretraining examples.
 
@@ -71,6 +72,10 @@ def write_pretraining_tfrecords(
             every CPU.
         documents_per_shard: documents per block (and per output shard); this
             bounds each worker's memory.
+        stop_requested: optional `fn() -> bool` (a preemption's SIGTERM),
+            asked as each shard is handed out: True stops the writing there
+            (the shards being written finish first) with a `RunStopped`; the
+            caller publishes nothing, so what `output_dir` holds then is not data.
 
     Returns:
         dict with num_examples, num_shards, num_documents and pair_stats (a
@@ -90,7 +95,7 @@ def write_pretraining_tfrecords(
         dupe_factor=dupe_factor,
         seed=seed,
     )
-    blocks = _blocks(documents, documents_per_shard)
+    blocks = _blocks(documents, documents_per_shard, stop_requested or (lambda: False))
     if num_workers == 0:
         _init_worker(job)
         results = [_write_shard(index, block) for index, block in enumerate(blocks)]
@@ -119,13 +124,16 @@ def write_pretraining_tfrecords(
     return {**{k: metadata[k] for k in ("num_examples", "num_shards", "num_documents")}, "pair_stats": pair_stats}
 
 
-def _blocks(documents, size):
-    block = []
+def _blocks(documents, size, stop_requested):
+    """Blocks of `size` documents; raises `RunStopped` before the next block once `stop_requested()`."""
+    block, index = [], 0
     for document in documents:
         block.append(document)
         if len(block) == size:
+            if stop_requested():
+                raise RunStopped(PREEMPTED, f"after {index} shards were handed out")
             yield block
-            block = []
+            block, index = [], index + 1
     if block:
         yield block
 
@@ -138,10 +146,15 @@ def _map_bounded(blocks, num_workers, job):
     with concurrent.futures.ProcessPoolExecutor(
         num_workers, mp_context=context, initializer=_init_worker, initargs=(job,)
     ) as pool:
-        for index, block in enumerate(blocks):
-            pending.append(pool.submit(_write_shard, index, block))
-            if len(pending) >= 2 * num_workers:
-                results.append(pending.popleft().result())
+        try:
+            for index, block in enumerate(blocks):
+                pending.append(pool.submit(_write_shard, index, block))
+                if len(pending) >= 2 * num_workers:
+                    results.append(pending.popleft().result())
+        except RunStopped:
+            for future in pending:  # the running ones finish; the queued ones never start
+                future.cancel()
+            raise
         results.extend(future.result() for future in pending)
     return results
 

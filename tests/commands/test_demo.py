@@ -10,14 +10,15 @@ import subprocess
 import pytest
 
 from albert_tf import AlbertConfig, cli
-from albert_tf.apps.demo import DemoInterrupted, heldout_examples
+from albert_tf.apps.demo import heldout_examples, run_demo
 from albert_tf.apps.demo_config import DEMO_DATA, DEMO_MODEL, DEMO_TRAINER, DemoConfig, demo_config
 from albert_tf.commands.demo import config_from_args
 from albert_tf.loading import load_pretrained
 from albert_tf.training import evaluate_pretraining
+from albert_tf.utils.errors import PREEMPTED, RunStopped
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
 from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, start_program, user_environment
-from data_fixtures import imdb_documents, small_tokenizer
+from data_fixtures import VOCAB_SIZE, imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
         "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--embedding-size", "8", "--hidden-size", "16",
@@ -128,9 +129,9 @@ def test_ctrl_c_in_demo_names_the_stage_and_checkpoint_and_the_same_command_resu
     assert code == cli.EXIT_INTERRUPTED and "Traceback" not in stderr, stderr
     checkpoint_step = max(int(name[len("ckpt-"):-len(".index")])
                           for name in os.listdir(tmp_path / "run" / "checkpoints") if name.endswith(".index"))
-    assert "interrupted while pretraining, at step " in stderr and " of 100000" in stderr, stderr
-    assert f"its last checkpoint is {os.path.join('run', 'checkpoints', f'ckpt-{checkpoint_step}')} " \
-           f"(step {checkpoint_step})" in stderr, stderr
+    assert "interrupted at step " in stderr and " of 100000" in stderr, stderr
+    assert f"the newest checkpoint is {os.path.join('run', 'checkpoints', f'ckpt-{checkpoint_step}')}. " in stderr, \
+        stderr
     # The command it names is this one: the same flags give the same config.
     said = shlex.split(stderr.split("Rerun the same command to resume: ")[1])
     assert said[:4] == ["albert-tf", "demo", "--out", "run"], stderr
@@ -146,13 +147,19 @@ def test_ctrl_c_in_demo_names_the_stage_and_checkpoint_and_the_same_command_resu
     assert _step(first_step) > checkpoint_step, printed
 
 
-def test_an_interruption_before_anything_is_saved_says_so(tmp_path):
-    message = str(DemoInterrupted(str(tmp_path), "training the tokenizer", None, 3000))
-    assert message == "while training the tokenizer; nothing was saved yet"
+def test_a_stop_before_anything_is_saved_says_so_and_one_after_the_tokenizer_names_it(tmp_path):
+    with pytest.raises(RunStopped) as raised:
+        run_demo(str(tmp_path), DemoConfig(), print_fn=lambda *_: None, stop_requested=lambda: True)
+    assert (raised.value.why, raised.value.where, raised.value.saved) == (PREEMPTED, "before training the tokenizer",
+                                                                          None)
     small_tokenizer().save(str(tmp_path / "tokenizer"))
-    message = str(DemoInterrupted(str(tmp_path), "building the model", None, 3000))
-    assert message == f"while building the model; its tokenizer is saved in {tmp_path / 'tokenizer'}, " \
-                      "no checkpoint was written yet"
+    with pytest.raises(RunStopped) as raised:
+        run_demo(str(tmp_path), demo_config(model={"vocab_size": VOCAB_SIZE}, documents=40),
+                 print_fn=lambda *_: None, stop_requested=lambda: True)
+    assert raised.value.where == "before tokenizing the pretraining reviews"
+    assert raised.value.path == str(tmp_path / "tokenizer") and "no checkpoint" in raised.value.saved
+    assert cli.stop_message(raised.value).startswith("stopped by SIGTERM before tokenizing the pretraining reviews; "
+                                                     f"kept its tokenizer (no checkpoint was written yet) in {tmp_path}")
 
 
 def test_pretrain_on_raw_text_without_tokenizer_is_an_error(tmp_path, capsys):

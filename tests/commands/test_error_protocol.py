@@ -1,7 +1,7 @@
 """The one error protocol, as a user meets it: what `albert_tf.cli` prints for each kind of exception.
 
 Commands raise; cli alone prints. A `UserError` is one line and exit 2; an
-`Interrupted` run prints its message and exits with its own code; any other
+`RunStopped` run prints one line (why, where, what it kept) and exits with its why's code; any other
 exception is a bug, even a ValueError raised inside Keras: its traceback
 with --verbose, else one line that says so and points at --verbose, and exit
 1, never the 2 of bad input. Each case plants its failure in a command's
@@ -57,11 +57,31 @@ def test_a_user_error_is_one_line_and_exit_2(tmp_path):
     assert done.returncode == 2 and done.stderr == "albert-tf train-tokenizer: error: --vocab-size 3 is too small\n"
 
 
-def test_an_interrupted_run_prints_its_message_and_exits_with_its_code(tmp_path):
-    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import Interrupted; "
-                                     "raise Interrupted('SIGTERM: saved step 7 of 9', 143)")
-    assert done.returncode == 143 and done.stderr == "albert-tf train-tokenizer: SIGTERM: saved step 7 of 9\n"
+def test_a_stopped_run_prints_one_line_and_exits_with_the_code_of_why_it_stopped(tmp_path):
+    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import RunStopped; "
+                                     "raise RunStopped('preempted', 'at step 7 of 9', step=7, saved='checkpoint', "
+                                     "path='run/checkpoints/ckpt-7')")
+    assert done.returncode == 143 and done.stderr == (
+        "albert-tf train-tokenizer: stopped by SIGTERM at step 7 of 9; the newest checkpoint is "
+        "run/checkpoints/ckpt-7. Rerun the same command to resume.\n")
     # Ctrl-C's message starts on a line of its own, after the terminal's "^C".
-    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import Interrupted; "
-                                     "raise Interrupted('interrupted at step 3 of 9')")
-    assert done.returncode == 130 and done.stderr == "\nalbert-tf train-tokenizer: interrupted at step 3 of 9\n"
+    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import RunStopped; "
+                                     "raise RunStopped('interrupted', 'at step 3 of 9')")
+    assert done.returncode == 130 and done.stderr == (
+        "\nalbert-tf train-tokenizer: interrupted at step 3 of 9; nothing was kept. "
+        "Rerun the same command to start again.\n")
+    done = _albert_tf_with(tmp_path, "from albert_tf.utils.errors import RunStopped; "
+                                     "raise RunStopped('diverged', 'at step 4 (the loss is nan)', then='Lower it.')")
+    assert done.returncode == 1 and done.stderr == (
+        "albert-tf train-tokenizer: training diverged at step 4 (the loss is nan); nothing was kept. Lower it.\n")
+
+
+def test_sigterm_asks_a_long_command_to_stop_instead_of_ending_it(tmp_path):
+    # train-tokenizer stops on SIGTERM: the signal sets args.stop_requested, and the command raises at its safe point.
+    done = _albert_tf_with(tmp_path, "import os, signal; os.kill(os.getpid(), signal.SIGTERM); "
+                                     "from albert_tf.utils.errors import RunStopped; "
+                                     "raise (RunStopped('preempted', 'at once') if args.stop_requested() "
+                                     "else SystemExit(5))")
+    assert done.returncode == 143 and done.stderr == (
+        "albert-tf train-tokenizer: stopped by SIGTERM at once; nothing was kept. Rerun the same command to start "
+        "again.\n")

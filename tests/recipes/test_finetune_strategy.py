@@ -154,7 +154,7 @@ def test_custom_loop_takes_the_steps_fit_takes_on_one_device():
     history = fitted.fit(dataset_fn(), epochs=1, verbose=0).history
     looped, dataset_fn = model_and_dataset()
     loop = CustomLoop(looped, tf.distribute.get_strategy(), global_batch_size=4)
-    loss = loop.train_epoch(dataset_fn)
+    loss, _ = loop.train_epoch(dataset_fn)
     assert int(looped.optimizer.iterations.numpy()) == 3
     assert loss == pytest.approx(history["loss"][-1], abs=1e-5)
     for a, b in zip(fitted.weights, looped.weights):

@@ -14,7 +14,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.loading import load_pretrained
-from albert_tf.training import Trainer
+from albert_tf.training import Trainer, checkpoints
 from cli_helpers import run_program
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
 
@@ -106,7 +106,7 @@ def test_garbage_state_file_does_not_restart_from_step_zero(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("damage", ["index", "data"])
+@pytest.mark.parametrize("damage", ["index", "data", "truncated"])
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
     first = trainer(tmp_path, num_steps=2)
     first.train()
@@ -115,6 +115,9 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, dama
     if damage == "index":
         path = tmp_path / "checkpoints" / "ckpt-4.index"
         path.write_bytes(path.read_bytes()[:20])
+    elif damage == "truncated":  # TensorFlow's reader raises IndexError: Read less bytes than requested
+        path = next((tmp_path / "checkpoints").glob("ckpt-4.data-*"))
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     else:
         path = next((tmp_path / "checkpoints").glob("ckpt-4.data-*"))
         data = bytearray(path.read_bytes())
@@ -131,6 +134,24 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, dama
     (tmp_path / "checkpoints" / "ckpt-2.index").write_bytes(b"")
     with pytest.raises(ValueError, match="No checkpoint .* can be restored"):
         trainer(tmp_path, num_steps=4).restore()
+
+
+def test_any_error_reading_the_newest_checkpoint_falls_back_with_one_line_naming_it(tmp_path):
+    class Reader:  # reads ckpt-2; ckpt-4 fails as a truncated data shard does
+        def read(self, path):
+            if path.endswith("ckpt-4"):
+                raise IndexError("Read less bytes than requested")
+            return self
+
+        def assert_existing_objects_matched(self):
+            pass
+
+    for step in (2, 4):
+        (tmp_path / f"ckpt-{step}.index").write_bytes(b"")
+    messages = []
+    assert checkpoints.restore_newest_readable(Reader(), str(tmp_path), messages.append) == str(tmp_path / "ckpt-2")
+    assert messages == [f"Checkpoint {tmp_path / 'ckpt-4'} is unreadable (IndexError: Read less bytes than "
+                        "requested); falling back to the previous one."]
 
 
 @pytest.mark.slow

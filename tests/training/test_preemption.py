@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.training import Trainer
-from albert_tf.training.trainer import TrainingStopped
+from albert_tf.utils.errors import CHECKPOINT, PREEMPTED, RunStopped
 from cli_helpers import albert_tf_command, run_cli, start_program, user_environment
 from input_pipeline import movie_reviews
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config
@@ -24,11 +24,12 @@ def test_a_stop_request_saves_the_step_of_the_loop_boundary_and_a_rerun_resumes(
 
     asked = []
     stopped = trainer(tmp_path / "stopped")
-    with pytest.raises(TrainingStopped) as raised:
+    with pytest.raises(RunStopped) as raised:
         # Asked after each loop; says stop after the second (steps 1-3, 4-6).
         stopped.train(stop_requested=lambda: asked.append(stopped.step) or len(asked) == 2)
     assert asked == [3, 6] and raised.value.step == 6
-    assert raised.value.checkpoint.endswith("ckpt-6") and (tmp_path / "stopped" / "checkpoints" / "ckpt-6.index").exists()
+    assert (raised.value.why, raised.value.saved) == (PREEMPTED, CHECKPOINT)
+    assert raised.value.path.endswith("ckpt-6") and (tmp_path / "stopped" / "checkpoints" / "ckpt-6.index").exists()
     resumed = trainer(tmp_path / "stopped")
     assert resumed.train(stop_requested=lambda: False)["step"] == 8
     uninterrupted = trainer(tmp_path / "uninterrupted")
@@ -66,8 +67,9 @@ def test_sigterm_in_pretrain_checkpoints_exits_143_and_the_rerun_ends_as_an_unin
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == EXIT_PREEMPTED, stderr
     lines = [line for line in stderr.splitlines() if "SIGTERM" in line]
-    assert len(lines) == 1 and "rerun the same command to resume" in lines[0] and "Traceback" not in stderr, stderr
-    step = int(lines[0].split("saved step ")[1].split()[0])
+    assert len(lines) == 1 and "Rerun the same command to resume." in lines[0] and "Traceback" not in stderr, stderr
+    step = int(lines[0].split("stopped by SIGTERM at step ")[1].split()[0])
+    assert f"the newest checkpoint is {tmp_path / 'preempted' / 'checkpoints' / f'ckpt-{step}'}." in lines[0], lines[0]
     assert 3 <= step < 12
     assert (tmp_path / "preempted" / "checkpoints" / f"ckpt-{step}.index").exists()
 
@@ -83,15 +85,16 @@ def test_sigterm_in_pretrain_checkpoints_exits_143_and_the_rerun_ends_as_an_unin
 def test_sigterm_asks_the_trainer_to_stop_and_it_saves_the_step_its_loop_ends_on(tmp_path):
     # The mechanism below the command: SIGTERM sets the stop request instead of killing the process, the trainer
     # reads it after each loop (steps 1-2 here) and saves that step; the signal's handler is put back after.
-    from albert_tf.commands.pretrain import _sigterm_requests_stop
+    from albert_tf.utils.preemption import sigterm_requests_stop
 
     run = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=4, steps_per_loop=2, compile_step="none"), str(tmp_path),
                   array_dataset_fn(synthetic_examples()), print_fn=lambda *_: None)
     before = signal.getsignal(signal.SIGTERM)
-    with _sigterm_requests_stop() as stop:
+    with sigterm_requests_stop() as stop:
         signal.raise_signal(signal.SIGTERM)
-        with pytest.raises(TrainingStopped) as raised:
+        with pytest.raises(RunStopped) as raised:
             run.train(stop_requested=stop.is_set)
     assert signal.getsignal(signal.SIGTERM) is before
-    assert (raised.value.step, raised.value.num_steps) == (2, 4) and raised.value.checkpoint.endswith("ckpt-2")
+    assert (raised.value.why, raised.value.step, raised.value.saved) == (PREEMPTED, 2, CHECKPOINT)
+    assert raised.value.path.endswith("ckpt-2")
     assert (tmp_path / "checkpoints" / "ckpt-2.index").exists()

@@ -4,7 +4,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.training import Trainer, TrainerConfig, TrainingDiverged
+from albert_tf.training import Trainer, TrainerConfig
+from albert_tf.utils.errors import CHECKPOINT, RunStopped
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
 
 EXAMPLES = synthetic_examples()
@@ -47,8 +48,10 @@ def test_mixed_bfloat16_step_runs_on_cpu_with_finite_loss(tmp_path):
 @pytest.mark.slow
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     train(tmp_path, num_steps=2, checkpoint_every=2)
-    with pytest.raises(TrainingDiverged, match=r"diverged at step \d+.*ckpt-2, is kept.*resume from that checkpoint"):
+    with pytest.raises(RunStopped, match=r"^diverged at step \d+") as raised:
         train(tmp_path, num_steps=8, checkpoint_every=2, learning_rate=1e30)
+    assert raised.value.saved == CHECKPOINT and raised.value.path.endswith("ckpt-2")
+    assert "resumes from that checkpoint" in raised.value.then
     assert tf.train.latest_checkpoint(tmp_path / "checkpoints").endswith("ckpt-2")
     resumed = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=8), str(tmp_path), array_dataset_fn(EXAMPLES),
                       print_fn=lambda *_: None)
