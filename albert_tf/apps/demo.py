@@ -181,7 +181,7 @@ def _run_demo(out_dir, config, print_fn, progress):
         movie_reviews.imdb_documents("heldout", limit=config.heldout_documents), tokenizer
     )
     results = evaluate_pretraining(
-        trainer.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id
+        trainer.runner.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id
     )
     records = read_log(out_dir)
     timings["evaluation_seconds"] = time.perf_counter() - mark

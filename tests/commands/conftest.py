@@ -36,9 +36,10 @@ def pretrained(tour):
     run_cli("create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", "data/",
             "--max-seq-length", "64", "--dupe-factor", "1", cwd=tour)
     # No --tokenizer and no --warmup-steps: the data directory carries the
-    # tokenizer, and warmup is a fraction of the steps.
+    # tokenizer, and warmup is a fraction of the steps. No XLA: the tests about
+    # it build their own runs (tests/training/test_training_loop.py).
     run_cli("pretrain", "--preset", "base", *TINY_MODEL, "--data", "data/", "--out", "runs/base",
-            "--strategy", "mirrored", "--batch-size", "8", "--steps", "6", cwd=tour)
+            "--strategy", "mirrored", "--batch-size", "8", "--steps", "6", "--compile-step", "none", cwd=tour)
     return tour / "runs" / "base"
 
 

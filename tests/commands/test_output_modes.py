@@ -24,7 +24,7 @@ def _commands(tag):
         ["create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", f"data_{tag}/",
          "--max-seq-length", "32", "--dupe-factor", "1"],
         ["pretrain", *TINY_MODEL, "--data", f"data_{tag}/", "--out", f"runs/base_{tag}", "--batch-size", "4",
-         "--steps", "1"],
+         "--steps", "1", "--compile-step", "none"],
         ["finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
          "--eval", "SST-2/dev.tsv", "--out", f"runs/sst2_{tag}", "--batch-size", "16", "--epochs", "1"],
         ["export", "--model", f"runs/sst2_{tag}", "--format", "saved_model", "--out", f"saved_models/sst2_{tag}"],

@@ -162,9 +162,9 @@ def test_trainer_in_mixed_bfloat16_stays_within_tolerance_of_float32(tmp_path):
     # the path "auto" takes on a CPU with bfloat16 units.
     _, float32 = trainer_losses(tmp_path / "float32", "float32")
     trainer, bfloat16 = trainer_losses(tmp_path / "bfloat16", "mixed_bfloat16")
-    assert trainer.model.backbone.dtype_policy.compute_dtype == "bfloat16"
+    assert trainer.runner.model.backbone.dtype_policy.compute_dtype == "bfloat16"
     assert trainer.compile_step == "none"
-    assert all(v.dtype == "float32" for v in trainer.model.trainable_variables)
+    assert all(v.dtype == "float32" for v in trainer.runner.model.trainable_variables)
     assert len(float32) == 8 and float32[0] - float32[-1] > 10 * LOSS_RTOL * float32[0]
     np.testing.assert_allclose(bfloat16, float32, rtol=LOSS_RTOL)
 
@@ -194,7 +194,7 @@ def test_a_float32_run_resumes_under_mixed_bfloat16(tmp_path):
                       str(tmp_path), array_dataset_fn(examples), print_fn=lines.append)
     assert resumed.restore() == 2
     assert any("mixed_precision: 'float32' -> 'mixed_bfloat16'" in line for line in lines), lines
-    for saved, restored in zip(weights_of(first.model), weights_of(resumed.model)):
+    for saved, restored in zip(weights_of(first.runner.model), weights_of(resumed.runner.model)):
         np.testing.assert_array_equal(saved, restored)
     saved, restored = optimizer_state(first.optimizer), optimizer_state(resumed.optimizer)
     assert saved.keys() == restored.keys() and len(saved) > 2

@@ -50,7 +50,7 @@ def assert_final_holds(run_dir, weights):
 def reference_weights(tmp_path, steps):
     uninterrupted = trainer(tmp_path / "uninterrupted", num_steps=steps)
     uninterrupted.train()
-    return weights_of(uninterrupted.model)
+    return weights_of(uninterrupted.runner.model)
 
 
 @pytest.mark.slow
@@ -110,7 +110,7 @@ def test_garbage_state_file_does_not_restart_from_step_zero(tmp_path):
 def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, damage):
     first = trainer(tmp_path, num_steps=2)
     first.train()
-    at_step_2 = weights_of(first.model)
+    at_step_2 = weights_of(first.runner.model)
     trainer(tmp_path, num_steps=4).train()
     if damage == "index":
         path = tmp_path / "checkpoints" / "ckpt-4.index"
@@ -125,7 +125,7 @@ def test_corrupt_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, dama
                       array_dataset_fn(EXAMPLES), print_fn=messages.append)
     assert resumed.restore() == 2
     assert any("ckpt-4 is unreadable" in m and "falling back" in m for m in messages), messages
-    assert max_difference(weights_of(resumed.model), at_step_2) == 0
+    assert max_difference(weights_of(resumed.runner.model), at_step_2) == 0
 
     # With every checkpoint damaged the run refuses to start over on top of them.
     (tmp_path / "checkpoints" / "ckpt-2.index").write_bytes(b"")
