@@ -4,8 +4,7 @@
 `pretrained` runs train-tokenizer -> create-data -> pretrain with tiny sizes,
 `finetuned` fine-tunes SST-2 on it. Each test writes its own outputs under
 `tour` by names no other test uses, and reads the shared ones without changing
-them. pytest-xdist runs each test file whole on one of its processes, so the
-chain is built at most once per process.
+them. The chain is built at most once per test process.
 """
 
 import numpy as np

@@ -1,6 +1,7 @@
 """The README's command-line tour and the docs' example commands, as a user runs
-them: every command in its own fresh process, each one's output fed to the next,
-nothing imported or prepared in between (tests/cli_helpers.run_cli).
+them: each one's output fed to the next, nothing prepared in between but the
+files (tests/cli_helpers.run_cli). tests/commands/test_quick_journey.py runs
+every command of the tour in a new process.
 
 The commands are README.md's (section "Command line") and docs/*.md's, with tiny
 sizes: a few hundred IMDB reviews, a 400-piece vocabulary, a two-layer model, a

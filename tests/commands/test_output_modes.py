@@ -3,8 +3,8 @@
 Every output is staged beside its place and published whole
 (`albert_tf.utils.files.publish`); staging must not make it private (tempfile's
 0700 / 0600), or a TF-Serving process running as another user cannot read the
-export. Each command runs in its own process under the umask, as a shell's
-`umask` sets it (tests/cli_helpers.run_cli).
+export. Each command runs under the umask, as a shell's `umask` sets it
+(tests/cli_helpers.run_cli).
 """
 
 import os
