@@ -175,9 +175,10 @@ def _as_a_process(args, files, cwd, env, umask):
             warnings.showwarning = _show_warning
             yield
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
+        for stream in (sys.stdin, sys.stdout, sys.stderr):
+            if stream not in saved_streams:
+                with contextlib.suppress(Exception):
+                    stream.close()  # flushes; the descriptor stays open (closefd=False)
         for fd, saved in enumerate(saved_fds):
             os.dup2(saved, fd)
             os.close(saved)
