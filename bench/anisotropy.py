@@ -156,8 +156,9 @@ def main():
                                              tokenizer)
 
     def measure(step):
-        aniso = anisotropy(trainer.model.backbone, probe_inputs, np.random.default_rng(0))
-        results = evaluate_pretraining(trainer.model, *heldout_examples(heldout, data_config, demo.eval_examples))
+        aniso = anisotropy(trainer.runner.model.backbone, probe_inputs, np.random.default_rng(0))
+        model = trainer.runner.model
+        results = evaluate_pretraining(model, *heldout_examples(heldout, data_config, demo.eval_examples))
         return {"step": step, **aniso, "mlm": results["mlm_accuracy"], "sop": results["sop_accuracy"],
                 "sop_majority": results["sop_majority_accuracy"]}
 
@@ -165,7 +166,7 @@ def main():
     start = time.perf_counter()
     trainer.train()
     seconds = time.perf_counter() - start
-    checkpoint = tf.train.Checkpoint(model=trainer.model)
+    checkpoint = tf.train.Checkpoint(model=trainer.runner.model)
     for step in range(args.checkpoint_every, args.steps + 1, args.checkpoint_every):
         checkpoint.restore(os.path.join(trainer.checkpoint_dir, f"ckpt-{step}")).expect_partial()
         rows.append(measure(step))

@@ -143,7 +143,7 @@ def measure(name, batch, seq, predictions, settings, min_steps, rounds):
             trainer = Trainer(model_config, trainer_config.replace(mixed_precision=precision, compile_step=compile_step),
                               os.path.join(root, f"{precision}_{compile_step}"), dataset_fn, print_fn=lambda *_: None)
             loops[(precision, compile_step)] = (trainer, trainer.input_iterator(0))
-            trainer.run_loop(loops[(precision, compile_step)][1], 1)
+            trainer.runner.run_loop(loops[(precision, compile_step)][1], 1)
         for _ in range(rounds):
             for setting in settings:
                 trainer, iterator = loops[setting[:2]]
@@ -151,7 +151,7 @@ def measure(name, batch, seq, predictions, settings, min_steps, rounds):
                 calls = -(-max(steps_per_loop, min_steps) // steps_per_loop)
                 start = time.perf_counter()
                 for _ in range(calls):
-                    trainer.run_loop(iterator, steps_per_loop)
+                    trainer.runner.run_loop(iterator, steps_per_loop)
                 rate = batch * calls * steps_per_loop / (time.perf_counter() - start)
                 best[setting] = max(rate, best.get(setting, 0.0))
     return best, model_config.hidden_size

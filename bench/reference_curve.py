@@ -114,7 +114,7 @@ def run_trainer(args, config, weights, batches, optimizer, compile_step="none", 
             config, trainer_config(args, optimizer, compile_step=compile_step, accumulation_steps=k),
             run_dir, dataset_fn, print_fn=lambda *a: None,
         )
-        trainer.model.set_weights(weights)
+        trainer.runner.model.set_weights(weights)
         trainer.train()
         records = read_log(run_dir)
     return np.array([[r["loss"], r["mlm_loss"], r["sop_loss"]] for r in records])

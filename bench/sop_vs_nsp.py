@@ -79,7 +79,7 @@ def main():
         trainer.train()
         for task in ("nsp", "sop"):
             dataset = make_pretraining_dataset(heldout, args.batch_size, seed=EVAL_SEED, config=data_config(task))
-            results[trained_on, task] = evaluate_pretraining(trainer.model, dataset, args.eval_batches)
+            results[trained_on, task] = evaluate_pretraining(trainer.runner.model, dataset, args.eval_batches)
 
     num_examples = results["sop", "sop"]["num_examples"]
     lines = [

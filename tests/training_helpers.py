@@ -23,8 +23,14 @@ TINY_MODEL = AlbertConfig(
 
 
 def tiny_trainer_config(**overrides):
+    """A `TrainerConfig` of a few steps of batch 8, the plain (uncompiled) step unless `compile_step` says.
+
+    XLA compiles a tiny step in seconds, several times as long as the steps
+    take: only the tests about XLA (its equivalence, placement and the "auto"
+    choice) ask for it.
+    """
     values = dict(global_batch_size=8, num_steps=3, learning_rate=0.01, warmup_steps=0,
-                  checkpoint_every=100, log_every=100)
+                  checkpoint_every=100, log_every=100, compile_step="none")
     values.update(overrides)
     return TrainerConfig(**values)
 

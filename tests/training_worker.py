@@ -69,7 +69,7 @@ def main():
         return
     trainer.train()
     if args.out:
-        np.savez(args.out, *weights_of(trainer.model))
+        np.savez(args.out, *weights_of(trainer.runner.model))
 
 
 if __name__ == "__main__":

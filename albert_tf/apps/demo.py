@@ -182,7 +182,7 @@ def _run_demo(out_dir, config, print_fn, stop_point, stop_requested, progress):
         movie_reviews.imdb_documents("heldout", limit=config.heldout_documents), tokenizer
     )
     results = evaluate_pretraining(
-        trainer.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id
+        trainer.runner.model, *heldout_examples(heldout, data_config, config.eval_examples), baseline_token_id=baseline_id
     )
     stop_point("writing the results")
     records = read_log(out_dir)

@@ -145,7 +145,7 @@ def run(args):
     )
     if init is not None:
         # A resumed run's checkpoint replaces these when `train` restores it.
-        _start_from(trainer.model, init.model)
+        _start_from(trainer.runner.model, init.model)
     # Under a mixed policy the weights, LayerNorm, softmax and losses stay float32.
     print(f"Precision: {trainer.precision.describe()}; remat: {'on' if trainer_config.remat else 'off'}; "
           f"steps per loop: {trainer_config.steps_per_loop}")

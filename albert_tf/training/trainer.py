@@ -122,10 +122,8 @@ class Trainer:
 
         # Model, optimizer and step, mirrored on every replica, and the compiled loop that trains them.
         self.runner = StepRunner(model_config, config, self.strategy, self.precision)
-        self.model = self.runner.model
-        self.optimizer = self.runner.optimizer
         self._schedule = WarmupLinearDecay(config.learning_rate, config.num_warmup_steps, config.num_steps)
-        self._checkpoint = tf.train.Checkpoint(model=self.model, optimizer=self.optimizer,
+        self._checkpoint = tf.train.Checkpoint(model=self.runner.model, optimizer=self.runner.optimizer,
                                                step=self.runner.step_variable)
         if word_embeddings_init is not None and not checkpoints.checkpoint_steps(self.checkpoint_dir):
             self.runner.set_word_embeddings(word_embeddings_init)
@@ -181,7 +179,7 @@ class Trainer:
             self._print(f"The run in {self.run_dir} is complete ({start}/{c.num_steps} steps).")
             if self._is_chief and not self.run_directory.final_holds(start):
                 self._print(f"{final_dir} is missing, incomplete or older than step {start}; rebuilding it.")
-                self.run_directory.save_final(self.model, self._tokenizer, self.step)
+                self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
             return {"step": start}
 
         iterator = self.input_iterator(start)
@@ -195,7 +193,7 @@ class Trainer:
         try:
             while step < c.num_steps:
                 length = loop_length(step, c)
-                done, means, record = self.run_loop(iterator, length)
+                done, means, record = self.runner.run_loop(iterator, length)
                 step += done
                 if not math.isfinite(record["loss"]):
                     raise self._diverged(
@@ -220,7 +218,7 @@ class Trainer:
         finally:
             progress.close()
         if self._is_chief:
-            self.run_directory.save_final(self.model, self._tokenizer, self.step)
+            self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
             self._print(f"Saved the pretrained model to {final_dir}")
         return {"step": self.step, **record}
 
@@ -231,16 +229,6 @@ class Trainer:
             lambda input_context: self._dataset_fn(self.config.micro_batch_size, input_context, consumed)
         )
         return iter(dataset)
-
-    def run_loop(self, iterator, num_steps):
-        """Runs up to `num_steps` optimizer steps in one call (fewer only after a non-finite loss).
-
-        Checkpoints nothing and logs nothing: `train` does that between loops.
-
-        Returns:
-            (steps done, {metric: mean over them}, {metric: last step's value}).
-        """
-        return self.runner.run_loop(iterator, num_steps)
 
     def evaluate(self):
         """The held-out metrics of the current weights over the first `config.eval_steps` eval batches.
@@ -253,10 +241,6 @@ class Trainer:
         if self._eval_dataset is None:
             raise ValueError("`evaluate()` needs held-out data: pass `eval_dataset_fn` to the Trainer.")
         return self.runner.evaluate(self._eval_dataset, self.config.eval_steps)
-
-    def step_graph(self, iterator):
-        """The traced graph of one training loop over `iterator` (a `tf.Graph`; the steps are a while loop in it)."""
-        return self.runner.step_graph(iterator)
 
     def _evaluates_at(self, step):
         every = self.config.eval_every

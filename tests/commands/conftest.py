@@ -4,8 +4,7 @@
 `pretrained` runs train-tokenizer -> create-data -> pretrain with tiny sizes,
 `finetuned` fine-tunes SST-2 on it. Each test writes its own outputs under
 `tour` by names no other test uses, and reads the shared ones without changing
-them. pytest-xdist runs each test file whole on one of its processes, so the
-chain is built at most once per process.
+them. The chain is built at most once per test process.
 """
 
 import numpy as np
@@ -36,9 +35,10 @@ def pretrained(tour):
     run_cli("create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", "data/",
             "--max-seq-length", "64", "--dupe-factor", "1", cwd=tour)
     # No --tokenizer and no --warmup-steps: the data directory carries the
-    # tokenizer, and warmup is a fraction of the steps.
+    # tokenizer, and warmup is a fraction of the steps. No XLA: the tests about
+    # it build their own runs (tests/training/test_training_loop.py).
     run_cli("pretrain", "--preset", "base", *TINY_MODEL, "--data", "data/", "--out", "runs/base",
-            "--strategy", "mirrored", "--batch-size", "8", "--steps", "6", cwd=tour)
+            "--strategy", "mirrored", "--batch-size", "8", "--steps", "6", "--compile-step", "none", cwd=tour)
     return tour / "runs" / "base"
 
 

@@ -15,8 +15,8 @@ from albert_tf.commands import outputs
 from albert_tf.export import saved_model, tflite
 from albert_tf.model_dirs import ENTRY_FILES
 from albert_tf.recipes.finetune import RUN_FILE
-from cli_helpers import user_environment
 from albert_tf.utils import files
+from cli_helpers import user_environment
 from input_pipeline import movie_reviews, tokenizer
 from input_pipeline.pretraining import tfrecord_shards as tfrecord
 from journey_fixtures import write_sentences_corpus, write_sst2

@@ -167,7 +167,7 @@ def test_best_holds_the_weights_only(model_dir, tmp_path):
     assert sum(stored) == weight_bytes
     # About the weights' size: HDF5's headers on top, not two more copies of them (AdamW's moments).
     assert path.stat().st_size < 1.5 * weight_bytes + 100_000, (path.stat().st_size, weight_bytes)
-    # The model still predicts from best/, in a fresh process; one blank row is "1 row" with an error record.
+    # The model still predicts from best/, read from disk; one blank row is "1 row" with an error record.
     (tmp_path / "odd.txt").write_text("a gorgeous film\n\nflat and dull\n")
     done = run_cli("predict", "--model", str(out / "best"), "--input", str(tmp_path / "odd.txt"),
                    "--output", str(tmp_path / "p.jsonl"))

@@ -1,6 +1,7 @@
 """The README's command-line tour and the docs' example commands, as a user runs
-them: every command in its own fresh process, each one's output fed to the next,
-nothing imported or prepared in between (tests/cli_helpers.run_cli).
+them: each one's output fed to the next, nothing prepared in between but the
+files (tests/cli_helpers.run_cli). tests/commands/test_quick_journey.py runs
+every command of the tour in a new process.
 
 The commands are README.md's (section "Command line") and docs/*.md's, with tiny
 sizes: a few hundred IMDB reviews, a 400-piece vocabulary, a two-layer model, a
@@ -289,12 +290,13 @@ def test_docs_pretrain_commands_static_and_raw_text(tour, pretrained):
     # docs/pretraining.md, both commands, with tiny sizes.
     run_cli("pretrain", "--data", "data/", "--out", "runs/docs_base",
             "--preset", "base", *TINY_MODEL, "--batch-size", "8", "--steps", "3", "--warmup-steps", "1",
-            "--learning-rate", "0.00176", cwd=tour)
+            "--learning-rate", "0.00176", "--compile-step", "none", cwd=tour)
     done = run_cli("pretrain", "--data", "corpus/reviews.txt", "--tokenizer", "tok", "--out", "runs/small",
                    "--max-seq-length", "32", "--preset", "base", "--hidden-size", "32", "--embedding-size", "16",
                    "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "64", "--batch-size", "8",
                    "--accumulation-steps", "2", "--steps", "3", "--warmup-steps", "1", "--learning-rate", "0.005",
-                   "--embedding-init", "ppmi-svd", "--word-embedding-lr-scale", "0.5", cwd=tour)
+                   "--embedding-init", "ppmi-svd", "--word-embedding-lr-scale", "0.5", "--compile-step", "none",
+                   cwd=tour)
     assert "Word embeddings start from PPMI-SVD vectors" in done.stdout
     training = json.loads((tour / "runs" / "small" / "training_config.json").read_text())
     assert training["data"]["embedding_init"] == "ppmi-svd"

@@ -1,4 +1,4 @@
-"""User errors and quiet logs, as a user meets them: each command in a fresh process.
+"""User errors and quiet logs, as a user meets them; the start-up lines of a new process.
 
 Every user error is one stderr line naming the flag or file, exit 2, no
 traceback; no command's stderr carries TensorFlow's C++ start-up lines. The
@@ -68,8 +68,8 @@ def test_a_mistyped_flag_is_named_before_a_missing_required_one(tmp_path):
 @pytest.mark.slow
 def test_verbose_after_the_command_is_the_switch_before_it(tmp_path):
     # convert loads TensorFlow before it finds the missing model: --verbose shows TensorFlow's start-up
-    # lines, written before or after the command alike; without it the error is the one line. Fresh
-    # processes: a command forked from the tests' command server finds TensorFlow loaded already.
+    # lines, written before or after the command alike; without it the error is the one line. New
+    # processes: TensorFlow writes its start-up lines once, when a process loads it.
     command = ["convert", "--from", "hf", "--model", "missing", "--out", "o"]
     quiet = one_line_error(*command, cwd=tmp_path, fresh=True)
     before = run_cli("--verbose", *command, cwd=tmp_path, expect_rc=2, fresh=True).stderr.strip().splitlines()

@@ -44,7 +44,7 @@ def test_korean_pretraining_and_serve_text(tmp_path):
     assert "from 11 documents" in done.stdout
     run_cli("pretrain", "--data", data, "--tokenizer", tok, "--out", run, "--embedding-size", "8",
             "--hidden-size", "16", "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32",
-            "--batch-size", "8", "--steps", "3", "--warmup-steps", "0", "--log-every", "1")
+            "--batch-size", "8", "--steps", "3", "--warmup-steps", "0", "--log-every", "1", "--compile-step", "none")
     with open(f"{run}/train_log.jsonl") as f:
         assert len([json.loads(line) for line in f if line.strip()]) >= 3
     run_cli("export", "--model", f"{run}/final", "--tokenizer", f"{run}/tokenizer", "--format", "saved_model",

@@ -3,8 +3,8 @@
 Every output is staged beside its place and published whole
 (`albert_tf.utils.files.publish`); staging must not make it private (tempfile's
 0700 / 0600), or a TF-Serving process running as another user cannot read the
-export. Each command runs in its own process under the umask, as a shell's
-`umask` sets it (tests/cli_helpers.run_cli).
+export. Each command runs under the umask, as a shell's `umask` sets it
+(tests/cli_helpers.run_cli).
 """
 
 import os
@@ -24,7 +24,7 @@ def _commands(tag):
         ["create-data", "--input", "corpus/", "--tokenizer", "tok/", "--out", f"data_{tag}/",
          "--max-seq-length", "32", "--dupe-factor", "1"],
         ["pretrain", *TINY_MODEL, "--data", f"data_{tag}/", "--out", f"runs/base_{tag}", "--batch-size", "4",
-         "--steps", "1"],
+         "--steps", "1", "--compile-step", "none"],
         ["finetune", "--task", "sst2", "--model", "runs/base/final", "--train", "SST-2/train.tsv",
          "--eval", "SST-2/dev.tsv", "--out", f"runs/sst2_{tag}", "--batch-size", "16", "--epochs", "1"],
         ["export", "--model", f"runs/sst2_{tag}", "--format", "saved_model", "--out", f"saved_models/sst2_{tag}"],

@@ -137,8 +137,9 @@ def test_float32_and_remat_read_the_weights_as_keras_does():
         assert np.abs(remat_grads[path]).max() > 0, path
         # The key bias's gradient is zero in exact arithmetic (softmax ignores a
         # constant added to a row of scores): what it holds is rounding noise
-        # (~1e-7), which the two forward passes' roundings change; hence the floor.
-        np.testing.assert_allclose(remat_grads[path], gradient, rtol=0, atol=0.03 * np.abs(gradient).max() + 1e-6,
+        # (measured up to 2.6e-6, seed 0), which the two forward passes'
+        # roundings change; hence the floor, far below the 3% of every other weight's.
+        np.testing.assert_allclose(remat_grads[path], gradient, rtol=0, atol=0.03 * np.abs(gradient).max() + 1e-5,
                                    err_msg=path)
 
 
@@ -162,9 +163,9 @@ def test_trainer_in_mixed_bfloat16_stays_within_tolerance_of_float32(tmp_path):
     # the path "auto" takes on a CPU with bfloat16 units.
     _, float32 = trainer_losses(tmp_path / "float32", "float32")
     trainer, bfloat16 = trainer_losses(tmp_path / "bfloat16", "mixed_bfloat16")
-    assert trainer.model.backbone.dtype_policy.compute_dtype == "bfloat16"
+    assert trainer.runner.model.backbone.dtype_policy.compute_dtype == "bfloat16"
     assert trainer.compile_step == "none"
-    assert all(v.dtype == "float32" for v in trainer.model.trainable_variables)
+    assert all(v.dtype == "float32" for v in trainer.runner.model.trainable_variables)
     assert len(float32) == 8 and float32[0] - float32[-1] > 10 * LOSS_RTOL * float32[0]
     np.testing.assert_allclose(bfloat16, float32, rtol=LOSS_RTOL)
 
@@ -194,9 +195,9 @@ def test_a_float32_run_resumes_under_mixed_bfloat16(tmp_path):
                       str(tmp_path), array_dataset_fn(examples), print_fn=lines.append)
     assert resumed.restore() == 2
     assert any("mixed_precision: 'float32' -> 'mixed_bfloat16'" in line for line in lines), lines
-    for saved, restored in zip(weights_of(first.model), weights_of(resumed.model)):
+    for saved, restored in zip(weights_of(first.runner.model), weights_of(resumed.runner.model)):
         np.testing.assert_array_equal(saved, restored)
-    saved, restored = optimizer_state(first.optimizer), optimizer_state(resumed.optimizer)
+    saved, restored = optimizer_state(first.runner.optimizer), optimizer_state(resumed.runner.optimizer)
     assert saved.keys() == restored.keys() and len(saved) > 2
     for path, value in saved.items():
         np.testing.assert_array_equal(restored[path], value, err_msg=path)

@@ -164,7 +164,8 @@ def test_create_data_says_what_one_text_per_line_makes_of_sop(tmp_path):
 def test_raw_text_pretrain_reports_the_sop_balance(tmp_path):
     corpus = _one_review_per_line(tmp_path, count=100)
     tiny = ["--embedding-size", "16", "--hidden-size", "32", "--num-layers", "1", "--num-heads", "2",
-            "--intermediate-size", "64", "--max-seq-length", "128", "--batch-size", "4", "--steps", "1"]
+            "--intermediate-size", "64", "--max-seq-length", "128", "--batch-size", "4", "--steps", "1",
+            "--compile-step", "none"]
     lines = run_cli("pretrain", "--data", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "a", *tiny)
     assert "Sentence pairs: 100 of 100 documents (100.0%) have one sentence; sentence_order_label 0/1: 0/" in lines.stdout
     [warning] = _warnings(lines)

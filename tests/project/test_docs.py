@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_helpers import SERVER_VARIABLE, command_server, run_program, user_environment
+from cli_helpers import run_program, user_environment
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
@@ -85,22 +85,10 @@ def substituted(code, used):
 def run_page(page, workdir, used):
     """Runs `page`'s runnable blocks in `workdir`; returns a failure message or None.
 
-    README.md runs as a user runs it: the installed `albert-tf` and a new Python for every block.
-    The pages under docs/ call `albert-tf` through tests/forward_to_server.py and run their Python
-    blocks through cli_helpers.run_program: the same programs, forked from the test process's
-    command server instead of importing TensorFlow again (seconds each).
+    Each block runs as a user runs it: the installed `albert-tf` and a new Python for every block.
     """
     bin_dir = str(Path(sys.executable).parent)
     path = bin_dir + os.pathsep + os.environ.get("PATH", "")
-    forked = page != FIRST_PAGE
-    if forked:
-        shims = workdir.parent / f"{workdir.name}-bin"
-        shims.mkdir(exist_ok=True)
-        shim = shims / "albert-tf"
-        shim.write_text(f"#!{sys.executable}\nimport sys\nsys.path.insert(0, {str(TESTS)!r})\n"
-                        "from forward_to_server import main\nmain()\n", encoding="utf-8")
-        shim.chmod(0o755)
-        path = str(shims) + os.pathsep + path
     env = user_environment(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", PATH=path)
     for block in blocks(page):
         if block["language"] not in RUN_LANGUAGES or block["reason"]:
@@ -109,12 +97,11 @@ def run_page(page, workdir, used):
         script = workdir / f"block_{block['line']}.{'py' if block['language'] == 'python' else 'sh'}"
         script.write_text(code, encoding="utf-8")
         if block["language"] == "python":
-            command, block_env = [sys.executable, script.name], env
+            command = [sys.executable, script.name]
         else:
             command = ["bash", "-e", "-o", "pipefail", script.name]
-            block_env = dict(env, **({SERVER_VARIABLE: command_server()} if forked else {}))
         try:
-            done = run_program(command, cwd=workdir, env=block_env, timeout=BLOCK_TIMEOUT_S, fresh=not forked)
+            done = run_program(command, cwd=workdir, env=env, timeout=BLOCK_TIMEOUT_S)
         except subprocess.TimeoutExpired:
             return f"{page}:{block['line']}: the {block['language']} block ran past {BLOCK_TIMEOUT_S} s"
         if done.returncode != 0:

@@ -1,8 +1,9 @@
 """`finetune --strategy`: fixed-shape batches, mirrored and multi-worker runs equal to one device, the flag errors.
 
-The CLI runs are fresh processes: --logical-cpus splits the CPU, which
-TensorFlow allows once per process, before it initializes, and each worker of
-a multi-worker cluster is its own process with its own TF_CONFIG.
+The mirrored and multi-worker runs are new processes (tests/cli_helpers.run_cli
+starts them so): --logical-cpus splits the CPU, which TensorFlow allows once
+per process, before it initializes, and each worker of a multi-worker cluster
+is its own process with its own TF_CONFIG. The other runs are in the test process.
 """
 
 import concurrent.futures

@@ -32,7 +32,7 @@ def one_device_weights(run_dir, steps=3):
     trainer = Trainer(TINY_MODEL, config, str(run_dir), array_dataset_fn(synthetic_examples()),
                       print_fn=lambda *_: None)
     trainer.train()
-    return weights_of(trainer.model)
+    return weights_of(trainer.runner.model)
 
 
 def worker(args, tf_config=None):

@@ -114,16 +114,16 @@ def test_trainer_starts_from_the_given_table_and_does_not_reapply_it_on_resume(t
 
     fresh = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=2, checkpoint_every=1), str(tmp_path),
                     array_dataset_fn(examples), word_embeddings_init=init, print_fn=lambda *_: None)
-    np.testing.assert_allclose(fresh.model.backbone.word_embeddings.embeddings.numpy(), table, rtol=1e-6)
+    np.testing.assert_allclose(fresh.runner.model.backbone.word_embeddings.embeddings.numpy(), table, rtol=1e-6)
     fresh.train()
-    trained = fresh.model.backbone.word_embeddings.embeddings.numpy()
+    trained = fresh.runner.model.backbone.word_embeddings.embeddings.numpy()
     assert calls == [(TINY_MODEL.vocab_size, TINY_MODEL.embedding_size)]
 
     resumed = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=3, checkpoint_every=1), str(tmp_path),
                       array_dataset_fn(examples), word_embeddings_init=init, print_fn=lambda *_: None)
     assert len(calls) == 1, "a resumed run keeps its checkpoint's table"
     resumed.restore()
-    np.testing.assert_array_equal(resumed.model.backbone.word_embeddings.embeddings.numpy(), trained)
+    np.testing.assert_array_equal(resumed.runner.model.backbone.word_embeddings.embeddings.numpy(), trained)
 
     with pytest.raises(ValueError, match=r"Received: shape=\(3, 3\), expected \(64, 8\)"):
         Trainer(TINY_MODEL, tiny_trainer_config(), str(tmp_path / "bad"), array_dataset_fn(examples),

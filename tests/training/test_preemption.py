@@ -34,8 +34,8 @@ def test_a_stop_request_saves_the_step_of_the_loop_boundary_and_a_rerun_resumes(
     assert resumed.train(stop_requested=lambda: False)["step"] == 8
     uninterrupted = trainer(tmp_path / "uninterrupted")
     uninterrupted.train()
-    assert max_difference([v.numpy() for v in resumed.model.trainable_variables],
-                          [v.numpy() for v in uninterrupted.model.trainable_variables]) < 1e-6
+    assert max_difference([v.numpy() for v in resumed.runner.model.trainable_variables],
+                          [v.numpy() for v in uninterrupted.runner.model.trainable_variables]) < 1e-6
 
 
 def checkpoint_values(path):

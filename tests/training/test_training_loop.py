@@ -37,7 +37,7 @@ def trainer(run_dir, strategy=None, **overrides):
 def trained_weights(run_dir, **overrides):
     run = trainer(run_dir, **overrides)
     run.train()
-    return weights_of(run.model)
+    return weights_of(run.runner.model)
 
 
 # ------------------------------------------------------------ whole-step XLA
@@ -55,10 +55,10 @@ def test_whole_step_xla_gives_the_weights_of_the_plain_step(tmp_path, strategy, 
                       accumulation_steps=accumulation_steps, num_steps=4)
         run.train()
         assert run.compile_step == mode
-        return weights_of(run.model)
+        return weights_of(run.runner.model)
 
     plain, whole = weights("none"), weights("whole")
-    start = weights_of(trainer(tmp_path / "start").model)
+    start = weights_of(trainer(tmp_path / "start").runner.model)
     assert max_difference(plain, start) > 1e-2
     if precision == "float32":
         assert max_difference(plain, whole) < 1e-5
@@ -72,8 +72,9 @@ def test_whole_step_xla_gives_the_weights_of_the_plain_step(tmp_path, strategy, 
 
 
 def test_auto_compiles_the_whole_step_on_one_device(tmp_path):
-    assert trainer(tmp_path / "default").compile_step == "whole"
-    assert trainer(tmp_path / "mirrored", tf.distribute.MirroredStrategy(["/cpu:0"])).compile_step == "whole"
+    assert trainer(tmp_path / "default", compile_step="auto").compile_step == "whole"
+    assert trainer(tmp_path / "mirrored", tf.distribute.MirroredStrategy(["/cpu:0"]),
+                   compile_step="auto").compile_step == "whole"
     assert trainer(tmp_path / "forced", compile_step="forward").compile_step == "forward"
 
 
@@ -81,7 +82,7 @@ def test_auto_leaves_whole_step_off_where_keras_merge_call_cannot_run_on_a_gpu()
     # No GPU here: the rule is checked with the device named. Keras' optimizer
     # increments its iteration counter with a merge call, which TensorFlow
     # refuses inside a compiled replica function on GPUs under MirroredStrategy.
-    config, mirrored = tiny_trainer_config(), tf.distribute.MirroredStrategy(["/cpu:0"])
+    config, mirrored = tiny_trainer_config(compile_step="auto"), tf.distribute.MirroredStrategy(["/cpu:0"])
     assert resolve_run_precision(config, TINY_MODEL, mirrored, device="gpu").compile_step == "forward"
     assert resolve_run_precision(config, TINY_MODEL, mirrored, device="cpu").compile_step == "whole"
     # The default strategy makes no merge call: one GPU without --strategy keeps the whole step.
@@ -127,7 +128,7 @@ def get_next_ops(graph):
 @pytest.mark.parametrize("compile_step", ["whole", "forward", "none"])
 def test_the_traced_training_loop_holds_no_host_op(tmp_path, compile_step):
     run = trainer(tmp_path, compile_step=compile_step, accumulation_steps=2)
-    graph = run.step_graph(run.input_iterator(0))
+    graph = run.runner.step_graph(run.input_iterator(0))
     assert host_ops(graph) == []
     readers, compiled = get_next_ops(graph)
     # Two micro-batches a step, read by the loop body, never by a compiled function.
@@ -144,7 +145,7 @@ WRITE_OPS = {"AssignVariableOp", "AssignSubVariableOp", "AssignAddVariableOp"}
 @pytest.mark.parametrize("accumulation_steps", [1, pytest.param(2, marks=pytest.mark.slow)])
 def test_the_whole_compiled_step_holds_the_update_and_only_metrics_leave_it(tmp_path, accumulation_steps):
     run = trainer(tmp_path, compile_step="whole", accumulation_steps=accumulation_steps)
-    graph_def = run.step_graph(run.input_iterator(0)).as_graph_def()
+    graph_def = run.runner.step_graph(run.input_iterator(0)).as_graph_def()
     functions = {f.signature.name: f for f in graph_def.library.function}
     compiled = [name for name, f in functions.items() if f.attr["_XlaMustCompile"].b]
     assert len(compiled) == 1
@@ -155,7 +156,7 @@ def test_the_whole_compiled_step_holds_the_update_and_only_metrics_leave_it(tmp_
     assert len(step.signature.output_arg) == len(METRICS)
     # Every weight, both LAMB moments of each and the iteration count are written in it...
     written = {node.input[0] for node in step.node_def if node.op in WRITE_OPS}
-    assert len(written) >= 3 * len(run.model.trainable_variables) + 1
+    assert len(written) >= 3 * len(run.runner.model.trainable_variables) + 1
     # ...and nothing outside it (and the loops it calls: the micro-batch
     # accumulation) writes a variable but the trainer's step counter.
     inside = called_functions(functions, compiled[0])
@@ -207,12 +208,12 @@ def test_steps_per_loop_changes_neither_weights_nor_logs_nor_checkpoints(tmp_pat
     one.train()
     four = trainer(tmp_path / "four", num_steps=8, steps_per_loop=4, log_every=3, checkpoint_every=6)
     loops = []
-    loop = four.runner._train_loop
-    four.runner._train_loop = lambda iterator, steps: loops.append(int(steps)) or loop(iterator, steps)
+    run_loop = four.runner.run_loop
+    four.runner.run_loop = lambda iterator, steps: loops.append(steps) or run_loop(iterator, steps)
     four.train()
 
     assert loops == [3, 3, 2]
-    assert max_difference(weights_of(one.model), weights_of(four.model)) < 1e-6
+    assert max_difference(weights_of(one.runner.model), weights_of(four.runner.model)) < 1e-6
     assert sorted(p.name for p in (tmp_path / "four" / "checkpoints").glob("*.index")) == [
         "ckpt-6.index", "ckpt-8.index"]
     per_step = {r["step"]: r for r in read_log(tmp_path / "one")}

@@ -50,8 +50,8 @@ def test_a_non_finite_loss_stops_the_graph_loop_and_is_reported_at_its_end(tmp_p
     run = trainer(tmp_path, num_steps=8, steps_per_loop=8, log_every=8, checkpoint_every=8, learning_rate=1e30,
                   compile_step="none")
     loops = []
-    run_loop = run.run_loop
-    run.run_loop = lambda iterator, steps: loops.append(run_loop(iterator, steps)) or loops[-1]
+    run_loop = run.runner.run_loop
+    run.runner.run_loop = lambda iterator, steps: loops.append(run_loop(iterator, steps)) or loops[-1]
     with pytest.raises(RunStopped, match=r"^diverged at step (\d+).*found at the end of the loop of steps 1-8") as raised:
         run.train()
     assert raised.value.saved is None and "starts again from step 0" in raised.value.then
@@ -69,7 +69,7 @@ def test_evaluation_reads_the_same_batches_each_time_and_matches_evaluate_pretra
     first, second = run.evaluate(), run.evaluate()
     assert first == second
     batches = array_dataset_fn(HELD_OUT)(8, tf.distribute.InputContext(), 0)
-    expected = evaluate_pretraining(run.model, batches, 2)
+    expected = evaluate_pretraining(run.runner.model, batches, 2)
     for name in EVAL_METRICS:
         assert first[name] == pytest.approx(expected[name.removeprefix("eval_")], rel=1e-5)
 
