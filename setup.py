@@ -16,6 +16,9 @@ setup(
         "tensorflow-text>=2.20,<2.22",
         "keras>=3.10,<4",
         "sentencepiece>=0.2",
+        # Its DecodeError names a corrupt saved_model.pb or spiece.model as the user's file, not a bug
+        # (albert_tf/export/saved_model.py, input_pipeline/tokenizer.py); TensorFlow needs it too.
+        "protobuf>=5.26",
         "numpy>=1.26",
         # Sparse co-occurrence counts and their truncated SVD (the demo's PPMI-SVD embedding start).
         "scipy>=1.10",

@@ -151,8 +151,8 @@ def test_create_data_says_what_one_text_per_line_makes_of_sop(tmp_path):
     assert labels["lines"].all() and len(labels["lines"]) == 800
     assert "400 of 400 documents (100.0%) have one sentence; sentence_order_label 0/1: 0/800" in lines.stdout
     [warning] = _warnings(lines)
-    assert warning.startswith("albert-tf create-data: warning: 100% of the documents have one sentence") and (
-        "--split-sentences" in warning)
+    assert warning.startswith("albert-tf create-data: warning: 100% of the examples have sentence_order_label 1")
+    assert "100% of the 400 documents have one sentence" in warning and "--format lines --split-sentences" in warning
     # Split into sentences, the reviews form pairs: about half the labels are 0 (one-sentence chunks
     # still take another document's B, label 1, as in the original), and nothing is warned.
     split = labels["split", "out"]
@@ -169,7 +169,8 @@ def test_raw_text_pretrain_reports_the_sop_balance(tmp_path):
     lines = run_cli("pretrain", "--data", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "a", *tiny)
     assert "Sentence pairs: 100 of 100 documents (100.0%) have one sentence; sentence_order_label 0/1: 0/" in lines.stdout
     [warning] = _warnings(lines)
-    assert warning.startswith("albert-tf pretrain: warning: 100% of the documents") and "--split-sentences" in warning
+    assert warning.startswith("albert-tf pretrain: warning: 100% of the examples have sentence_order_label 1")
+    assert "100% of the 100 documents have one sentence" in warning and "--format lines --split-sentences" in warning
     split = run_cli("pretrain", "--data", corpus, "--tokenizer", tmp_path / "tok", "--out", tmp_path / "b",
                     "--split-sentences", *tiny)
     assert not _warnings(split) and "sentence_order_label 0/1: " in split.stdout
