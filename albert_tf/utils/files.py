@@ -224,7 +224,7 @@ PREVIOUS_PREFIX = ".previous-"
 
 
 @contextlib.contextmanager
-def publish(target, entry_files=(), directory=True, keep_when=None, name=None):
+def publish(target, entry_files=(), directory=True, name=None):
     """Yields a staging path beside `target`; when the block succeeds, it replaces `target` whole.
 
     The one way every command and the trainer write an output that readers
@@ -247,10 +247,6 @@ def publish(target, entry_files=(), directory=True, keep_when=None, name=None):
         target: the path to publish, local or a URL.
         entry_files: names a reader needs before any other file of the directory.
         directory: whether the block writes a directory (True) or a file (False).
-        keep_when: None, or called with an exception leaving the block: True
-            when the staging output is complete all the same (an interrupted
-            run's finished part); it is then published before the exception
-            goes on.
         name: the flag or argument that named `target`, for the error
             raised when its place cannot be written.
 
@@ -271,11 +267,8 @@ def publish(target, entry_files=(), directory=True, keep_when=None, name=None):
             open_file(staging, "wb").close()
     try:
         yield staging
-    except BaseException as e:
-        if keep_when is not None and keep_when(e):
-            _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
-        else:
-            _delete(staging)
+    except BaseException:
+        _delete(staging)
         raise
     _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
 
@@ -346,7 +339,7 @@ def check_writable(path, name="--out", inside=False):
         raise UserError(f"{name} {path}: cannot write in {existing} ({e.strerror or e}).") from None
 
 
-def publish_output(path, overwrite, entry_files=(), name="--out", directory=True, keep_when=None):
+def publish_output(path, overwrite, entry_files=(), name="--out", directory=True):
     """`publish` of an output that must be new or empty unless `overwrite` (`check_new_output`).
 
     The one way a command (or a library function given an output directory)
@@ -354,7 +347,7 @@ def publish_output(path, overwrite, entry_files=(), name="--out", directory=True
     Arguments as `check_new_output` and `publish`.
     """
     check_new_output(path, overwrite, name, directory)
-    return publish(path, entry_files, directory, keep_when, name)
+    return publish(path, entry_files, directory, name)
 
 
 def _put_in_place(staging, target, previous, entry_files):
