@@ -26,6 +26,18 @@ def test_accumulating_micro_batches_equals_one_big_batch(tmp_path):
     assert max_difference(weights_of(big.runner.model), weights_of(accumulated.runner.model)) < 1e-5
 
 
+def test_accumulated_micro_batches_take_one_big_batchs_step(tmp_path):
+    # The same property as above in one step, run eagerly (nothing to trace): a micro-batch
+    # normalized by its own mask count moves the weights away from one big batch's step.
+    tf.config.run_functions_eagerly(True)
+    try:
+        big, _ = train(tmp_path / "big", global_batch_size=8, num_steps=1)
+        accumulated, _ = train(tmp_path / "accumulated", global_batch_size=8, accumulation_steps=4, num_steps=1)
+    finally:
+        tf.config.run_functions_eagerly(False)
+    assert max_difference(weights_of(big.runner.model), weights_of(accumulated.runner.model)) < 1e-5
+
+
 @pytest.mark.slow
 def test_xla_compiled_steps_match_the_plain_steps(tmp_path):
     plain, plain_record = train(tmp_path / "plain", global_batch_size=8, accumulation_steps=2, compile_step="none")

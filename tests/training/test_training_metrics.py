@@ -45,7 +45,26 @@ def test_metrics_are_read_once_per_loop_however_many_steps_it_runs(tmp_path, mon
                                                                                           monkeypatch)
 
 
-@pytest.mark.slow
+def test_a_loop_of_any_length_reads_its_metrics_once(tmp_path, monkeypatch):
+    # One run whose loops are 6 steps, then 2: each loop is one call and one read, and a loop of 6
+    # steps reads no more than a loop of 2.
+    run = trainer(tmp_path, num_steps=8, steps_per_loop=6, log_every=8, checkpoint_every=8)
+    loops, reads = [], []
+    run_loop = run.runner.run_loop
+
+    def counted(iterator, steps):
+        before = len(reads)
+        result = run_loop(iterator, steps)
+        loops.append((steps, len(reads) - before))
+        return result
+
+    read = ops._EagerTensorBase._numpy
+    monkeypatch.setattr(run.runner, "run_loop", counted)
+    monkeypatch.setattr(ops._EagerTensorBase, "_numpy", lambda tensor: reads.append(1) or read(tensor))
+    run.train()
+    assert loops == [(6, 1), (2, 1)]
+
+
 def test_a_non_finite_loss_stops_the_graph_loop_and_is_reported_at_its_end(tmp_path):
     run = trainer(tmp_path, num_steps=8, steps_per_loop=8, log_every=8, checkpoint_every=8, learning_rate=1e30,
                   compile_step="none")
