@@ -297,9 +297,10 @@ class _ResumeState:
         start = {"epoch": 1, "batch": 0, "loss_sum": 0.0, "history": [], "best": None, "best_epoch": None}
         newest = checkpoints.newest_checkpoint(self.directory)
         if newest is None:
+            log(f"Starting a new run (no checkpoint in {self.directory}).")
             return start
         if self._settings_of(newest) not in (None, self._settings):  # None: unreadable, the restore falls back
-            log(f"{self.directory} holds an unfinished run with other settings; starting over.")
+            log(f"Starting a new run: {self.directory} holds an unfinished run with other settings.")
             self.remove()
             return start
         path = checkpoints.restore_newest_readable(self._checkpoint, self.directory, log)

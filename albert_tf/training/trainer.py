@@ -38,7 +38,7 @@ import os
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import any_worker, is_chief
+from albert_tf.distribute import is_chief
 from albert_tf.precision import choose_precision
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
@@ -46,8 +46,9 @@ from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
 from albert_tf.training.run_directory import RunDirectory
 from albert_tf.training.step_runner import StepRunner
+from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
-from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, PREEMPTED, RunStopped, UserError
+from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, RunStopped, UserError
 
 
 class Trainer:
@@ -134,7 +135,7 @@ class Trainer:
         return int(self.runner.step_variable.numpy())
 
     def restore(self):
-        """Restores the newest readable checkpoint of RUN_DIR, if any.
+        """Restores the newest readable checkpoint of RUN_DIR, if any, and says which it did: resumed, or started new.
 
         Returns:
             The step reached (0 without checkpoints).
@@ -148,9 +149,11 @@ class Trainer:
             # The state file may be stale or garbage; TensorFlow's tools read it.
             checkpoints.write_state_file(self.checkpoint_dir, checkpoints.checkpoint_steps(self.checkpoint_dir))
             self._print(f"Resumed from {restored} at step {self.step}.")
+        elif self._is_chief:
+            self._print(f"Starting a new run in {self.run_dir} (no checkpoint in {self.checkpoint_dir}).")
         return self.step
 
-    def train(self, stop_requested=None):
+    def train(self, stop_requested=None, preemption_notice=None):
         """Trains to `config.num_steps`, resuming from the last checkpoint.
 
         Args:
@@ -161,6 +164,12 @@ class Trainer:
                 sets it; a running loop is never cut, so a stop waits for at
                 most one loop. On several workers the run stops when any
                 worker's says so, all at the same step.
+            preemption_notice: optional `fn() -> bool`, a cluster's notice
+                that it will preempt this machine, watched under
+                MultiWorkerMirroredStrategy by TensorFlow's
+                `PreemptionCheckpointHandler` (`stop_requests`), which stops
+                every worker after the same loop, as `stop_requested` does;
+                None: the platform's (a GCE GPU VM's maintenance event).
 
         Returns:
             dict: the last progress record (step, losses, accuracies, ...).
@@ -168,9 +177,9 @@ class Trainer:
         Raises:
             RunStopped: why "diverged": the loss or the weights became
                 non-finite (the last good checkpoint is kept); "preempted":
-                `stop_requested` said so before the last step (that step is
-                checkpointed); "interrupted": Ctrl-C (the newest checkpoint
-                is kept).
+                `stop_requested` or the notice said so before the last step
+                (that step is checkpointed); "interrupted": Ctrl-C (the
+                newest checkpoint is kept).
         """
         c = self.config
         start = self.restore()
@@ -190,6 +199,8 @@ class Trainer:
         progress.start(start)
         record = {}
         step = start
+        stops = StopRequests(self.strategy, self._save_checkpoint, stop_requested, preemption_notice,
+                             self.checkpoint_dir)
         try:
             while step < c.num_steps:
                 length = loop_length(step, c)
@@ -207,15 +218,15 @@ class Trainer:
                 saved = None
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     saved = self._save_checkpoint(step)
-                if step < c.num_steps and stop_requested is not None and any_worker(self.strategy, stop_requested()):
-                    raise RunStopped(PREEMPTED, f"at step {step} of {c.num_steps}", step=step, saved=CHECKPOINT,
-                                     path=saved or self._save_checkpoint(step))
+                if step < c.num_steps:
+                    stops.check(step, saved, f"at step {step} of {c.num_steps}")
         except KeyboardInterrupt:
             # Ctrl-C may cut a loop or a save: what is kept is the newest complete checkpoint.
             newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
             raise RunStopped(INTERRUPTED, f"at step {self.step} of {c.num_steps}", step=self.step,
                              saved=newest and CHECKPOINT, path=newest) from None
         finally:
+            stops.close()
             progress.close()
         if self._is_chief:
             self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
