@@ -34,11 +34,12 @@ rerun resumes from the newest readable checkpoint and rebuilds a missing
 
 import math
 import os
+import re
 
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import is_chief
+from albert_tf.distribute import is_chief, num_workers
 from albert_tf.precision import choose_precision
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
@@ -180,6 +181,8 @@ class Trainer:
                 `stop_requested` or the notice said so before the last step
                 (that step is checkpointed); "interrupted": Ctrl-C (the
                 newest checkpoint is kept).
+            DamagedData: the data (or the held-out data) has a damaged
+                record; the steps before it are checkpointed.
         """
         c = self.config
         start = self.restore()
@@ -220,6 +223,8 @@ class Trainer:
                     saved = self._save_checkpoint(step)
                 if step < c.num_steps:
                     stops.check(step, saved, f"at step {step} of {c.num_steps}")
+        except tf.errors.DataLossError as error:
+            raise self._damaged_data(error) from None
         except KeyboardInterrupt:
             # Ctrl-C may cut a loop or a save: what is kept is the newest complete checkpoint.
             newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
@@ -271,6 +276,22 @@ class Trainer:
         files.rmtree(scratch, ignore_errors=True)
         return checkpoints.checkpoint_path(self.checkpoint_dir, step)
 
+    def _damaged_data(self, error):
+        """The `DamagedData` of a damaged record met by the input pipeline, after a checkpoint of the last whole step.
+
+        The graph loop stops at the step whose batch failed to read: the
+        steps before it are whole (weights, optimizer and step count), so
+        they are checkpointed, and only their progress lines are missing. On
+        several workers the others wait in that step's all-reduce, so none
+        can take part in a save: the newest checkpoint is what is kept.
+        """
+        newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
+        step = self.step
+        saved = (checkpoints.checkpoint_steps(self.checkpoint_dir) or [0])[-1]
+        if num_workers(self.strategy) == 1 and step > saved and self.runner.weights_finite():
+            newest = self._save_checkpoint(step)
+        return DamagedData(step, newest, _op_error_reason(error))
+
     def _diverged(self, step, what):
         """The `RunStopped` of a run that diverged at `step` (`what` says how); the last good checkpoint is kept."""
         newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
@@ -280,6 +301,29 @@ class Trainer:
                  f"{self.config.num_warmup_steps} steps), then rerun the same command: it "
                  + ("resumes from that checkpoint." if newest else "starts again from step 0."),
         )
+
+
+class DamagedData(UserError):
+    """The input pipeline met a damaged record (`tf.errors.DataLossError`, which names no file) after `step`.
+
+    Attributes:
+        step: the steps done (the last whole one).
+        path: the newest checkpoint, of `step` where it could be saved, or None.
+        reason: TensorFlow's one line ("corrupted record at 1989").
+        kept: one sentence on what the run kept, for a message.
+    """
+
+    def __init__(self, step, path, reason):
+        self.step, self.path, self.reason = step, path, reason
+        self.kept = (f"Training stopped after step {step}; the newest checkpoint is {path}." if path
+                     else f"Training stopped after step {step}, before any checkpoint.")
+        super().__init__(f"The training data has a damaged record ({reason}). {self.kept}")
+
+
+def _op_error_reason(error):
+    """TensorFlow's own line of an `OpError` ("corrupted record at 156"), without the graph's call stack and op names."""
+    lines = [line for line in str(error.message).splitlines() if line.strip() and not line[0].isspace()]
+    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", lines[-1]).strip()
 
 
 def resolve_run_precision(config, model_config, strategy, flags=None, device=None):
