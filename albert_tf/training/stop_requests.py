@@ -1,34 +1,35 @@
-"""`StopRequests`: whether a training loop stops at a loop boundary, on SIGTERM or a cluster's preemption notice.
+"""`StopRequests`: whether a training loop stops at a step boundary, on SIGTERM or a cluster's preemption notice.
 
-Both end a run the same way: a checkpoint of the step reached, in the run's
-own layout (`checkpoints`), then `RunStopped` with why `PREEMPTED`, which the
-CLI turns into one line and exit 143; a rerun resumes from that checkpoint.
+Both end a run the same way: the loop checkpoints the step reached, in the
+run's own layout, and raises `RunStopped` with why `PREEMPTED`, which the CLI
+turns into one line and exit 143; a rerun resumes from that checkpoint.
 
 - SIGTERM, under every strategy: the caller's `stop_requested()`
-  (`albert_tf.utils.preemption`), asked after every loop and agreed over the
-  workers with one all-reduce (`distribute.any_worker`).
+  (`albert_tf.utils.preemption`), agreed over the workers with one
+  all-reduce per check (`distribute.any_worker`).
 - A cluster's preemption notice, under MultiWorkerMirroredStrategy where the
   platform gives one (`platform_notice`): TensorFlow's
   `tf.distribute.experimental.PreemptionCheckpointHandler` polls it every
   second in a thread of its own, and the worker that got it agrees with the
-  others, through the cluster's coordination service, on the loop after
-  which all of them save (the next one: the workers are never more than one
-  loop apart). It saves through `save_fn`, the trainer's own checkpoint, and
-  its `exit_fn` only records that it did: the trainer then raises, where
-  TensorFlow's default exit function would `sys.exit` from inside the loop.
+  others, through the cluster's coordination service, on the check after
+  which all of them stop (the next one: the workers are never more than one
+  step apart). At that check the handler calls its `save_fn` and `exit_fn`
+  on every worker; both only record, and the loop then saves and raises as
+  on SIGTERM, where TensorFlow's defaults would save through the handler's
+  own CheckpointManager and `sys.exit` from inside the loop.
 
 What the handler is given, and why (TensorFlow 2.21's
 tensorflow/python/distribute/failure_handling/failure_handling.py):
-- `grace_period=0`: save at the agreed loop and stop. With a grace period
-  (an hour on a GCE GPU VM) it trains on and saves again near the end, timed
-  by its estimate of a call's length, which `save_checkpoint_if_preempted`
-  (the call for loops of several steps) sets to zero: the save would start
-  in the notice's last seconds, with no margin for a loop and a checkpoint.
+- `grace_period=0`: stop at the agreed check. With a grace period (an hour
+  on a GCE GPU VM) it trains on and stops near the end, timed by its
+  estimate of a call's length, which `save_checkpoint_if_preempted` (the
+  call for loops of several steps) sets to zero: the save would start in the
+  notice's last seconds, with no margin for a loop and a checkpoint.
 - A `tf.train.CheckpointManager` of an empty `tf.train.Checkpoint` over a
   directory nothing writes: the handler restores from its manager when it is
   made and adds its own call counter to the manager's checkpoint. The run's
-  checkpoints keep their layout, and the trainer's restore (which falls back
-  past an unreadable checkpoint) stays the one restore.
+  checkpoints keep their layout, and the loop's own restore (which falls
+  back past an unreadable checkpoint) stays the one restore.
 - Always a `termination_watcher_fn`: without one it takes SIGTERM's handler
   over, where `albert_tf.utils.preemption` already turns SIGTERM into a stop.
 
@@ -46,11 +47,10 @@ from tensorflow.python.distribute.failure_handling import failure_handling_util
 from tensorflow.python.util import deprecation
 
 from albert_tf.distribute import any_worker
-from albert_tf.utils.errors import CHECKPOINT, PREEMPTED, RunStopped
 
 # `RunStopped.cause` of a stop on the handler's notice (a SIGTERM's has none: "stopped by SIGTERM").
 NOTICE = "the cluster's preemption notice"
-# Beside the checkpoints, never written: the directory of the handler's own (unused) CheckpointManager.
+# Where the handler's own CheckpointManager points: beside the run's checkpoints, never written.
 _UNUSED_HANDLER_DIR = ".preemption-handler-unused"
 
 
@@ -73,62 +73,54 @@ def platform_notice():
 
 
 class StopRequests:
-    """Asked by every worker after every loop: raises `RunStopped` (why `PREEMPTED`) at a checkpoint when the run must stop.
+    """Asked by every worker at the same step boundaries: whether the run stops there, and what asked.
 
     Args:
         strategy: the run's `tf.distribute.Strategy`.
-        save: `fn(step) -> path`: checkpoints `step` in the run's layout; every
-            worker calls it at the same step (the chief writes).
         stop_requested: optional `fn() -> bool`, SIGTERM's request.
         notice: `fn() -> bool`, the cluster's preemption notice, watched
             under MultiWorkerMirroredStrategy only (the handler's
             `termination_watcher_fn`: light, never blocking); None: the
             platform's (`platform_notice`).
-        checkpoint_dir: the run's checkpoint directory (the handler's
-            unused manager points beside it).
+        directory: the run's directory (the handler's unused manager points
+            into it).
+
+    Attributes:
+        cause: None, or once `requested()` said True, what asked:
+            None for SIGTERM (`RunStopped.cause`), `NOTICE` for the notice.
     """
 
-    def __init__(self, strategy, save, stop_requested=None, notice=None, checkpoint_dir="."):
-        self._strategy, self._save, self._requested = strategy, save, stop_requested
+    def __init__(self, strategy, stop_requested=None, notice=None, directory="."):
+        self._strategy, self._requested = strategy, stop_requested
         self._handler = None
-        self._noticed_save = None  # the checkpoint the handler's save_fn wrote
-        self._stopped_at = None  # that checkpoint, once the handler's exit_fn ran
+        self._noticed = False  # the handler's exit_fn ran: every worker is at the agreed check
+        self.cause = None
         if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
             return
         notice = platform_notice() if notice is None else notice
         if notice is not None:
             manager = tf.train.CheckpointManager(
-                tf.train.Checkpoint(), os.path.join(checkpoint_dir, _UNUSED_HANDLER_DIR), max_to_keep=1)
+                tf.train.Checkpoint(), os.path.join(directory, _UNUSED_HANDLER_DIR), max_to_keep=1)
             config = tf.distribute.experimental.TerminationConfig(
-                termination_watcher_fn=notice, exit_fn=self._record_stop, grace_period=0, save_fn=self._save_on_notice)
+                termination_watcher_fn=notice, exit_fn=self._record_notice, grace_period=0,
+                save_fn=lambda: None)  # the loop saves, in its own layout, once `requested()` says so
             self._handler = tf.distribute.experimental.PreemptionCheckpointHandler(
                 strategy.cluster_resolver, manager, termination_config=config)
 
-    @property
-    def watches_notice(self):
-        """Whether TensorFlow's handler watches a preemption notice for this run."""
-        return self._handler is not None
+    def requested(self):
+        """Whether the run stops at this step boundary; every worker asks at the same ones, and gets the same answer.
 
-    def check(self, step, saved, where):
-        """Raises `RunStopped` when the run stops after `step`; every worker calls it at every loop boundary.
-
-        Args:
-            step: the step the loop ended on.
-            saved: the path of `step`'s checkpoint when the loop ended on one, else None.
-            where: `RunStopped.where`, e.g. "at step 6 of 12".
-
-        Raises:
-            RunStopped: why `PREEMPTED`, `saved` `CHECKPOINT`, `path` the
-                checkpoint of `step`; `cause` `NOTICE` on the handler's notice.
+        Returns:
+            bool. True also sets `cause`.
         """
         if self._handler is not None:
             # It reads its own deprecated `total_run_calls` when it saves: not the user's to see.
             with deprecation.silence():
-                self._handler.save_checkpoint_if_preempted(step, saved)
-            if self._stopped_at is not None:
-                raise RunStopped(PREEMPTED, where, step=step, saved=CHECKPOINT, path=self._stopped_at, cause=NOTICE)
-        if self._requested is not None and any_worker(self._strategy, self._requested()):
-            raise RunStopped(PREEMPTED, where, step=step, saved=CHECKPOINT, path=saved or self._save(step))
+                self._handler.save_checkpoint_if_preempted()
+            if self._noticed:
+                self.cause = NOTICE
+                return True
+        return self._requested is not None and any_worker(self._strategy, self._requested())
 
     def close(self):
         """Stops the handler's watcher threads (TensorFlow stops them only in `__del__`, which they keep from running)."""
@@ -136,8 +128,5 @@ class StopRequests:
             self._handler.__del__()
             self._handler = None
 
-    def _save_on_notice(self, step, saved):
-        self._noticed_save = saved or self._save(step)
-
-    def _record_stop(self):
-        self._stopped_at = self._noticed_save
+    def _record_notice(self):
+        self._noticed = True

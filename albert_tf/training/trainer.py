@@ -49,7 +49,7 @@ from albert_tf.training.run_directory import RunDirectory
 from albert_tf.training.step_runner import StepRunner
 from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
-from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, RunStopped, UserError
+from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, PREEMPTED, RunStopped, UserError
 
 
 class Trainer:
@@ -202,8 +202,7 @@ class Trainer:
         progress.start(start)
         record = {}
         step = start
-        stops = StopRequests(self.strategy, self._save_checkpoint, stop_requested, preemption_notice,
-                             self.checkpoint_dir)
+        stops = StopRequests(self.strategy, stop_requested, preemption_notice, self.run_dir)
         try:
             while step < c.num_steps:
                 length = loop_length(step, c)
@@ -221,8 +220,9 @@ class Trainer:
                 saved = None
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     saved = self._save_checkpoint(step)
-                if step < c.num_steps:
-                    stops.check(step, saved, f"at step {step} of {c.num_steps}")
+                if step < c.num_steps and stops.requested():
+                    raise RunStopped(PREEMPTED, f"at step {step} of {c.num_steps}", step=step, saved=CHECKPOINT,
+                                     path=saved or self._save_checkpoint(step), cause=stops.cause)
         except tf.errors.DataLossError as error:
             raise self._damaged_data(error) from None
         except KeyboardInterrupt:

@@ -81,3 +81,29 @@ def test_a_run_says_whether_it_starts_new_or_resumes(data, tmp_path):
     said.clear()
     run(data, tmp_path / "run", log=said.append)
     assert f"Resuming from {raised.value.path}: epoch 1, step 1" in said and not any("Starting" in m for m in said)
+
+
+def test_a_cluster_preemption_notice_stops_multi_worker_fine_tuning_at_a_step_and_a_rerun_resumes(
+        data, tmp_path, monkeypatch):
+    # TensorFlow's PreemptionCheckpointHandler watches the notice (a stand-in, up from the start) under
+    # MultiWorkerMirroredStrategy, one local worker here; the run stops at a step and checkpoints as on SIGTERM.
+    from albert_tf.distribute import get_strategy
+    from albert_tf.training.stop_requests import NOTICE
+
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # where the handler asks for Google Cloud: no one, at once
+    strategy = get_strategy("multi_worker")
+
+    def tune(notice, log=lambda *_: None):
+        with strategy.scope():
+            backbone = AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE))
+        return finetune(CONFIG, backbone, small_tokenizer(), str(data / "train.csv"), str(data / "eval.csv"),
+                        str(tmp_path / "run"), log=log, strategy=strategy, preemption_notice=notice)
+
+    with pytest.raises(RunStopped) as raised:
+        tune(lambda: True)
+    stop = raised.value
+    assert (stop.why, stop.saved, stop.cause) == (PREEMPTED, CHECKPOINT, NOTICE)
+    assert stop.where.startswith("in epoch 1 of 2, at step ") and os.path.exists(stop.path + ".index")
+    said = []
+    assert [r["epoch"] for r in tune(lambda: False, said.append)["history"]] == [1, 2]
+    assert f"Resuming from {stop.path}: epoch 1, step {stop.step}" in said, said
