@@ -2,6 +2,7 @@
 
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
@@ -127,3 +128,12 @@ def test_a_cluster_preemption_notice_stops_a_multi_worker_run_at_its_own_checkpo
     printed.clear()
     assert trainer().train(preemption_notice=lambda: False)["step"] == 8
     assert f"Resumed from {stop.path} at step {stop.step}." in printed
+
+
+def test_without_a_cluster_no_handler_watches_a_notice_and_sigterm_is_the_request():
+    from albert_tf.training.stop_requests import StopRequests
+
+    stops = StopRequests(tf.distribute.get_strategy(), stop_requested=lambda: False, notice=lambda: True)
+    time.sleep(0.1)  # a handler's watcher would have seen the notice, and agreed to stop at the second check
+    assert not stops.requested() and not stops.requested()
+    assert StopRequests(tf.distribute.get_strategy(), stop_requested=lambda: True).requested()
