@@ -33,6 +33,11 @@ tensorflow/python/distribute/failure_handling/failure_handling.py):
 - Always a `termination_watcher_fn`: without one it takes SIGTERM's handler
   over, where `albert_tf.utils.preemption` already turns SIGTERM into a stop.
 
+Its agreement lives in the coordination service's keys, which outlive the
+handler (TensorFlow 2.21's source): in the processes of a multi-worker
+cluster, the notice is watched for their first run; a second run in the same
+processes ignores it (SIGTERM still stops it).
+
 Where TensorFlow's handler watches nothing, no handler is made and SIGTERM is
 the notice: on a Cloud TPU VM or a GCE CPU VM (its source: "does not support
 usage with TPU or CPU device on GCP"), under TPUStrategy (it watches TPUs on
