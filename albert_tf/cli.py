@@ -7,7 +7,7 @@ The commands report through `albert_tf.utils.errors`, and only this module
 prints and picks the exit code: a `UserError` (bad input: a missing or
 unreadable file, a wrong format, a bad flag value; also a mistyped flag or
 command, with the closest known one) is one line naming the problem, exit 2;
-a `RunStopped` run (Ctrl-C: 130, SIGTERM: 143, a diverged loss: 1) says in one
+a `RunStopped` run (Ctrl-C: 130, SIGTERM or a preemption notice: 143, a diverged loss: 1) says in one
 line where it stopped, what it kept and what to do next. A command whose
 module sets `STOPS_ON_SIGTERM` gets `args.stop_requested`, which SIGTERM sets
 instead of ending the process (`albert_tf.utils.preemption`), from the moment
@@ -240,7 +240,8 @@ def stop_message(stop):
     else:
         kept = "nothing was kept"
     then = stop.then or f"Rerun the same command to {'resume' if stop.saved else 'start again'}."
-    return f"{_STOPS[stop.why][0]} {stop.where}; {kept}. {then}"
+    start = f"stopped by {stop.cause}" if stop.cause else _STOPS[stop.why][0]
+    return f"{start} {stop.where}; {kept}. {then}"
 
 
 def _user_error(command, error):

@@ -24,6 +24,31 @@ def _masked_crc(data):
     return (((crc >> 15) | (crc << 17)) + 0xA282EAD8) & 0xFFFFFFFF
 
 
+def first_damaged_record(path):
+    """Where the first damaged record of the TFRecord file `path` starts, or None when every record is whole.
+
+    A record is damaged when its length or its data fails its CRC (bytes
+    changed after they were written), or when the file ends inside it. This
+    is the check `tf.data.TFRecordDataset` makes as it reads, whose
+    `DataLossError` ("corrupted record at N") names no file.
+
+    Returns:
+        The record's byte offset in the file, or None.
+    """
+    offset = 0
+    with files.open_file(path, "rb") as f:
+        while header := f.read(12):
+            length, length_crc = header[:8], header[8:]
+            if len(header) < 12 or struct.pack("<I", _masked_crc(length)) != length_crc:
+                return offset
+            size = struct.unpack("<Q", length)[0]
+            record, crc = f.read(size), f.read(4)
+            if len(record) < size or struct.pack("<I", _masked_crc(record)) != crc:
+                return offset
+            offset += 12 + size + 4
+    return None
+
+
 class RecordWriter:
     """Writes TFRecord files, as `tf.io.TFRecordWriter` (no compression).
 

@@ -28,6 +28,8 @@ def main():
     parser.add_argument("--fit", action="store_true", help="Train with model.fit instead of Trainer.")
     parser.add_argument("--stop-at-step", type=int,
                         help="Worker 1 of a cluster alone asks to stop (as on SIGTERM) once at this step.")
+    parser.add_argument("--notice-on-worker-1", action="store_true",
+                        help="Worker 1 of a cluster alone gets a preemption notice, from the start.")
     args = parser.parse_args()
 
     from albert_tf.distribute import configure_logical_cpus, get_strategy
@@ -58,14 +60,17 @@ def main():
                                  compile_step=args.compile_step, **loop)
     trainer = Trainer(TINY_MODEL, config, args.run_dir, dataset_fn, strategy=get_strategy(args.strategy))
     print(f"compile_step: {trainer.compile_step}")
-    if args.stop_at_step:
+    if args.stop_at_step or args.notice_on_worker_1:
         from albert_tf.utils.errors import RunStopped
 
         index = json.loads(os.environ.get("TF_CONFIG", "{}")).get("task", {}).get("index")
         try:
-            trainer.train(stop_requested=lambda: index == 1 and trainer.step >= args.stop_at_step)
+            if args.notice_on_worker_1:
+                trainer.train(preemption_notice=lambda: index == 1)
+            else:
+                trainer.train(stop_requested=lambda: index == 1 and trainer.step >= args.stop_at_step)
         except RunStopped as stopped:
-            print(f"stopped at step {stopped.step}, saved {stopped.path}")
+            print(f"stopped at step {stopped.step}, saved {stopped.path}, by {stopped.cause}")
         return
     trainer.train()
     if args.out:

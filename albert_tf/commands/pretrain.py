@@ -38,6 +38,7 @@ from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
+from input_pipeline.pretraining.tfrecord_shards import check_records
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
 _PAIR_STATS_DOCUMENTS = 10_000
@@ -111,7 +112,7 @@ def run(args):
     # Before reading the data: a TPU that is not there is known in seconds.
     strategy_name, strategy = strategy_from_flags(args)
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
-    from albert_tf.training import Trainer, ppmi_svd_init
+    from albert_tf.training import DamagedData, Trainer, ppmi_svd_init
 
     init = _init_from(args) if args.init_from else None
     source, data_config, vocab_size, tokenizer, data_info = _load_data(args, init and init.tokenizer)
@@ -149,8 +150,25 @@ def run(args):
     # Under a mixed policy the weights, LayerNorm, softmax and losses stay float32.
     print(f"Precision: {trainer.precision.describe()}; remat: {'on' if trainer_config.remat else 'off'}; "
           f"steps per loop: {trainer_config.steps_per_loop}")
-    trainer.train(stop_requested=args.stop_requested)
+    try:
+        trainer.train(stop_requested=args.stop_requested)
+    except DamagedData as damaged:
+        raise UserError(f"{_damaged_shard(args) or damaged.reason}. {damaged.kept}") from None
     return 0
+
+
+def _damaged_shard(args):
+    """The error naming the first damaged shard of --data's and --eval-data's create-data records, or None.
+
+    TensorFlow's DataLossError names no file; every record is read again to find it (about 1 s per GB on a local disk).
+    """
+    for paths in (args.data, args.eval_data or []):
+        if len(paths) == 1 and files.isfile(os.path.join(paths[0], "metadata.json")):
+            try:
+                check_records(paths[0])
+            except UserError as e:
+                return str(e).removesuffix(".")
+    return None
 
 
 def _load_data(args, model_tokenizer=None):

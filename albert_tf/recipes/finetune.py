@@ -45,6 +45,7 @@ from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
 from albert_tf.recipes.registry import RECIPES, get_recipe
 from albert_tf.recipes.sentence import SentenceRecipe
 from albert_tf.training import checkpoints
+from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
 from input_pipeline.finetuning import make_dataset
@@ -63,7 +64,7 @@ def check_lengths(config, backbone, tokenizer):
 
 
 def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0, strategy=None,
-             stop_requested=None):
+             stop_requested=None, preemption_notice=None):
     """Fine-tunes `backbone` on a task and keeps the best epoch.
 
     Under a `strategy` other than the default one, `config.fixed_shapes`
@@ -98,12 +99,19 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             `RunStopped`; calling again with the same arguments resumes
             there. On several workers any worker's request stops them all
             at the same step.
+        preemption_notice: optional `fn() -> bool`, a cluster's notice that
+            it will preempt this machine, watched under
+            MultiWorkerMirroredStrategy by TensorFlow's
+            `PreemptionCheckpointHandler` (`albert_tf.training.stop_requests`),
+            which stops every worker after the same step, as
+            `stop_requested` does; None: the platform's (a GCE GPU VM's
+            maintenance event).
 
     Returns:
         dict with "history" (per-epoch metrics), "best_epoch" and "best".
 
     Raises:
-        RunStopped: why "preempted" (`stop_requested`; `out_dir` holds the
+        RunStopped: why "preempted" (`stop_requested` or the notice; `out_dir` holds the
             finished epochs' outputs and the checkpoint a call resumes from)
             or "interrupted" (Ctrl-C; `saved` names the best finished epoch,
             complete in `out_dir` with finetune.json marking it
@@ -167,7 +175,8 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     main_metric = recipe.metrics[0]
     run = state.restore(log)  # {"epoch", "batch", "loss_sum", "history", "best", "best_epoch"}
     history, best, best_epoch = run["history"], run["best"], run["best_epoch"]
-    stop = _StopAtStep(strategy, stop_requested)
+    stops = StopRequests(strategy, stop_requested, preemption_notice, out_dir)
+    stop = _StopAtStep(stops)
     finished = history[-1]["epoch"] if history else 0
     try:
         for epoch in range(run["epoch"], config.epochs + 1):
@@ -188,7 +197,8 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             if stop.stopped and done < steps_per_epoch:
                 saved = state.save(epoch, done, loss_sum, history, best, best_epoch)
                 raise RunStopped(PREEMPTED, f"in epoch {epoch} of {config.epochs}, at step {done} of "
-                                            f"{steps_per_epoch}", step=done, saved=CHECKPOINT, path=saved)
+                                            f"{steps_per_epoch}", step=done, saved=CHECKPOINT, path=saved,
+                                 cause=stops.cause)
             train_seconds = time.perf_counter() - start
             scores = recipe.evaluate(trained, evaluation, config)
             record = {"epoch": epoch, "train_loss": loss_sum / max(done, 1), "train_seconds": round(train_seconds, 2),
@@ -210,7 +220,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                 + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
             if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
                 raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
-                                 path=saved)
+                                 path=saved, cause=stops.cause)
     except KeyboardInterrupt:
         if best_epoch is not None and writes:
             # An epoch stopped while its best/ was being written is not finished.
@@ -222,25 +232,27 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
                                                f"{best[main_metric]:.4f})"
         raise RunStopped(INTERRUPTED, f"in epoch {finished + 1} of {config.epochs}", saved=kept,
                          path=out_dir if kept else None) from None
+    finally:
+        stops.close()
     state.remove()
     return {"history": history, "best_epoch": best_epoch, "best": best}
 
 
 class _StopAtStep(keras.callbacks.Callback):
-    """Asks `stop_requested` after every training step; True ends `fit` there (`stopped`), whole.
+    """Asks `stops` (a `StopRequests`) after every training step; True ends `fit` there (`stopped`), whole.
 
     Counts the steps of the running `fit` in `batches`. `agreed()` is the same
     question for `CustomLoop`. On several workers, any worker's request stops all.
     """
 
-    def __init__(self, strategy, stop_requested):
+    def __init__(self, stops):
         super().__init__()
-        self._strategy, self._requested = strategy, stop_requested
+        self._stops = stops
         self.stopped, self.batches = False, 0
 
     def agreed(self):
-        if self._requested is not None and not self.stopped:
-            self.stopped = any_worker(self._strategy, self._requested())
+        if not self.stopped:
+            self.stopped = self._stops.requested()
         return self.stopped
 
     def on_train_batch_end(self, batch, logs=None):
@@ -297,9 +309,10 @@ class _ResumeState:
         start = {"epoch": 1, "batch": 0, "loss_sum": 0.0, "history": [], "best": None, "best_epoch": None}
         newest = checkpoints.newest_checkpoint(self.directory)
         if newest is None:
+            log(f"Starting a new run (no checkpoint in {self.directory}).")
             return start
         if self._settings_of(newest) not in (None, self._settings):  # None: unreadable, the restore falls back
-            log(f"{self.directory} holds an unfinished run with other settings; starting over.")
+            log(f"Starting a new run: {self.directory} holds an unfinished run with other settings.")
             self.remove()
             return start
         path = checkpoints.restore_newest_readable(self._checkpoint, self.directory, log)

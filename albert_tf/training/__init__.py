@@ -17,6 +17,7 @@ _EXPORTS = {
     "most_frequent_masked_id": "albert_tf.training.evaluation",
     "read_log": "albert_tf.training.progress",
     "Trainer": "albert_tf.training.trainer",
+    "DamagedData": "albert_tf.training.trainer",
     "build_pretrainer": "albert_tf.training.step_runner",
     "trainer_optimizer": "albert_tf.training.step_runner",
 }

@@ -231,7 +231,10 @@ class StepRunner:
             )
             for name, value in per_replica.items()
         }
-        self.step_variable.assign_add(1)
+        # After the step's batches arrived, as the update is: an input error (a damaged record) then leaves the
+        # count at the last step the weights took, which the trainer checkpoints.
+        with tf.control_dependencies([metrics["loss"]]):
+            self.step_variable.assign_add(1)
         return metrics
 
     def _replica_step(self, micro_batches):

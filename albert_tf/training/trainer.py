@@ -34,11 +34,12 @@ rerun resumes from the newest readable checkpoint and rebuilds a missing
 
 import math
 import os
+import re
 
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
-from albert_tf.distribute import any_worker, is_chief
+from albert_tf.distribute import is_chief, num_workers
 from albert_tf.precision import choose_precision
 from albert_tf.schedules import WarmupLinearDecay
 from albert_tf.training import checkpoints
@@ -46,6 +47,7 @@ from albert_tf.training.config import TrainerConfig
 from albert_tf.training.progress import ProgressLogger
 from albert_tf.training.run_directory import RunDirectory
 from albert_tf.training.step_runner import StepRunner
+from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, PREEMPTED, RunStopped, UserError
 
@@ -134,7 +136,7 @@ class Trainer:
         return int(self.runner.step_variable.numpy())
 
     def restore(self):
-        """Restores the newest readable checkpoint of RUN_DIR, if any.
+        """Restores the newest readable checkpoint of RUN_DIR, if any, and says which it did: resumed, or started new.
 
         Returns:
             The step reached (0 without checkpoints).
@@ -148,9 +150,11 @@ class Trainer:
             # The state file may be stale or garbage; TensorFlow's tools read it.
             checkpoints.write_state_file(self.checkpoint_dir, checkpoints.checkpoint_steps(self.checkpoint_dir))
             self._print(f"Resumed from {restored} at step {self.step}.")
+        elif self._is_chief:
+            self._print(f"Starting a new run in {self.run_dir} (no checkpoint in {self.checkpoint_dir}).")
         return self.step
 
-    def train(self, stop_requested=None):
+    def train(self, stop_requested=None, preemption_notice=None):
         """Trains to `config.num_steps`, resuming from the last checkpoint.
 
         Args:
@@ -161,6 +165,12 @@ class Trainer:
                 sets it; a running loop is never cut, so a stop waits for at
                 most one loop. On several workers the run stops when any
                 worker's says so, all at the same step.
+            preemption_notice: optional `fn() -> bool`, a cluster's notice
+                that it will preempt this machine, watched under
+                MultiWorkerMirroredStrategy by TensorFlow's
+                `PreemptionCheckpointHandler` (`stop_requests`), which stops
+                every worker after the same loop, as `stop_requested` does;
+                None: the platform's (a GCE GPU VM's maintenance event).
 
         Returns:
             dict: the last progress record (step, losses, accuracies, ...).
@@ -168,9 +178,11 @@ class Trainer:
         Raises:
             RunStopped: why "diverged": the loss or the weights became
                 non-finite (the last good checkpoint is kept); "preempted":
-                `stop_requested` said so before the last step (that step is
-                checkpointed); "interrupted": Ctrl-C (the newest checkpoint
-                is kept).
+                `stop_requested` or the notice said so before the last step
+                (that step is checkpointed); "interrupted": Ctrl-C (the
+                newest checkpoint is kept).
+            DamagedData: the data (or the held-out data) has a damaged
+                record; the steps before it are checkpointed.
         """
         c = self.config
         start = self.restore()
@@ -190,6 +202,7 @@ class Trainer:
         progress.start(start)
         record = {}
         step = start
+        stops = StopRequests(self.strategy, stop_requested, preemption_notice, self.run_dir)
         try:
             while step < c.num_steps:
                 length = loop_length(step, c)
@@ -207,15 +220,18 @@ class Trainer:
                 saved = None
                 if step % c.checkpoint_every == 0 or step == c.num_steps:
                     saved = self._save_checkpoint(step)
-                if step < c.num_steps and stop_requested is not None and any_worker(self.strategy, stop_requested()):
+                if step < c.num_steps and stops.requested():
                     raise RunStopped(PREEMPTED, f"at step {step} of {c.num_steps}", step=step, saved=CHECKPOINT,
-                                     path=saved or self._save_checkpoint(step))
+                                     path=saved or self._save_checkpoint(step), cause=stops.cause)
+        except tf.errors.DataLossError as error:
+            raise self._damaged_data(error) from None
         except KeyboardInterrupt:
             # Ctrl-C may cut a loop or a save: what is kept is the newest complete checkpoint.
             newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
             raise RunStopped(INTERRUPTED, f"at step {self.step} of {c.num_steps}", step=self.step,
                              saved=newest and CHECKPOINT, path=newest) from None
         finally:
+            stops.close()
             progress.close()
         if self._is_chief:
             self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
@@ -260,6 +276,22 @@ class Trainer:
         files.rmtree(scratch, ignore_errors=True)
         return checkpoints.checkpoint_path(self.checkpoint_dir, step)
 
+    def _damaged_data(self, error):
+        """The `DamagedData` of a damaged record met by the input pipeline, after a checkpoint of the last whole step.
+
+        The graph loop stops at the step whose batch failed to read: the
+        steps before it are whole (weights, optimizer and step count), so
+        they are checkpointed, and only their progress lines are missing. On
+        several workers the others wait in that step's all-reduce, so none
+        can take part in a save: the newest checkpoint is what is kept.
+        """
+        newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
+        step = self.step
+        saved = (checkpoints.checkpoint_steps(self.checkpoint_dir) or [0])[-1]
+        if num_workers(self.strategy) == 1 and step > saved and self.runner.weights_finite():
+            newest = self._save_checkpoint(step)
+        return DamagedData(step, newest, _op_error_reason(error))
+
     def _diverged(self, step, what):
         """The `RunStopped` of a run that diverged at `step` (`what` says how); the last good checkpoint is kept."""
         newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
@@ -269,6 +301,29 @@ class Trainer:
                  f"{self.config.num_warmup_steps} steps), then rerun the same command: it "
                  + ("resumes from that checkpoint." if newest else "starts again from step 0."),
         )
+
+
+class DamagedData(UserError):
+    """The input pipeline met a damaged record (`tf.errors.DataLossError`, which names no file) after `step`.
+
+    Attributes:
+        step: the steps done (the last whole one).
+        path: the newest checkpoint, of `step` where it could be saved, or None.
+        reason: TensorFlow's one line ("corrupted record at 1989").
+        kept: one sentence on what the run kept, for a message.
+    """
+
+    def __init__(self, step, path, reason):
+        self.step, self.path, self.reason = step, path, reason
+        self.kept = (f"Training stopped after step {step}; the newest checkpoint is {path}." if path
+                     else f"Training stopped after step {step}, before any checkpoint.")
+        super().__init__(f"The training data has a damaged record ({reason}). {self.kept}")
+
+
+def _op_error_reason(error):
+    """TensorFlow's own line of an `OpError` ("corrupted record at 156"), without the graph's call stack and op names."""
+    lines = [line for line in str(error.message).splitlines() if line.strip() and not line[0].isspace()]
+    return re.sub(r"\{\{[^}]*\}\}\s*|\s*\[Op:.*$", "", lines[-1]).strip()
 
 
 def resolve_run_precision(config, model_config, strategy, flags=None, device=None):

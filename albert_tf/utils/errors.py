@@ -40,10 +40,13 @@ class RunStopped(Exception):
         path: where `saved` is, or None.
         then: what to do next, one sentence; None: rerun the same command (to
             resume when something was saved, else to start again).
+        cause: what asked for the stop, a noun phrase ("the cluster's preemption
+            notice"); None: what `why` says (Ctrl-C, SIGTERM, the loss).
     """
 
-    def __init__(self, why, where, *, step=None, saved=None, path=None, then=None):
+    def __init__(self, why, where, *, step=None, saved=None, path=None, then=None, cause=None):
         if why not in WHY:
             raise ValueError(f"`why` must be one of {WHY}. Received: why={why!r}")
         self.why, self.where, self.step, self.saved, self.path, self.then = why, where, step, saved, path, then
+        self.cause = cause
         super().__init__(f"{why} {where}; saved {saved or 'nothing'}" + (f" in {path}" if path else ""))

@@ -225,6 +225,23 @@ def read_metadata(data_dir):
     return metadata
 
 
+def check_records(data_dir):
+    """Reads every record of a create-data directory's shards and checks it against its CRC.
+
+    `read_metadata` tells a truncated shard by its size; a shard whose bytes
+    changed in place keeps its size, and is found here, by reading it all
+    (what training does when tf.data meets a damaged record).
+
+    Raises:
+        UserError: one line naming the first damaged shard and where in it.
+    """
+    for shard in shard_paths(data_dir):
+        offset = tfrecord_files.first_damaged_record(shard)
+        if offset is not None:
+            raise UserError(f"{shard} has a damaged record at byte {offset} (its checksum does not match: the file "
+                            "changed after create-data wrote it); rerun create-data.")
+
+
 def shard_paths(data_dir):
     metadata = read_metadata(data_dir)
     return [os.path.join(data_dir, SHARD_PATTERN.format(i)) for i in range(metadata["num_shards"])]

@@ -239,3 +239,9 @@ def test_demo_position_table_grows_with_longer_examples():
         DemoConfig(data=DEMO_DATA.replace(max_seq_length=160))
     with pytest.raises(ValueError, match="`trainer` must be a TrainerConfig"):
         DemoConfig(trainer={"num_steps": 3})
+
+
+def test_a_new_demo_says_it_starts_a_new_run(tmp_path, capsys):
+    out = tmp_path / "demo"
+    assert cli.main(["demo", "--out", str(out), "--steps", "1", "--embedding-init", "random", *TINY]) == 0
+    assert f"Starting a new run in {out} (no checkpoint in {out / 'checkpoints'})." in capsys.readouterr().out

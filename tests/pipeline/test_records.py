@@ -1,9 +1,10 @@
 """TFRecords written without TensorFlow: the same bytes as TensorFlow's writer and Example."""
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from input_pipeline.tfrecord_files import RecordWriter, serialize_example
+from input_pipeline.tfrecord_files import RecordWriter, first_damaged_record, serialize_example
 
 
 def _tf_example(int64_features, float_features):
@@ -35,3 +36,22 @@ def test_record_files_match_tensorflows_writer_and_read_back(tmp_path):
     assert (tmp_path / "ours.tfrecord").read_bytes() == (tmp_path / "tf.tfrecord").read_bytes()
     read = [r.numpy() for r in tf.data.TFRecordDataset(str(tmp_path / "ours.tfrecord"))]
     assert read == records
+
+
+def test_the_first_damaged_record_is_found_where_tensorflows_reader_fails(tmp_path):
+    path = tmp_path / "records.tfrecord"
+    with RecordWriter(str(path)) as writer:
+        for index in range(5):
+            writer.write(b"x" * (10 + index))
+    whole = path.read_bytes()
+    assert first_damaged_record(str(path)) is None
+    starts = [0, 26, 53, 81, 110]  # 12 bytes of header, the data, 4 of CRC
+    for where, record in ((starts[2] + 3, 2), (starts[3] + 14, 3), (starts[4] + 8, 4)):  # a length, data, a CRC
+        damaged = bytearray(whole)
+        damaged[where] ^= 0xFF
+        path.write_bytes(bytes(damaged))
+        assert first_damaged_record(str(path)) == starts[record]
+        with pytest.raises(tf.errors.DataLossError, match="corrupted record"):
+            list(tf.data.TFRecordDataset(str(path)))
+    path.write_bytes(whole[:-2])  # cut inside the last record
+    assert first_damaged_record(str(path)) == starts[4]

@@ -33,13 +33,13 @@ def data(tmp_path_factory):
     return root
 
 
-def run(data, out, stop_requested=None):
+def run(data, out, stop_requested=None, log=lambda *_: None):
     # Dropout on: the resumed run must also restore the dropout seeds, which the backbone draws when built.
     keras.utils.set_random_seed(0)
     backbone = AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE, hidden_dropout=0.1, attention_dropout=0.1))
     backbone.set_weights([np.full_like(w, 0.01 * (i % 7 - 3)) for i, w in enumerate(backbone.get_weights())])
     return finetune(CONFIG, backbone, small_tokenizer(), str(data / "train.csv"), str(data / "eval.csv"), str(out),
-                    log=lambda *_: None, stop_requested=stop_requested)
+                    log=log, stop_requested=stop_requested)
 
 
 def test_a_stop_mid_epoch_resumes_there_and_ends_with_the_weights_of_an_unstopped_run(data, tmp_path):
@@ -70,4 +70,40 @@ def test_a_resume_state_of_other_settings_is_not_resumed(data, tmp_path):
     backbone = AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE))
     finetune(CONFIG.replace(epochs=1), backbone, small_tokenizer(), str(data / "train.csv"), str(data / "eval.csv"),
              str(tmp_path / "run"), log=messages.append)
-    assert any("holds an unfinished run with other settings; starting over" in m for m in messages), messages
+    assert any("Starting a new run: " in m and "holds an unfinished run with other settings" in m for m in messages), messages
+
+
+def test_a_run_says_whether_it_starts_new_or_resumes(data, tmp_path):
+    said = []
+    with pytest.raises(RunStopped) as raised:
+        run(data, tmp_path / "run", lambda: True, log=said.append)  # stops after its first step
+    assert f"Starting a new run (no checkpoint in {tmp_path / 'run' / RESUME_DIR})." in said, said
+    said.clear()
+    run(data, tmp_path / "run", log=said.append)
+    assert f"Resuming from {raised.value.path}: epoch 1, step 1" in said and not any("Starting" in m for m in said)
+
+
+def test_a_cluster_preemption_notice_stops_multi_worker_fine_tuning_at_a_step_and_a_rerun_resumes(
+        data, tmp_path, monkeypatch):
+    # TensorFlow's PreemptionCheckpointHandler watches the notice (a stand-in, up from the start) under
+    # MultiWorkerMirroredStrategy, one local worker here; the run stops at a step and checkpoints as on SIGTERM.
+    from albert_tf.distribute import get_strategy
+    from albert_tf.training.stop_requests import NOTICE
+
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # where the handler asks for Google Cloud: no one, at once
+    strategy = get_strategy("multi_worker")
+
+    def tune(notice, log=lambda *_: None):
+        with strategy.scope():
+            backbone = AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE))
+        return finetune(CONFIG, backbone, small_tokenizer(), str(data / "train.csv"), str(data / "eval.csv"),
+                        str(tmp_path / "run"), log=log, strategy=strategy, preemption_notice=notice)
+
+    with pytest.raises(RunStopped) as raised:
+        tune(lambda: True)
+    stop = raised.value
+    assert (stop.why, stop.saved, stop.cause) == (PREEMPTED, CHECKPOINT, NOTICE)
+    assert stop.where.startswith("in epoch 1 of 2, at step ") and os.path.exists(stop.path + ".index")
+    said = []
+    assert [r["epoch"] for r in tune(lambda: False, said.append)["history"]] == [1, 2]
+    assert f"Resuming from {stop.path}: epoch 1, step {stop.step}" in said, said

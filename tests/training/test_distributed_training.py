@@ -8,6 +8,7 @@ the weights of the same steps taken on one device.
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.training import Trainer
+from albert_tf.training import Trainer, checkpoints
 from cli_helpers import free_ports, start_program
 from training_helpers import (
     TINY_MODEL, array_dataset_fn, fit_weights, kill_once_written, max_difference, synthetic_examples, tiny_trainer_config,
@@ -35,8 +36,8 @@ def one_device_weights(run_dir, steps=3):
     return weights_of(trainer.runner.model)
 
 
-def worker(args, tf_config=None):
-    env = dict(os.environ, PYTHONPATH=REPO_ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3")
+def worker(args, tf_config=None, **environment):
+    env = dict(os.environ, PYTHONPATH=REPO_ROOT, CUDA_VISIBLE_DEVICES="", TF_CPP_MIN_LOG_LEVEL="3", **environment)
     env.pop("TF_CONFIG", None)
     if tf_config:
         env["TF_CONFIG"] = json.dumps(tf_config)
@@ -111,6 +112,24 @@ def test_a_stop_asked_by_one_worker_stops_every_worker_at_the_same_checkpointed_
     for output in outputs:
         assert "stopped at step 3, saved" in output, output[-3000:]
     assert (tmp_path / "multi" / "checkpoints" / "ckpt-3.index").exists()
+
+
+@pytest.mark.slow
+def test_a_preemption_notice_to_one_worker_stops_every_worker_at_the_same_checkpointed_step(tmp_path):
+    # TensorFlow's PreemptionCheckpointHandler: worker 1 alone gets the notice, and agrees with the chief, through
+    # the coordination service, on the loop after which both save (the trainer's checkpoint) and stop.
+    cluster = {"worker": [f"localhost:{port}" for port in free_ports(2)]}
+    processes = [
+        worker(["--strategy", "multi_worker", "--run-dir", str(tmp_path / "multi"), "--steps", "8",
+                "--steps-per-loop", "1", "--notice-on-worker-1"],
+               tf_config={"cluster": cluster, "task": {"type": "worker", "index": index}}, GCE_METADATA_IP="127.0.0.1:9")
+        for index in range(2)
+    ]
+    outputs = [finish(process, timeout=180) for process in processes]
+    steps = {re.search(r"stopped at step (\d+), saved \S+, by the cluster's preemption notice", output)[1]
+             for output in outputs}
+    assert len(steps) == 1, outputs
+    assert checkpoints.checkpoint_steps(str(tmp_path / "multi" / "checkpoints")) == [int(steps.pop())]
 
 
 @pytest.mark.slow

@@ -15,6 +15,7 @@ import tensorflow as tf
 
 from albert_tf.loading import load_pretrained
 from albert_tf.training import Trainer, checkpoints
+from albert_tf.utils.errors import RunStopped
 from cli_helpers import run_program
 from training_helpers import TINY_MODEL, array_dataset_fn, max_difference, synthetic_examples, tiny_trainer_config, weights_of
 
@@ -310,3 +311,39 @@ def test_a_failed_publish_keeps_the_old_output_and_leaves_nothing_staged(tmp_pat
                 raise RuntimeError
         assert files.read_text(os.path.join(target, "f") if directory else target) == "old"
     assert sorted(os.listdir(tmp_path)) == ["out", "out.txt"]
+
+
+def test_a_damaged_record_mid_loop_checkpoints_the_steps_before_it_as_they_were_taken(tmp_path):
+    # Batches 1-6 read, the 7th meets a record whose bytes changed (tf.data's DataLossError), inside the second
+    # loop of 4 steps: steps 5 and 6 of that loop are whole and kept, to the weights of a run of just 6 steps.
+    from albert_tf.training import DamagedData
+    from input_pipeline.tfrecord_files import RecordWriter
+
+    records = tmp_path / "records.tfrecord"
+    with RecordWriter(str(records)) as writer:
+        for index in range(10):
+            writer.write(b"record %d" % index)
+    content = bytearray(records.read_bytes())
+    content[6 * 24 + 12] ^= 0xFF  # the data of record 6 (12 bytes of header, 8 of data, 4 of CRC each)
+    records.write_bytes(bytes(content))
+    clean = array_dataset_fn(EXAMPLES)
+
+    def damaged(global_batch_size, input_context, start_step):
+        batches = clean(global_batch_size, input_context, start_step)
+        return tf.data.Dataset.zip(batches, tf.data.TFRecordDataset(str(records))).map(lambda batch, _: batch)
+
+    def trainer(run_dir, dataset_fn, steps_per_loop=4):
+        return Trainer(TINY_MODEL, tiny_trainer_config(num_steps=12, steps_per_loop=steps_per_loop), str(run_dir),
+                       dataset_fn, print_fn=lambda *_: None)
+
+    with pytest.raises(DamagedData) as raised:
+        trainer(tmp_path / "run", damaged).train()
+    assert (raised.value.step, raised.value.path) == (6, str(tmp_path / "run" / "checkpoints" / "ckpt-6"))
+    assert "corrupted record" in raised.value.reason
+    assert str(raised.value) == (f"The training data has a damaged record ({raised.value.reason}). Training stopped "
+                                 f"after step 6; the newest checkpoint is {raised.value.path}.")
+    kept, plain = trainer(tmp_path / "run", clean), trainer(tmp_path / "plain", clean, steps_per_loop=2)
+    assert kept.restore() == 6
+    with pytest.raises(RunStopped):
+        plain.train(stop_requested=lambda: plain.step == 6)
+    assert max_difference(weights_of(kept.runner.model), weights_of(plain.runner.model)) < 1e-6

@@ -2,12 +2,13 @@
 
 import signal
 import subprocess
+import time
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.training import Trainer
+from albert_tf.training import Trainer, checkpoints
 from albert_tf.utils.errors import CHECKPOINT, PREEMPTED, RunStopped
 from cli_helpers import albert_tf_command, run_cli, start_program, user_environment
 from input_pipeline import movie_reviews
@@ -98,3 +99,41 @@ def test_sigterm_asks_the_trainer_to_stop_and_it_saves_the_step_its_loop_ends_on
     assert (raised.value.why, raised.value.step, raised.value.saved) == (PREEMPTED, 2, CHECKPOINT)
     assert raised.value.path.endswith("ckpt-2")
     assert (tmp_path / "checkpoints" / "ckpt-2.index").exists()
+
+
+def test_a_cluster_preemption_notice_stops_a_multi_worker_run_at_its_own_checkpoint_and_a_rerun_resumes(
+        tmp_path, monkeypatch):
+    # TensorFlow's PreemptionCheckpointHandler watches the notice (a GCE maintenance event; here a stand-in that
+    # is up from the start) under MultiWorkerMirroredStrategy, one local worker here: it agrees on the loop to stop
+    # after, saves through the trainer's checkpoint, and the run stops as on SIGTERM.
+    from albert_tf.distribute import get_strategy
+    from albert_tf.training.stop_requests import NOTICE
+
+    monkeypatch.setenv("GCE_METADATA_IP", "127.0.0.1:9")  # where the handler asks for Google Cloud: no one, at once
+    strategy = get_strategy("multi_worker")
+    printed = []
+
+    def trainer():
+        return Trainer(TINY_MODEL, tiny_trainer_config(num_steps=8, steps_per_loop=1), str(tmp_path),
+                       array_dataset_fn(synthetic_examples()), strategy=strategy, print_fn=printed.append)
+
+    with pytest.raises(RunStopped) as raised:
+        trainer().train(preemption_notice=lambda: True)
+    stop = raised.value
+    assert (stop.why, stop.saved, stop.cause) == (PREEMPTED, CHECKPOINT, NOTICE)
+    assert 1 <= stop.step < 8 and stop.path == str(tmp_path / "checkpoints" / f"ckpt-{stop.step}")
+    # The run's one checkpoint layout: nothing of the handler's own CheckpointManager.
+    assert checkpoints.checkpoint_steps(str(tmp_path / "checkpoints")) == [stop.step]
+    assert not [p for p in tmp_path.rglob("*") if "preemption" in p.name or "workertemp" in p.name]
+    printed.clear()
+    assert trainer().train(preemption_notice=lambda: False)["step"] == 8
+    assert f"Resumed from {stop.path} at step {stop.step}." in printed
+
+
+def test_without_a_cluster_no_handler_watches_a_notice_and_sigterm_is_the_request():
+    from albert_tf.training.stop_requests import StopRequests
+
+    stops = StopRequests(tf.distribute.get_strategy(), stop_requested=lambda: False, notice=lambda: True)
+    time.sleep(0.1)  # a handler's watcher would have seen the notice, and agreed to stop at the second check
+    assert not stops.requested() and not stops.requested()
+    assert StopRequests(tf.distribute.get_strategy(), stop_requested=lambda: True).requested()
