@@ -30,9 +30,12 @@ tokenizer.json), as `AlbertTokenizer` does.
 
 import dataclasses
 import functools
+import hashlib
+import os
 import sys
 import unicodedata
 
+import sentencepiece
 from sentencepiece import SentencePieceNormalizer, sentencepiece_model_pb2
 
 from albert_tf.utils.errors import UserError
@@ -40,6 +43,11 @@ from input_pipeline.text_normalization import is_digit_comma_piece
 
 # The NormalizerSpec name of a model that carries albert-tf's preprocessing.
 NORMALIZER_NAME = "albert_tf"
+# Charsmaps computed ahead for the models `AlbertTokenizer.train` makes with the English
+# presets (cased and uncased), named by `_charsmap_key`: computing one takes seconds, which
+# every `train-tokenizer` paid. A model, preset, Unicode or SentencePiece version without a
+# file here is computed as before. `python -m input_pipeline.spiece_normalizer` writes them.
+SHIPPED_CHARSMAPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "charsmaps")
 _NORMAL, _UNUSED = 1, 5  # sentencepiece_model.proto: ModelProto.SentencePiece.Type
 
 
@@ -109,14 +117,34 @@ def segmenting_model(model_proto):
     return model.SerializeToString()
 
 
+def _charsmap_key(normalizer_spec, preprocessing):
+    """The name of the shipped charsmap of (`normalizer_spec`, `preprocessing`) under this Python's Unicode
+    tables and this SentencePiece: everything the computed charsmap depends on."""
+    digest = hashlib.sha256()
+    for part in (normalizer_spec, repr(preprocessing).encode(), unicodedata.unidata_version.encode(),
+                 sentencepiece.__version__.encode()):
+        digest.update(len(part).to_bytes(8, "little") + part)
+    return digest.hexdigest()[:24] + ".bin"
+
+
 @functools.lru_cache(maxsize=4)
 def _charsmap(normalizer_spec, preprocessing):
     """The precompiled charsmap of `normalizer(preprocess(key))` over the keys of the
-    normalizer's rules and the characters `preprocessing` changes.
+    normalizer's rules and the characters `preprocessing` changes: the shipped one
+    (`SHIPPED_CHARSMAPS`) where there is one, else computed.
 
     Cached: every English model trained by one SentencePiece version has the
     same `nmt_nfkc` rules, and compiling them takes seconds.
     """
+    shipped = os.path.join(SHIPPED_CHARSMAPS, _charsmap_key(normalizer_spec, preprocessing))
+    if os.path.isfile(shipped):
+        with open(shipped, "rb") as f:
+            return f.read()
+    return _compute_charsmap(normalizer_spec, preprocessing)
+
+
+def _compute_charsmap(normalizer_spec, preprocessing):
+    """`_charsmap`, computed."""
     spec = sentencepiece_model_pb2.NormalizerSpec()
     spec.ParseFromString(normalizer_spec)
     # The rules map a key to its normalized form; the spaces are handled after them.
@@ -152,3 +180,36 @@ def _changed_characters(preprocessing):
         ):
             changed.add(c)
     return frozenset(changed)
+
+
+def main():
+    """Writes the shipped charsmaps of this Python and SentencePiece (`SHIPPED_CHARSMAPS`): those of the
+    models `AlbertTokenizer.train` makes with the English presets, cased and uncased. Prints their names."""
+    # The module the tokenizer calls, which `python -m` runs under another name.
+    from input_pipeline import spiece_normalizer
+    from input_pipeline.text_normalization import Preprocessing
+    from input_pipeline.tokenizer import AlbertTokenizer
+
+    shipped, written = spiece_normalizer._charsmap, []
+
+    def computed(normalizer_spec, preprocessing):  # the spec of the model just trained, before its rewrite
+        name = _charsmap_key(normalizer_spec, preprocessing)
+        charsmap = _compute_charsmap(normalizer_spec, preprocessing)
+        with open(os.path.join(SHIPPED_CHARSMAPS, name), "wb") as f:
+            f.write(charsmap)
+        written.append(f"{name} {preprocessing}")
+        return charsmap
+
+    os.makedirs(SHIPPED_CHARSMAPS, exist_ok=True)
+    english = Preprocessing.for_language("en")
+    spiece_normalizer._charsmap = computed
+    try:
+        for preprocessing in (english, dataclasses.replace(english, strip_accents=False, lower_case=False)):
+            AlbertTokenizer.train(["a tiny corpus", "of a few words"] * 20, vocab_size=22, preprocessing=preprocessing)
+    finally:
+        spiece_normalizer._charsmap = shipped
+    print("\n".join(written))
+
+
+if __name__ == "__main__":
+    main()

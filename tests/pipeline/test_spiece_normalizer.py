@@ -1,6 +1,8 @@
 """spiece.model carrying albert-tf's preprocessing: a bare SentencePiece runtime on raw text gives albert-tf's ids."""
 
+import dataclasses
 import json
+import os
 import pathlib
 import re
 
@@ -11,7 +13,7 @@ import tensorflow as tf
 from albert_tf.convert.hf import hf_tokenizer_files
 from cli_helpers import run_cli
 from data_fixtures import small_tokenizer
-from input_pipeline import AlbertTokenizer, Preprocessing, movie_reviews
+from input_pipeline import AlbertTokenizer, Preprocessing, movie_reviews, spiece_normalizer
 from input_pipeline.spiece_normalizer import embed_preprocessing
 
 FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "original_tokenizer"
@@ -130,3 +132,49 @@ def test_digit_comma_difference_on_held_out_reviews(plain, embedded):
     bare = spm.SentencePieceProcessor(model_proto=embedded.model_proto)
     assert (len(texts), resplit) == (5072, 58)
     assert sum(ids != want for ids, want in zip(bare.encode(texts), expected)) == 3
+
+
+# ------------------------------------------------------------ shipped charsmaps
+def english_presets():
+    english = Preprocessing.for_language("en")
+    return [english, dataclasses.replace(english, strip_accents=False, lower_case=False)]
+
+
+def test_training_an_english_tokenizer_reads_the_shipped_charsmap(monkeypatch):
+    # Computing one takes seconds; every `train-tokenizer` paid them before the charsmaps shipped.
+    # A SentencePiece or Python whose charsmap key is new fails here: `python -m
+    # input_pipeline.spiece_normalizer` writes the files for it.
+    def computed(*_):
+        raise AssertionError("computed: no shipped charsmap for this model, preset, Unicode and SentencePiece")
+
+    monkeypatch.setattr(spiece_normalizer, "_compute_charsmap", computed)
+    spiece_normalizer._charsmap.cache_clear()
+    sentences = [text for text, _ in movie_reviews.rotten_tomatoes_sentences()[:300]]
+    for preprocessing in english_presets():
+        trained = AlbertTokenizer.train(sentences, vocab_size=300, preprocessing=preprocessing)
+        assert trained.carries_preprocessing
+    spiece_normalizer._charsmap.cache_clear()
+
+
+def test_the_shipped_charsmaps_are_the_computed_ones():
+    names = set(os.listdir(spiece_normalizer.SHIPPED_CHARSMAPS))
+    assert len(names) == 2, names
+    seen = []
+    original = spiece_normalizer._charsmap
+
+    def recorded(normalizer_spec, preprocessing):
+        seen.append((normalizer_spec, preprocessing))
+        return original(normalizer_spec, preprocessing)
+
+    spiece_normalizer._charsmap = recorded
+    try:
+        for preprocessing in english_presets():
+            AlbertTokenizer.train(["a tiny corpus", "of a few words"] * 20, vocab_size=22, preprocessing=preprocessing)
+    finally:
+        spiece_normalizer._charsmap = original
+    assert {spiece_normalizer._charsmap_key(*args) for args in seen} == names
+    for normalizer_spec, preprocessing in seen:
+        path = os.path.join(spiece_normalizer.SHIPPED_CHARSMAPS, spiece_normalizer._charsmap_key(
+            normalizer_spec, preprocessing))
+        with open(path, "rb") as f:
+            assert f.read() == spiece_normalizer._compute_charsmap(normalizer_spec, preprocessing), preprocessing
