@@ -24,7 +24,7 @@ TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "2
         "--max-seq-length", "32", "--max-predictions-per-seq", "5", "--embedding-size", "8", "--hidden-size", "16",
         "--num-layers", "2", "--num-heads", "2", "--intermediate-size", "32", "--batch-size", "8",
         "--warmup-fraction", "0.25", "--checkpoint-every", "2", "--log-every", "1", "--eval-examples", "40",
-        "--baseline-batches", "2"]
+        "--baseline-batches", "2", "--compile-step", "none"]  # XLA's own tests are in tests/training/
 
 
 @pytest.mark.slow
