@@ -28,6 +28,9 @@ def readme_blocks(language):
     return [code for lang, code in marked if lang == language]
 
 
+# A README block, so a fresh process; in the quick loop, test_convert_from_a_pinned_hf_handle_records_it
+# and tests/models/test_hub.py guard the handle, the recorded commit and the offline cache in-process.
+@pytest.mark.slow
 def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process_then_converts_offline(stand_in, tmp_path):
     (command,) = readme_blocks("bash")
     sentences = movie_reviews.rotten_tomatoes_sentences()
@@ -92,7 +95,7 @@ def test_a_bad_handle_is_one_line_and_writes_no_output(command, spec, words, hub
 def pretrain(tmp_path, *extra):
     text = write_sentences_corpus(str(tmp_path / "text"), movie_reviews.imdb_documents("pretrain", limit=40))
     return main(["pretrain", "--init-from", f"hf://{ALBERT}", "--data", text, "--out", str(tmp_path / "run"),
-                 "--max-seq-length", "64", "--batch-size", "4", "--steps", "2", *extra])
+                 "--max-seq-length", "64", "--batch-size", "4", "--steps", "2", "--compile-step", "none", *extra])
 
 
 def test_pretrain_init_from_a_hf_handle_starts_from_its_weights_and_heads(hub_env, hub_models, tmp_path):

@@ -43,14 +43,19 @@ def run(data, out, stop_requested=None, log=lambda *_: None):
 
 
 def test_a_stop_mid_epoch_resumes_there_and_ends_with_the_weights_of_an_unstopped_run(data, tmp_path):
-    asked = []
+    asked, said = [], []
     with pytest.raises(RunStopped) as raised:
-        run(data, tmp_path / "stopped", lambda: asked.append(1) or len(asked) == 7)  # after step 2 of epoch 2
+        # After step 2 of epoch 2.
+        run(data, tmp_path / "stopped", lambda: asked.append(1) or len(asked) == 7, log=said.append)
     stop = raised.value
     assert (stop.why, stop.saved, stop.step) == (PREEMPTED, CHECKPOINT, 2)
     assert stop.where == "in epoch 2 of 2, at step 2 of 5"
     assert stop.path == str(tmp_path / "stopped" / RESUME_DIR / "ckpt-7")
-    resumed = run(data, tmp_path / "stopped")
+    # Each run says whether it starts new or resumes.
+    assert f"Starting a new run (no checkpoint in {tmp_path / 'stopped' / RESUME_DIR})." in said, said
+    said.clear()
+    resumed = run(data, tmp_path / "stopped", log=said.append)
+    assert f"Resuming from {stop.path}: epoch 2, step 2" in said and not any("Starting" in m for m in said), said
     assert not (tmp_path / "stopped" / RESUME_DIR).exists()
     expected = run(data, tmp_path / "plain")
     assert [r["epoch"] for r in resumed["history"]] == [1, 2]
@@ -71,16 +76,6 @@ def test_a_resume_state_of_other_settings_is_not_resumed(data, tmp_path):
     finetune(CONFIG.replace(epochs=1), backbone, small_tokenizer(), str(data / "train.csv"), str(data / "eval.csv"),
              str(tmp_path / "run"), log=messages.append)
     assert any("Starting a new run: " in m and "holds an unfinished run with other settings" in m for m in messages), messages
-
-
-def test_a_run_says_whether_it_starts_new_or_resumes(data, tmp_path):
-    said = []
-    with pytest.raises(RunStopped) as raised:
-        run(data, tmp_path / "run", lambda: True, log=said.append)  # stops after its first step
-    assert f"Starting a new run (no checkpoint in {tmp_path / 'run' / RESUME_DIR})." in said, said
-    said.clear()
-    run(data, tmp_path / "run", log=said.append)
-    assert f"Resuming from {raised.value.path}: epoch 1, step 1" in said and not any("Starting" in m for m in said)
 
 
 def test_a_cluster_preemption_notice_stops_multi_worker_fine_tuning_at_a_step_and_a_rerun_resumes(
