@@ -1,5 +1,6 @@
 """`AlbertBackbone`: embeddings, the shared transformer stack, and the pooler."""
 
+import gc
 import keras
 from keras import ops
 
@@ -258,6 +259,7 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
             layer.trainable = True
         self.lora_rank = None
         self.lora_alpha = None
+        gc.collect()  # once for every factor dropped (Keras collects after each; see `merge_lora` of the layers)
         self.lora_embedding_rank = None
         return self
 
