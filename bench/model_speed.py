@@ -46,6 +46,14 @@ from benchlib.synthetic import pretraining_arrays
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
+# The model sizes the rows build, in AlbertConfig's field names: ALBERT-base, which the tables time, and a
+# tiny model for quick runs of the scripts built on these rows (bench/hlo_compare.py).
+SIZES = {
+    "base": dict(vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+                 num_attention_heads=12, intermediate_size=3072),
+    "tiny": dict(vocab_size=1000, embedding_size=32, hidden_size=128, num_hidden_layers=2,
+                 num_attention_heads=2, intermediate_size=512),
+}
 
 
 def first_row(arrays):
@@ -67,7 +75,7 @@ def measurements(train_step, infer_step, warmup, steps, **more_inference):
             **{name: lambda step=step: timed(step, 0, inference_calls) for name, step in inference.items()}}
 
 
-def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
+def bench_albert_tf(arrays, warmup, steps, jit, precision="float32", sizes=SIZES["base"]):
     import keras
     import tensorflow as tf
 
@@ -75,7 +83,7 @@ def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
     from input_pipeline import features
 
     policy = None if precision == "float32" else precision
-    model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base"), dtype=policy))
+    model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base", **sizes), dtype=policy))
     model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=jit)
     x, y = features.split_pretraining_example(arrays)
     backbone = model.backbone
@@ -91,7 +99,7 @@ def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
                         infer_variables=variables)
 
 
-def bench_keras_hub(arrays, warmup, steps, jit, precision="float32"):
+def bench_keras_hub(arrays, warmup, steps, jit, precision="float32", sizes=SIZES["base"]):
     import keras
     import keras_hub
     import tensorflow as tf
@@ -99,8 +107,10 @@ def bench_keras_hub(arrays, warmup, steps, jit, precision="float32"):
     # The policy of every layer keras-hub builds, its MLM head's included (one row per process).
     keras.mixed_precision.set_global_policy(precision)
     backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=30000, num_layers=12, num_heads=12, embedding_dim=128, hidden_dim=768,
-        intermediate_dim=3072, dropout=0.0, max_sequence_length=512,
+        vocabulary_size=sizes["vocab_size"], num_layers=sizes["num_hidden_layers"],
+        num_heads=sizes["num_attention_heads"], embedding_dim=sizes["embedding_size"],
+        hidden_dim=sizes["hidden_size"], intermediate_dim=sizes["intermediate_size"], dropout=0.0,
+        max_sequence_length=512,
     )
     model = keras_hub.models.AlbertMaskedLM(backbone, preprocessor=None)
     model.compile(
