@@ -86,7 +86,7 @@ class SelfAttention(keras.layers.Layer):
 
     def call(self, x, attention_bias, training=None):
         batch, seq = ops.shape(x)[0], ops.shape(x)[1]
-        heads, head_size = self.num_heads, self.head_size
+        head_size = self.head_size
         # The projections run on (batch * seq, H) rows: a 2-D matmul followed by
         # its bias is what TensorFlow's oneDNN graph rewrite fuses into one op;
         # on (batch, seq, H) Keras' matmul is a tensordot (reshape, matmul,
@@ -104,16 +104,7 @@ class SelfAttention(keras.layers.Layer):
             # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
             # kernels plus scales that only their own call applies.
             qkv = ops.concatenate([self.query(rows), self.key(rows), self.value(rows)], axis=-1)
-        # One transpose puts every head's queries, keys and values in
-        # (seq, head_size) blocks; a split along the first axis then shares its
-        # buffer, and the key transpose folds into the matmul. (Einsums over the
-        # (batch, seq, heads, head_size) layout transpose q, k and v apart.)
-        qkv = ops.transpose(ops.reshape(qkv, (batch, seq, 3, heads, head_size)), (2, 0, 3, 1, 4))
-        # qkv: (3, batch, heads, seq, head_size)
-        # split (whose gradient is a concat), not slices (whose gradients are zero-padded copies).
-        q, k, v = (
-            ops.reshape(t, (batch, heads, seq, head_size)) for t in ops.split(qkv, 3, axis=0)
-        )  # each (batch, heads, seq, head_size)
+        q, k, v = self._split_heads(qkv, batch, seq)  # each (batch, heads, seq, head_size)
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, seq, seq)
         # Softmax in float32: under float16 the -1e4 bias and large scores overflow.
         scores = ops.cast(scores, "float32") / math.sqrt(head_size)
@@ -125,6 +116,30 @@ class SelfAttention(keras.layers.Layer):
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, H)
         out = self.output_dropout(self.output_dense(context), training=training)
         return ops.reshape(self.layer_norm(rows + out), (batch, seq, self.hidden_size))
+
+    def _split_heads(self, qkv, batch, seq):
+        """(batch * seq, 3H) fused projections -> q, k, v, each (batch, heads, seq, head_size).
+
+        Two layouts, the same values. Under a mixed policy (the oneDNN graph
+        path, bf16): one transpose puts every head's queries, keys and values
+        in (seq, head_size) blocks; a split along the first axis then shares
+        its buffer, and the key transpose folds into the matmul. In float32
+        (compiled by XLA by default): XLA copies a transpose into each of its
+        consumers, so that one transpose became three of the whole (3, batch,
+        heads, seq, head_size) tensor per layer (bench/results/hlo_compare.md);
+        splitting first and transposing each third writes every element once.
+        Both use split (whose gradient is a concat), not slices (whose
+        gradients are zero-padded copies).
+        """
+        heads, head_size = self.num_heads, self.head_size
+        if self.compute_dtype == self.variable_dtype:
+            return tuple(
+                ops.transpose(ops.reshape(t, (batch, seq, heads, head_size)), (0, 2, 1, 3))
+                for t in ops.split(qkv, 3, axis=-1)
+            )
+        qkv = ops.transpose(ops.reshape(qkv, (batch, seq, 3, heads, head_size)), (2, 0, 3, 1, 4))
+        # qkv: (3, batch, heads, seq, head_size)
+        return tuple(ops.reshape(t, (batch, heads, seq, head_size)) for t in ops.split(qkv, 3, axis=0))
 
     def _fused_qkv(self):
         """The query, key and value kernels side by side, (H, 3H), and their biases, (3H,), in the compute dtype."""
