@@ -116,7 +116,8 @@ def run_worker(implementation, config):
     files = {}
     for phase in PHASES:
         before = set(glob.glob(os.path.join(dump, "*after_optimizations.txt")))
-        steps[phase]()
+        step, _ = steps[phase]
+        step()
         new = set(glob.glob(os.path.join(dump, "*after_optimizations.txt"))) - before
         files[phase] = max(new, key=os.path.getsize)
     print("RESULT " + json.dumps(files), flush=True)
