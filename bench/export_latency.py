@@ -6,7 +6,8 @@ oneDNN kernels use and XLA's CPU backend does not), the exported
 SavedModel (`serving_default`; float32, and where the CPU has bf16 units the
 `export --mixed-precision mixed_bfloat16` form, weights frozen to constants, loaded with
 `tf.saved_model.load` and called through its signature as TF-Serving runs
-it), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
+it; two float32 forms `export` does not write, to compare: weights frozen to
+constants, and the forward pass compiled by XLA), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
 and 16x8 with --tokenizer: they calibrate on real text), HF transformers
 AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
 weights, every one moved off its initial value as training moves it: a graph
@@ -45,6 +46,8 @@ ROWS = {
     "keras-bf16-frozen": "albert-tf Keras mixed_bfloat16, weights frozen to constants",
     "saved_model": "albert-tf SavedModel serving_default",
     "saved_model-bf16": "albert-tf SavedModel bf16 serving_default (weights as constants)",
+    "saved_model-frozen": "albert-tf SavedModel float32 serving_default, weights as constants",
+    "saved_model-xla": "albert-tf SavedModel float32 serving_default, forward compiled by XLA",
     "tflite-none": "albert-tf TFLite float32",
     "tflite-float16": "albert-tf TFLite float16 weights",
     "tflite-dynamic": "albert-tf TFLite dynamic-range int8",
@@ -55,7 +58,10 @@ ROWS = {
     "keras-hub": "keras-hub AlbertBackbone (tf.function)",
 }
 # The float32 rows: the ratios are to the fastest of them.
-FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "tflite-none", "hf", "keras-hub")
+FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "saved_model-frozen", "saved_model-xla", "tflite-none", "hf",
+               "keras-hub")
+# Float32 SavedModels `export` does not write: serving_default's forward pass in another form, to compare.
+SERVING_FORMS = ("saved_model-frozen", "saved_model-xla")
 # Rows a CPU without bf16 units would only run emulated (not timed there).
 BF16_ROWS = ("keras-bf16", "keras-bf16-frozen", "saved_model-bf16")
 # The precision each row's matmuls run in, for its ceiling share. float16
@@ -77,8 +83,33 @@ def inputs():
     }
 
 
-def prepare(workdir, tokenizer_dir, bf16=False):
-    """Builds ALBERT-base once and writes the SavedModels (bf16 too with `bf16`) and the TFLite models."""
+def export_serving_form(model, base_dir, form):
+    """Writes `model` as version 1 of a float32 SavedModel whose serving_default runs the forward pass as `form`.
+
+    "saved_model-frozen": the weights frozen to constants (`FrozenForward`, as the bf16 export does);
+    "saved_model-xla": the model's call in a `tf.function(jit_compile=True)`, its weights variables.
+    Only the id signature, as `export_saved_model` builds it around that forward pass.
+    """
+    import tensorflow as tf
+
+    from albert_tf import FrozenForward
+    from albert_tf.export import signatures as signatures_lib
+
+    interface = signatures_lib.describe_model(model)
+    module = tf.Module()
+    if form == "saved_model-frozen":
+        forward = FrozenForward(model).graph_function(signatures_lib.id_input_specs(interface))
+        module.model_variables = []
+    else:
+        forward = tf.function(lambda batch: model(batch, training=False), jit_compile=True)
+        module.model_variables = [v.value for v in model.variables]
+    signatures = signatures_lib.build_signatures(model, interface, None, SEQ, forward=forward)
+    tf.saved_model.save(module, os.path.join(base_dir, "1"), signatures=signatures)
+
+
+def prepare(workdir, tokenizer_dir, bf16=False, forms=()):
+    """Builds ALBERT-base once and writes the SavedModels (bf16 too with `bf16`, and the `SERVING_FORMS` named
+    in `forms`) and the TFLite models."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.export import export_saved_model, export_tflite
     from input_pipeline import AlbertTokenizer
@@ -90,6 +121,8 @@ def prepare(workdir, tokenizer_dir, bf16=False):
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
     if bf16:
         export_saved_model(model, os.path.join(workdir, "saved_model-bf16"), max_length=SEQ, precision="mixed_bfloat16")
+    for form in forms:
+        export_serving_form(model, os.path.join(workdir, form), form)
     modes = ["none", "float16", "dynamic"] + ([k[len("tflite-"):] for k in CALIBRATED] if tokenizer_dir else [])
     tokenizer = AlbertTokenizer.load(tokenizer_dir) if tokenizer_dir else None
     texts = None
@@ -132,7 +165,7 @@ def runner(key, workdir, threads):
         fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-xla")
         batch = {k: tf.constant(v) for k, v in x.items()}
         return lambda: fn(batch)["pooled_output"].numpy()
-    if key in ("saved_model", "saved_model-bf16"):
+    if key in ("saved_model", "saved_model-bf16") + SERVING_FORMS:
         from albert_tf.export import load_saved_model, version_dirs
 
         base = os.path.join(workdir, key)
@@ -202,7 +235,8 @@ def main():
     with tempfile.TemporaryDirectory() as workdir:
         has_bf16 = bool(bf16_units(cpu_flags()))
         start = time.time()
-        sizes = prepare(workdir, args.tokenizer, bf16=has_bf16 and (not args.only or "saved_model-bf16" in args.only))
+        sizes = prepare(workdir, args.tokenizer, bf16=has_bf16 and (not args.only or "saved_model-bf16" in args.only),
+                        forms=[k for k in SERVING_FORMS if not args.only or k in args.only])
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
         keys = [k for k in (args.only or ROWS)
                 if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or has_bf16)]

@@ -28,7 +28,7 @@ the same rows with the weights as variables, a plain Keras call in a
 tf.function.
 
     pip install -e .[bench]
-    python bench/model_speed.py [--steps 10] [--inference-steps 30] [--rounds 5] [--bf16]
+    python bench/model_speed.py [--steps 10] [--inference-steps 30] [--rounds 5] [--bf16] [--clock cpu]
         [--write bench/results/model_speed.md]
 """
 
@@ -43,9 +43,17 @@ from benchlib.flops import albert_flops
 from benchlib.machine import ceiling_share, machine_line, measure_ceilings
 from benchlib.output import emit_table
 from benchlib.synthetic import pretraining_arrays
-from benchlib.timing import alternate, ratio_stats, serve, timed
+from benchlib.timing import CLOCKS, alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS = 8, 128, 20
+# The model sizes the rows build, in AlbertConfig's field names: ALBERT-base, which the tables time, and a
+# tiny model for quick runs of the scripts built on these rows (bench/hlo_compare.py).
+SIZES = {
+    "base": dict(vocab_size=30000, embedding_size=128, hidden_size=768, num_hidden_layers=12,
+                 num_attention_heads=12, intermediate_size=3072),
+    "tiny": dict(vocab_size=1000, embedding_size=32, hidden_size=128, num_hidden_layers=2,
+                 num_attention_heads=2, intermediate_size=512),
+}
 
 
 def first_row(arrays):
@@ -53,9 +61,10 @@ def first_row(arrays):
 
 
 def measurements(train_step, infer_step, warmup, steps, **more_inference):
-    """{"train": ..., "infer": ..., **more_inference}: each times its step (median ms) when called.
+    """{"train": (train_step, n), "infer": (infer_step, n), **more_inference}: each step and how often a round runs it.
 
-    `steps` is (training steps, inference calls) timed per round.
+    `steps` is (training steps, inference calls) timed per round. The steps
+    have run `warmup` times when this returns.
     """
     train_steps, inference_calls = steps
     inference = {"infer": infer_step, **more_inference}
@@ -63,11 +72,10 @@ def measurements(train_step, infer_step, warmup, steps, **more_inference):
         train_step()
         for step in inference.values():
             step()
-    return {"train": lambda: timed(train_step, 0, train_steps),
-            **{name: lambda step=step: timed(step, 0, inference_calls) for name, step in inference.items()}}
+    return {"train": (train_step, train_steps), **{name: (step, inference_calls) for name, step in inference.items()}}
 
 
-def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
+def bench_albert_tf(arrays, warmup, steps, jit, precision="float32", sizes=SIZES["base"]):
     import keras
     import tensorflow as tf
 
@@ -75,7 +83,7 @@ def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
     from input_pipeline import features
 
     policy = None if precision == "float32" else precision
-    model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base"), dtype=policy))
+    model = AlbertPretrainer(AlbertBackbone(AlbertConfig.from_preset("base", **sizes), dtype=policy))
     model.compile(optimizer=keras.optimizers.Adam(1e-4), jit_compile=jit)
     x, y = features.split_pretraining_example(arrays)
     backbone = model.backbone
@@ -91,7 +99,7 @@ def bench_albert_tf(arrays, warmup, steps, jit, precision="float32"):
                         infer_variables=variables)
 
 
-def bench_keras_hub(arrays, warmup, steps, jit, precision="float32"):
+def bench_keras_hub(arrays, warmup, steps, jit, precision="float32", sizes=SIZES["base"]):
     import keras
     import keras_hub
     import tensorflow as tf
@@ -99,8 +107,10 @@ def bench_keras_hub(arrays, warmup, steps, jit, precision="float32"):
     # The policy of every layer keras-hub builds, its MLM head's included (one row per process).
     keras.mixed_precision.set_global_policy(precision)
     backbone = keras_hub.models.AlbertBackbone(
-        vocabulary_size=30000, num_layers=12, num_heads=12, embedding_dim=128, hidden_dim=768,
-        intermediate_dim=3072, dropout=0.0, max_sequence_length=512,
+        vocabulary_size=sizes["vocab_size"], num_layers=sizes["num_hidden_layers"],
+        num_heads=sizes["num_attention_heads"], embedding_dim=sizes["embedding_size"],
+        hidden_dim=sizes["hidden_size"], intermediate_dim=sizes["intermediate_size"], dropout=0.0,
+        max_sequence_length=512,
     )
     model = keras_hub.models.AlbertMaskedLM(backbone, preprocessor=None)
     model.compile(
@@ -232,8 +242,8 @@ def _variables_share(results, key):
     return statistics.median(r["infer_variables"] / r["infer"] for r in results[key])
 
 
-def run_worker(key, warmup, steps, inference_steps):
-    """The child process of one implementation (see `benchlib.timing.Worker`)."""
+def run_worker(key, warmup, steps, inference_steps, clock="wall"):
+    """The child process of one implementation (see `benchlib.timing.Worker`); `clock` names a `CLOCKS` entry."""
     import tensorflow as tf
     import torch
 
@@ -241,7 +251,8 @@ def run_worker(key, warmup, steps, inference_steps):
     torch.set_num_threads(threads)
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     arrays = pretraining_arrays(BATCH, SEQ, PREDICTIONS, 30000)
-    serve(IMPLEMENTATIONS[key].bench(arrays, warmup, (steps, inference_steps)))
+    timed_steps = IMPLEMENTATIONS[key].bench(arrays, warmup, (steps, inference_steps))
+    serve({name: lambda step=step, n=n: timed(step, 0, n, CLOCKS[clock]) for name, (step, n) in timed_steps.items()})
 
 
 def main():
@@ -254,11 +265,14 @@ def main():
                         help="time the bfloat16 rows even where the CPU has no bfloat16 units")
     parser.add_argument("--only", nargs="+", choices=list(IMPLEMENTATIONS), help="rows to time")
     parser.add_argument("--worker", choices=list(IMPLEMENTATIONS), help=argparse.SUPPRESS)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall",
+                        help="cpu: CPU time of all the process's threads, which swings less than wall time with "
+                             "other processes' load on a shared machine")
     parser.add_argument("--write", help="also write the table (markdown) to this file")
     args = parser.parse_args()
     inference_steps = args.inference_steps or 3 * args.steps
     if args.worker:
-        return run_worker(args.worker, args.warmup, args.steps, inference_steps)
+        return run_worker(args.worker, args.warmup, args.steps, inference_steps, args.clock)
     keras_hub_installed = importlib.util.find_spec("keras_hub") is not None
     if not keras_hub_installed and any(IMPLEMENTATIONS[k].implementation == "keras-hub" for k in args.only or ()):
         parser.error("--only names keras-hub rows, but keras-hub is not installed (pip install -e .[bench])")
@@ -271,7 +285,8 @@ def main():
         keys = [k for k in keys if IMPLEMENTATIONS[k].implementation != "keras-hub"]
         print("keras-hub is not installed: its rows are left out (pip install -e .[bench] installs it).")
     results = alternate(__file__, keys, args.rounds, ["--steps", str(args.steps), "--inference-steps",
-                                                      str(inference_steps), "--warmup", str(args.warmup)])
+                                                      str(inference_steps), "--warmup", str(args.warmup),
+                                                      "--clock", args.clock])
 
     import tensorflow as tf
     import torch
@@ -286,7 +301,8 @@ def main():
     rows = {key: IMPLEMENTATIONS[key] for key in keys}
     table = [
         f"ALBERT-base; {machine_line(ceilings)}",
-        f"Median of {args.steps} steps (inference {inference_steps}) per round, {args.rounds} rounds in turns. "
+        f"Median of {args.steps} steps (inference {inference_steps}) per round, {args.rounds} rounds in turns, "
+        f"{'CPU time of all threads' if args.clock == 'cpu' else 'wall time'}. "
         f"TensorFlow {tf.__version__}, keras-hub {keras_hub_version}, transformers "
         f"{transformers.__version__}, torch {torch.__version__}. Vs fastest peer: time / the time of the "
         "fastest of keras-hub and HF transformers at the row's precision; speed-up: the time of the "

@@ -27,12 +27,11 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 from benchlib.machine import machine_line, measure_ceilings
 from benchlib.output import emit_table
 from benchlib.synthetic import pretraining_arrays
-from benchlib.timing import alternate, ratio_stats, serve, timed
+from benchlib.timing import CLOCKS, alternate, ratio_stats, serve, timed
 
 BATCH, SEQ, PREDICTIONS, VOCAB = 8, 128, 20, 30000
 PATHS = {"per-use": "cast at every use (Keras' own call; albert-tf in training)",
@@ -95,7 +94,6 @@ def bench_path(key, warmup, steps, clock):
     }
 
 
-CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
 
 
 def run_worker(key, warmup, steps, clock):

@@ -16,11 +16,12 @@ class SelfAttention(keras.layers.Layer):
 
     Query, key, value and output are separate H x H dense layers, as in the
     original checkpoints (`attention_1/self/{query,key,value}`,
-    `attention_1/output/dense`), so weights map one to one. The call
-    concatenates the query, key and value kernels into one (H, 3H) matmul.
-    The four are `LoraDense` layers (`projections()`): with LoRA enabled their
-    `kernel` already includes the low-rank update, so the fused matmul and
-    the output projection apply it.
+    `attention_1/output/dense`), so weights map one to one. Under a mixed
+    policy the call concatenates the query, key and value kernels into one
+    (H, 3H) matmul; in float32 it applies the three layers (see
+    `_query_key_value`). The four are `LoraDense` layers (`projections()`):
+    with LoRA enabled their `kernel` already includes the low-rank update, so
+    every form applies it.
 
     Args:
         hidden_size: H.
@@ -86,34 +87,13 @@ class SelfAttention(keras.layers.Layer):
 
     def call(self, x, attention_bias, training=None):
         batch, seq = ops.shape(x)[0], ops.shape(x)[1]
-        heads, head_size = self.num_heads, self.head_size
+        head_size = self.head_size
         # The projections run on (batch * seq, H) rows: a 2-D matmul followed by
         # its bias is what TensorFlow's oneDNN graph rewrite fuses into one op;
         # on (batch, seq, H) Keras' matmul is a tensordot (reshape, matmul,
         # reshape), which leaves the bias add as a separate pass over the output.
         rows = ops.reshape(x, (-1, self.hidden_size))  # (batch * seq, H)
-        # One (H, 3H) matmul instead of three (H, H) ones: larger GEMMs, and the
-        # backward pass gets dx from one matmul too. The query, key and value
-        # Dense layers only hold the variables, under the checkpoints' names.
-        if self.query.quantization_mode is None:
-            # Once per backbone call where it keeps a cache (inference): the L
-            # applications of a shared layer would each copy the 3H^2 values.
-            kernel, bias = computed_once_per_call(("qkv", id(self)), self._fused_qkv)
-            qkv = ops.add(ops.matmul(rows, kernel), bias)  # (batch * seq, 3H)
-        else:
-            # Keras-quantized Dense layers (`keras.Model.quantize`) hold int8
-            # kernels plus scales that only their own call applies.
-            qkv = ops.concatenate([self.query(rows), self.key(rows), self.value(rows)], axis=-1)
-        # One transpose puts every head's queries, keys and values in
-        # (seq, head_size) blocks; a split along the first axis then shares its
-        # buffer, and the key transpose folds into the matmul. (Einsums over the
-        # (batch, seq, heads, head_size) layout transpose q, k and v apart.)
-        qkv = ops.transpose(ops.reshape(qkv, (batch, seq, 3, heads, head_size)), (2, 0, 3, 1, 4))
-        # qkv: (3, batch, heads, seq, head_size)
-        # split (whose gradient is a concat), not slices (whose gradients are zero-padded copies).
-        q, k, v = (
-            ops.reshape(t, (batch, heads, seq, head_size)) for t in ops.split(qkv, 3, axis=0)
-        )  # each (batch, heads, seq, head_size)
+        q, k, v = self._query_key_value(rows, batch, seq)  # each (batch, heads, seq, head_size)
         scores = ops.matmul(q, ops.swapaxes(k, -1, -2))  # (batch, heads, seq, seq)
         # Softmax in float32: under float16 the -1e4 bias and large scores overflow.
         scores = ops.cast(scores, "float32") / math.sqrt(head_size)
@@ -125,6 +105,41 @@ class SelfAttention(keras.layers.Layer):
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, H)
         out = self.output_dropout(self.output_dense(context), training=training)
         return ops.reshape(self.layer_norm(rows + out), (batch, seq, self.hidden_size))
+
+    def _query_key_value(self, rows, batch, seq):
+        """(batch * seq, H) rows -> q, k, v, each (batch, heads, seq, head_size).
+
+        Two forms, the same values. Under a mixed policy (the oneDNN graph
+        path, bf16): one (H, 3H) matmul instead of three (H, H) ones (larger
+        GEMMs, and the backward pass gets dx from one matmul too; the query,
+        key and value Dense layers only hold the variables), then one
+        transpose puts every head's queries, keys and values in (seq,
+        head_size) blocks; a split along the first axis shares its buffer,
+        and the key transpose folds into the matmul. In float32 (compiled by
+        XLA by default): three projections, each transposed alone, as
+        keras-hub's attention does. XLA copies a transpose into each of its
+        consumers, so the one transpose became three of the whole (3, batch,
+        heads, seq, head_size) tensor per layer, and it runs the fused
+        kernel's concatenation at every call and a concatenation of the q, k
+        and v gradients per layer in the backward pass
+        (bench/results/hlo_compare.md). Keras-quantized Dense layers
+        (`keras.Model.quantize`) hold int8 kernels plus scales that only
+        their own call applies, so they take the second form too.
+        """
+        heads, head_size = self.num_heads, self.head_size
+        if self.compute_dtype == self.variable_dtype or self.query.quantization_mode is not None:
+            return tuple(
+                ops.transpose(ops.reshape(dense(rows), (batch, seq, heads, head_size)), (0, 2, 1, 3))
+                for dense in (self.query, self.key, self.value)
+            )
+        # Once per backbone call where it keeps a cache (inference): the L
+        # applications of a shared layer would each copy the 3H^2 values.
+        kernel, bias = computed_once_per_call(("qkv", id(self)), self._fused_qkv)
+        qkv = ops.add(ops.matmul(rows, kernel), bias)  # (batch * seq, 3H)
+        qkv = ops.transpose(ops.reshape(qkv, (batch, seq, 3, heads, head_size)), (2, 0, 3, 1, 4))
+        # qkv: (3, batch, heads, seq, head_size). split (whose gradient is a
+        # concat), not slices (whose gradients are zero-padded copies).
+        return tuple(ops.reshape(t, (batch, heads, seq, head_size)) for t in ops.split(qkv, 3, axis=0))
 
     def _fused_qkv(self):
         """The query, key and value kernels side by side, (H, 3H), and their biases, (3H,), in the compute dtype."""

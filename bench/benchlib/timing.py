@@ -6,6 +6,9 @@ import subprocess
 import sys
 import time
 
+# What `timed` can measure: wall time, or the CPU time of all the process's threads.
+CLOCKS = {"wall": time.perf_counter, "cpu": time.process_time}
+
 
 def timed(fn, warmup, steps, clock=time.perf_counter):
     """Median time of `fn()` over `steps` calls after `warmup` calls, in milliseconds.

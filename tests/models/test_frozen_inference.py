@@ -126,11 +126,15 @@ def test_every_block_matmul_runs_fused_with_its_bias_and_gelu(dtype):
     ops = optimized_op_counts(forward.functions[0], inputs)
     fused = sum(n for op, n in ops.items() if op.endswith("FusedMatMul"))
     unfused = sum(n for op, n in ops.items() if op.endswith("MatMul") and not op.endswith("FusedMatMul"))
-    # Per layer the (H, 3H) query-key-value projection, the output projection
-    # and the FFN's two matmuls, plus the pooler's (with its tanh); only the
-    # embedding projection, once on (batch, seq, E), stays a plain matmul.
-    assert (fused, unfused) == (4 * config.num_hidden_layers + 1, 1), ops
+    # Per layer the query-key-value projection (one (H, 3H) matmul under a mixed
+    # policy, three (H, H) ones in float32), the output projection and the FFN's
+    # two matmuls, plus the pooler's (with its tanh); only the embedding
+    # projection, once on (batch, seq, E), stays a plain matmul.
+    projections = 3 if dtype is None else 1
+    assert (fused, unfused) == ((projections + 3) * config.num_hidden_layers + 1, 1), ops
     # The tanh GELU ("gelu_new") runs inside the fused FFN matmul.
     assert ops["Tanh"] == 0, ops
-    # Attention moves its heads with two transposes per layer: q, k and v together, then the context.
-    assert sum(n for op, n in ops.items() if op.endswith("Transpose")) == 2 * config.num_hidden_layers, ops
+    # Attention moves its heads with a transpose per projection (q, k and v together under a mixed
+    # policy), then one for the context.
+    transposes = sum(n for op, n in ops.items() if op.endswith("Transpose"))
+    assert transposes == (projections + 1) * config.num_hidden_layers, ops

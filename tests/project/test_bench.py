@@ -307,3 +307,31 @@ def test_a_precision_without_hardware_units_gets_no_ceiling_share(benchlib):
     assert "int8 3.2 GOP/s (emulated)" in machine.machine_line(avx2)
     vnni = {**avx2, "flags": ["avx2", "fma", "avx512f", "avx512_vnni"], "int8": 400.0}
     assert machine.ceiling_share(200e9, "int8", vnni) == "50%"
+
+
+HLO = """HloModule step, entry_computation_layout={(f32[2,3]{1,0})->f32[3,2]{1,0}}
+
+%fused_computation (param_0: f32[2,3]) -> f32[3,2] {
+  %param_0 = f32[2,3]{1,0} parameter(0)
+  ROOT %transpose.1 = f32[3,2]{0,1} transpose(f32[2,3]{1,0} %param_0), dimensions={1,0}
+}
+
+ENTRY %main.9 (Arg_0.1: f32[2,3]) -> f32[3,2] {
+  %Arg_0.1 = f32[2,3]{1,0} parameter(0)
+  %copy.2 = f32[2,3]{1,0} copy(f32[2,3]{1,0} %Arg_0.1)
+  %dot.3 = f32[2,2]{1,0} dot(f32[2,3]{1,0} %copy.2, f32[2,3]{1,0} %Arg_0.1), lhs_contracting_dims={1}, rhs_contracting_dims={1}
+  %cc = (f32[2,2]{1,0}, u8[0]{0}) custom-call(%dot.3), custom_call_target="__onednn$matmul"
+  ROOT %fusion.4 = f32[3,2]{1,0} fusion(f32[2,3]{1,0} %copy.2), kind=kLoop, calls=%fused_computation
+}
+"""
+
+
+def test_hlo_counts_tell_ops_inside_fusions_from_ops_outside(monkeypatch):
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    counts = runpy.run_path(os.path.join(BENCH_DIR, "hlo_compare.py"))["count_hlo"](HLO)
+    assert counts["instructions in the entry computation"] == 4
+    assert counts["fusions"] == counts["fusions, kLoop"] == 1
+    assert counts["transposes inside fusions"] == 1 and counts["transposes inside fusions, M elements written"] == 6e-6
+    assert counts["copies outside fusions"] == 1 and "transposes outside fusions" not in counts
+    assert counts["dots outside fusions"] == 1
+    assert counts["custom calls: __onednn$matmul"] == 1
