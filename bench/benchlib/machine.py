@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -21,10 +22,51 @@ UNITS = {
 CEILINGS_SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "ceilings.py")
 
 
-def cpu_flags():
-    """The `SPEED_FLAGS` this CPU has (Linux /proc/cpuinfo; empty elsewhere)."""
+# The flags above each ISA cap (`stand_in`): the units a CPU of that kind lacks.
+_ABOVE_CAP = {
+    "avx512": ("avx512_bf16", "amx_tile", "amx_bf16", "amx_int8"),
+    "avx2": ("avx512f", "avx512_bf16", "avx512_vnni", "amx_tile", "amx_bf16", "amx_int8"),
+}
+
+
+def cpu_flags(environ=os.environ):
+    """The `SPEED_FLAGS` the benchmark's matmuls may use: this CPU's (Linux /proc/cpuinfo; empty
+    elsewhere), less those above the ISA cap that stands in for another kind of CPU (`stand_in`)."""
     present = precision.cpu_flags()
-    return [flag for flag in SPEED_FLAGS if flag in present]
+    kind = stand_in(environ)[0] if stand_in(environ) else None
+    return [flag for flag in SPEED_FLAGS if flag in present and flag not in _ABOVE_CAP.get(kind, ())]
+
+
+def stand_in(environ=os.environ):
+    """(kind, settings) where oneDNN's and XLA's ISA caps make this CPU stand in for one without
+    some units (`ONEDNN_MAX_CPU_ISA`, `--xla_cpu_max_isa` in `XLA_FLAGS`), else None.
+
+    The kind is the lower of the two caps ("avx512" or "avx2"); a cap at or above bf16 stands in
+    for nothing. `settings` is how the caps were set, as a table's header prints them.
+    """
+    caps = []
+    if environ.get("ONEDNN_MAX_CPU_ISA"):
+        caps.append(("ONEDNN_MAX_CPU_ISA=" + environ["ONEDNN_MAX_CPU_ISA"], environ["ONEDNN_MAX_CPU_ISA"]))
+    xla = re.search(r"--xla_cpu_max_isa=(\S+)", environ.get("XLA_FLAGS", ""))
+    if xla:
+        caps.append(("XLA_FLAGS=--xla_cpu_max_isa=" + xla.group(1), xla.group(1)))
+    kinds = [_cap_kind(isa) for _, isa in caps]
+    for kind in ("avx2", "avx512"):
+        if kind in kinds:
+            return kind, " ".join(setting for setting, _ in caps)
+    return None
+
+
+def _cap_kind(isa):
+    """The kind of CPU an ISA cap stands in for ("avx2", "avx512"), or None (bf16 units or above)."""
+    isa = isa.upper()
+    if "BF16" in isa or "AMX" in isa:
+        return None
+    if isa.startswith("AVX512"):
+        return "avx512"
+    if isa.startswith("AVX2") or isa.startswith("AVX") or isa.startswith("SSE"):
+        return "avx2"
+    return None
 
 
 def cpu_kind(flags):
@@ -69,10 +111,17 @@ def measure_ceilings(seconds=0.5):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def machine_line(ceilings):
-    """One line for a table's header: CPU, flags and the measured ceilings."""
+def machine_line(ceilings, environ=os.environ):
+    """One line for a table's header: CPU, flags and the measured ceilings; under a stand-in
+    (`stand_in`), the kind it stands in for and how, beside the CPU's own flags."""
+    standing = stand_in(environ)
+    own = precision.cpu_flags()
+    kind = cpu_kind(ceilings["flags"])
+    if standing:
+        kind += (f" (a stand-in: {standing[1]} on a CPU whose own flags are "
+                 f"{' '.join(f for f in SPEED_FLAGS if f in own) or 'none'})")
     return (
-        f"{cpu_name()}, {os.cpu_count()} cores; CPU kind: {cpu_kind(ceilings['flags'])}; "
+        f"{cpu_name()}, {os.cpu_count()} cores; CPU kind: {kind}; "
         f"flags: {' '.join(ceilings['flags']) or 'none'}; "
         f"measured ceilings (bench/ceilings.py): fp32 {ceilings['fp32']:.0f} GFLOP/s, "
         + ", ".join(f"{name} {ceilings[name]:.1f} {unit}" + ("" if has_units(name, ceilings["flags"]) else " (emulated)")

@@ -309,6 +309,27 @@ def test_a_precision_without_hardware_units_gets_no_ceiling_share(benchlib):
     assert machine.ceiling_share(200e9, "int8", vnni) == "50%"
 
 
+@pytest.mark.parametrize("environ, kind", [
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI", "XLA_FLAGS": "--xla_cpu_max_isa=AVX512_VNNI"}, "avx512"),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX2"}, "avx2"),
+    ({"XLA_FLAGS": "--xla_dump_to=/tmp/x --xla_cpu_max_isa=AVX2"}, "avx2"),
+    ({"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_AMX"}, "bf16"),
+    ({}, "bf16"),
+])
+def test_a_stand_in_for_another_kind_of_cpu_is_named_as_such(benchlib, monkeypatch, environ, kind):
+    # ISA caps on a CPU with bf16 units stand in for one without: its tables name that kind, and the
+    # units above the cap get no ceiling share.
+    machine = benchlib("machine")
+    own = ["avx2", "fma", "avx512f", "avx512_bf16", "avx512_vnni"]
+    monkeypatch.setattr(machine.precision, "cpu_flags", lambda: set(own))
+    flags = machine.cpu_flags(environ)
+    ceilings = {"flags": flags, "fp32": 100.0, "bf16": 80.0, "int8": 300.0}
+    line = machine.machine_line(ceilings, environ)
+    assert machine.cpu_kind(flags) == kind and f"CPU kind: {kind}" in line, line
+    assert ("a stand-in: " in line) == (kind != "bf16"), line
+    assert (machine.ceiling_share(40e9, "bf16", ceilings) == "no such units") == (kind != "bf16")
+
+
 HLO = """HloModule step, entry_computation_layout={(f32[2,3]{1,0})->f32[3,2]{1,0}}
 
 %fused_computation (param_0: f32[2,3]) -> f32[3,2] {

@@ -33,6 +33,9 @@ TINY_DEMO = (
 )
 SUBSTITUTIONS = {
     "albert-tf demo --out runs/demo": f"albert-tf demo --out runs/demo {TINY_DEMO}",
+    # The fine-tuning tour's CSVs: 400 and 100 rows instead of 2,000 and 500.
+    'for name, part in (("train.csv", rows[:2000]), ("dev.csv", rows[2000:2500])):':
+        'for name, part in (("train.csv", rows[:400]), ("dev.csv", rows[2000:2100])):',
 }
 # README.md runs first, in an empty directory; every page under docs/ then starts in a copy of
 # the directory the README's tour leaves (runs/demo, runs/sentiment, saved_models/sentiment, ...).
