@@ -46,7 +46,7 @@ NORMALIZER_NAME = "albert_tf"
 # Charsmaps computed ahead for the models `AlbertTokenizer.train` makes with the English
 # presets (cased and uncased), named by `_charsmap_key`: computing one takes seconds, which
 # every `train-tokenizer` paid. A model, preset, Unicode or SentencePiece version without a
-# file here is computed as before. `python -m input_pipeline.spiece_normalizer` writes them.
+# file here is computed as before. `python -m input_pipeline.write_charsmaps` writes them.
 SHIPPED_CHARSMAPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "charsmaps")
 _NORMAL, _UNUSED = 1, 5  # sentencepiece_model.proto: ModelProto.SentencePiece.Type
 
@@ -181,35 +181,3 @@ def _changed_characters(preprocessing):
             changed.add(c)
     return frozenset(changed)
 
-
-def main():
-    """Writes the shipped charsmaps of this Python and SentencePiece (`SHIPPED_CHARSMAPS`): those of the
-    models `AlbertTokenizer.train` makes with the English presets, cased and uncased. Prints their names."""
-    # The module the tokenizer calls, which `python -m` runs under another name.
-    from input_pipeline import spiece_normalizer
-    from input_pipeline.text_normalization import Preprocessing
-    from input_pipeline.tokenizer import AlbertTokenizer
-
-    shipped, written = spiece_normalizer._charsmap, []
-
-    def computed(normalizer_spec, preprocessing):  # the spec of the model just trained, before its rewrite
-        name = _charsmap_key(normalizer_spec, preprocessing)
-        charsmap = _compute_charsmap(normalizer_spec, preprocessing)
-        with open(os.path.join(SHIPPED_CHARSMAPS, name), "wb") as f:
-            f.write(charsmap)
-        written.append(f"{name} {preprocessing}")
-        return charsmap
-
-    os.makedirs(SHIPPED_CHARSMAPS, exist_ok=True)
-    english = Preprocessing.for_language("en")
-    spiece_normalizer._charsmap = computed
-    try:
-        for preprocessing in (english, dataclasses.replace(english, strip_accents=False, lower_case=False)):
-            AlbertTokenizer.train(["a tiny corpus", "of a few words"] * 20, vocab_size=22, preprocessing=preprocessing)
-    finally:
-        spiece_normalizer._charsmap = shipped
-    print("\n".join(written))
-
-
-if __name__ == "__main__":
-    main()

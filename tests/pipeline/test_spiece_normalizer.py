@@ -143,7 +143,7 @@ def english_presets():
 def test_training_an_english_tokenizer_reads_the_shipped_charsmap(monkeypatch):
     # Computing one takes seconds; every `train-tokenizer` paid them before the charsmaps shipped.
     # A SentencePiece or Python whose charsmap key is new fails here: `python -m
-    # input_pipeline.spiece_normalizer` writes the files for it.
+    # input_pipeline.write_charsmaps` writes the files for it.
     def computed(*_):
         raise AssertionError("computed: no shipped charsmap for this model, preset, Unicode and SentencePiece")
 
