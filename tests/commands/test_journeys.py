@@ -310,14 +310,6 @@ def test_docs_pretrain_commands_static_and_raw_text(tour, pretrained):
     assert not (tour / "runs" / "refused" / "checkpoints").exists()
 
 
-def test_docs_demo_smoke_run(tour):
-    # docs/pretraining.md's smoke run (no --warmup-steps at 20 steps), with less data.
-    run_cli("demo", "--out", "runs/tiny", "--steps", "20", "--vocab-size", "2000", "--hidden-size", "64",
-            "--intermediate-size", "256", "--tokenizer-documents", "1500", "--documents", "300",
-            "--heldout-documents", "60", "--eval-examples", "40", "--baseline-batches", "2", cwd=tour)
-    assert (tour / "runs" / "tiny" / "final" / "config.json").is_file()
-
-
 def test_ctrl_c_in_pretrain_says_where_it_stopped_and_resumes(tour, pretrained):
     command = albert_tf_command() + ["pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/interrupted",
                                      "--batch-size", "8", "--steps", "400", "--log-every", "1",
