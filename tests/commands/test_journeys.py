@@ -311,7 +311,8 @@ def test_docs_pretrain_commands_static_and_raw_text(tour, pretrained):
 
 
 def test_ctrl_c_in_pretrain_says_where_it_stopped_and_resumes(tour, pretrained):
-    command = albert_tf_command() + ["pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/interrupted",
+    command = albert_tf_command() + ["pretrain", *TINY_MODEL, "--compile-step", "none", "--data", "data/",
+                                     "--out", "runs/interrupted",
                                      "--batch-size", "8", "--steps", "400", "--log-every", "1",
                                      "--checkpoint-every", "2"]
     process = start_program(command, cwd=tour, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment(),
