@@ -241,6 +241,8 @@ def test_demo_position_table_grows_with_longer_examples():
         DemoConfig(trainer={"num_steps": 3})
 
 
+# The line is the Trainer's, checked fast for pretrain (test_reruns_and_damaged_data.py).
+@pytest.mark.slow
 def test_a_new_demo_says_it_starts_a_new_run(tmp_path, capsys):
     out = tmp_path / "demo"
     assert cli.main(["demo", "--out", str(out), "--steps", "1", "--embedding-init", "random", *TINY]) == 0

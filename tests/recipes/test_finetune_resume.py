@@ -73,8 +73,10 @@ def test_a_resume_state_of_other_settings_is_not_resumed(data, tmp_path):
     assert os.listdir(tmp_path / "run" / RESUME_DIR)
     messages = []
     backbone = AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE))
-    finetune(CONFIG.replace(epochs=1), backbone, small_tokenizer(), str(data / "train.csv"), str(data / "eval.csv"),
-             str(tmp_path / "run"), log=messages.append)
+    with pytest.raises(RunStopped) as raised:  # a step is enough: the choice is made before it
+        finetune(CONFIG.replace(epochs=1), backbone, small_tokenizer(), str(data / "train.csv"),
+                 str(data / "eval.csv"), str(tmp_path / "run"), log=messages.append, stop_requested=lambda: True)
+    assert raised.value.where == "in epoch 1 of 1, at step 1 of 5"
     assert any("Starting a new run: " in m and "holds an unfinished run with other settings" in m for m in messages), messages
 
 
