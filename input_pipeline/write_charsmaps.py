@@ -14,20 +14,25 @@ from input_pipeline.text_normalization import Preprocessing
 from input_pipeline.tokenizer import AlbertTokenizer
 
 
-def main():
-    """Writes the charsmaps of the models `AlbertTokenizer.train` makes with the English presets, cased
-    and uncased, under this Python and SentencePiece; prints their names."""
+def main(directory=spiece_normalizer.SHIPPED_CHARSMAPS):
+    """Writes into `directory` the charsmaps, computed, of the models `AlbertTokenizer.train` makes with
+    the English presets, cased and uncased, under this Python and SentencePiece; prints their names.
+
+    Returns:
+        list of the names written.
+    """
     shipped, written = spiece_normalizer._charsmap, []
 
     def computed(normalizer_spec, preprocessing):  # the spec of the model just trained, before its rewrite
         name = spiece_normalizer._charsmap_key(normalizer_spec, preprocessing)
         charsmap = spiece_normalizer._compute_charsmap(normalizer_spec, preprocessing)
-        with open(os.path.join(spiece_normalizer.SHIPPED_CHARSMAPS, name), "wb") as f:
+        with open(os.path.join(directory, name), "wb") as f:
             f.write(charsmap)
-        written.append(f"{name} {preprocessing}")
+        written.append(name)
+        print(name, preprocessing)
         return charsmap
 
-    os.makedirs(spiece_normalizer.SHIPPED_CHARSMAPS, exist_ok=True)
+    os.makedirs(directory, exist_ok=True)
     english = Preprocessing.for_language("en")
     spiece_normalizer._charsmap = computed
     try:
@@ -35,7 +40,7 @@ def main():
             AlbertTokenizer.train(["a tiny corpus", "of a few words"] * 20, vocab_size=22, preprocessing=preprocessing)
     finally:
         spiece_normalizer._charsmap = shipped
-    print("\n".join(written))
+    return written
 
 
 if __name__ == "__main__":
