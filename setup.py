@@ -60,7 +60,7 @@ setup(
         # their files, never imported) for the language tests. pytest-xdist
         # runs the suite on two processes (pytest.ini), a test file per process.
         "test": [
-            "pytest>=8", "pytest-xdist>=3.6", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
+            "pytest>=9", "pytest-xdist>=3.6", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
             "konlpy==0.6.0", "hironsancorpus==0.1.2",
             # MediaPipe Tasks' TextClassifier runs the exported .tflite files on raw text (in its own process).
             "mediapipe==1.2.3",

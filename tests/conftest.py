@@ -11,12 +11,25 @@ Most tests, `albert-tf` commands included (tests/cli_helpers.py), run in the
 test process, one after another: `process_state` below gives every test the
 Keras dtype policy, the seeds, the working directory, the umask and the
 environment the test process started with.
+
+A test marked `own_process` runs in a fresh pytest process of its own instead
+(`pytest_pyfunc_call` below): tests that make a MultiWorkerMirroredStrategy,
+which sets up the process's collective ops when it is made (TensorFlow asks
+for that at program start-up), and with it the preemption handler's watcher
+threads. The test worker's process runs hundreds of tests after it.
 """
 
 import os
 import random
+import re
+import subprocess
+import sys
+import tempfile
 
 import pytest
+
+# Set in the process an `own_process` test runs in: the test's node id.
+_OWN_PROCESS = "ALBERT_TF_TEST_OWN_PROCESS"
 
 # Quiet TensorFlow's start-up chatter in test logs; set before TF is imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -39,3 +52,24 @@ def process_state():
         os.environ.clear()
         os.environ.update(env)
     random.seed()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "own_process: runs in a fresh pytest process of its own (conftest.py says why)")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem):
+    """Runs an `own_process` test as `python -m pytest NODEID` in a new process; its failure is this test's."""
+    if pyfuncitem.get_closest_marker("own_process") is None or os.environ.get(_OWN_PROCESS) == pyfuncitem.nodeid:
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    with tempfile.TemporaryDirectory() as basetemp:  # not a numbered one beside this run's, which pytest prunes
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--basetemp", basetemp,
+             pyfuncitem.nodeid],
+            cwd=pyfuncitem.config.rootpath, env={**env, _OWN_PROCESS: pyfuncitem.nodeid}, capture_output=True,
+            text=True, timeout=240)
+    ran = done.returncode == 0 and re.search(r"^1 passed\b", done.stdout, re.M)
+    assert ran, f"in its own process, exit {done.returncode}:\n{(done.stdout + done.stderr)[-6000:]}"
+    return True

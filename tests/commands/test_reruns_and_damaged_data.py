@@ -69,6 +69,7 @@ def test_create_data_and_train_tokenizer_stopped_by_sigterm_say_nothing_was_kept
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+@pytest.mark.own_process  # a MultiWorkerMirroredStrategy (conftest.py)
 def test_a_cluster_preemption_notice_ends_multi_worker_pretrain_as_sigterm_does_and_the_rerun_resumes(
         data, tmp_path, monkeypatch):
     # The notice as TensorFlow's handler reads it on a GCE GPU VM, stood in for: up from the start.

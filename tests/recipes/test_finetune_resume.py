@@ -80,6 +80,7 @@ def test_a_resume_state_of_other_settings_is_not_resumed(data, tmp_path):
     assert any("Starting a new run: " in m and "holds an unfinished run with other settings" in m for m in messages), messages
 
 
+@pytest.mark.own_process  # a MultiWorkerMirroredStrategy (conftest.py)
 def test_a_cluster_preemption_notice_stops_multi_worker_fine_tuning_at_a_step_and_a_rerun_resumes(
         data, tmp_path, monkeypatch):
     # TensorFlow's PreemptionCheckpointHandler watches the notice (a stand-in, up from the start) under

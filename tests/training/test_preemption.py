@@ -103,6 +103,7 @@ def test_sigterm_asks_the_trainer_to_stop_and_it_saves_the_step_its_loop_ends_on
 
 # The quick loop's check of the notice is the command's (test_reruns_and_damaged_data.py), through this Trainer.
 @pytest.mark.slow
+@pytest.mark.own_process  # a MultiWorkerMirroredStrategy (conftest.py)
 def test_a_cluster_preemption_notice_stops_a_multi_worker_run_at_its_own_checkpoint_and_a_rerun_resumes(
         tmp_path, monkeypatch):
     # TensorFlow's PreemptionCheckpointHandler watches the notice (a GCE maintenance event; here a stand-in that
