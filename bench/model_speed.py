@@ -222,10 +222,24 @@ IMPLEMENTATIONS = {
 HIDDEN_SIZE = 768
 
 
-def default_row(flags):
-    """The row the commands run by default for ALBERT-base on a CPU with `flags` (albert_tf.precision's rule)."""
+def default_rows(flags):
+    """{"train": row, "infer": row}: what the commands run by default for ALBERT-base on a CPU with `flags`.
+
+    The precision is albert_tf.precision's rule. Training (`pretrain`, `finetune`, `demo`, `bench`) compiles
+    its float32 step with XLA; `predict` runs the forward pass with the weights frozen, without XLA.
+    """
     choice = resolve_precision("auto", "auto", HIDDEN_SIZE, "cpu", flags=frozenset(flags))
-    return "albert-tf-bf16" if choice.precision == "mixed_bfloat16" else "albert-tf-xla"
+    if choice.precision == "mixed_bfloat16":
+        return {"train": "albert-tf-bf16", "infer": "albert-tf-bf16"}
+    return {"train": "albert-tf-xla", "infer": "albert-tf"}
+
+
+def marked_name(row, key, defaults):
+    """The row's name, marked where it is what a command runs by default (`default_rows`)."""
+    uses = [use for use, measurement in (("training", "train"), ("inference", "infer")) if defaults[measurement] == key]
+    if not uses:
+        return row.name
+    return f"{row.name} (**default**)" if len(uses) == 2 else f"{row.name} (**default** for {uses[0]})"
 
 
 def speedup_stats(results, key, own_fp32, measurement):
@@ -297,7 +311,7 @@ def main():
         "train": albert_flops(768, 12, 3072, 128, 30000, BATCH, SEQ, PREDICTIONS, train=True),
         "infer": albert_flops(768, 12, 3072, 128, 30000, 1, SEQ),
     }
-    default = default_row(flags)
+    defaults = default_rows(flags)
     rows = {key: IMPLEMENTATIONS[key] for key in keys}
     table = [
         f"ALBERT-base; {machine_line(ceilings)}",
@@ -309,10 +323,12 @@ def main():
         "implementation's fastest fp32 row / time (both median over rounds, [min, max]); ceiling: model "
         "matmul FLOPs / time / the row precision's ceiling. albert-tf's inference without XLA runs as "
         "`predict` runs it: weights frozen into the graph (`albert_tf.FrozenForward`).",
-        f"Marked **default**: what `pretrain`, `finetune`, `demo`, `predict` and `bench` run for ALBERT-base on "
-        f"this CPU ({IMPLEMENTATIONS[default].compiler}, {KERAS_POLICY[IMPLEMENTATIONS[default].precision]}: "
-        + ("it has bfloat16 units and H 768 >= 512)." if default == "albert-tf-bf16" else "no bfloat16 units).")
-        + ("" if default in rows else " That row was not timed."),
+        "Marked **default**: what the commands run for ALBERT-base on this CPU ("
+        + ("it has bfloat16 units and H 768 >= 512: mixed_bfloat16 without XLA)."
+           if defaults["train"] == "albert-tf-bf16" else
+           "no bfloat16 units: float32; training steps compiled by XLA, `predict` with its weights frozen, "
+           "without XLA).")
+        + ("" if set(defaults.values()) <= set(rows) else " Not every such row was timed."),
         "",
         f"| implementation | precision | compiler | train step b{BATCH} x s{SEQ} (ms) | vs fastest peer | "
         f"speed-up over own fp32 | ceiling | inference b1 x s{SEQ} (ms) | vs fastest peer | "
@@ -321,7 +337,7 @@ def main():
     ]
     fastest_peers = {}
     for key, row in rows.items():
-        name = f"{row.name} (**default**)" if key == default else row.name
+        name = marked_name(row, key, defaults)
         cells = [name, row.precision, row.compiler]
         peers = [k for k, r in rows.items() if r.peer and r.precision == row.precision]
         own_fp32 = [k for k, r in rows.items() if r.implementation == row.implementation and r.precision == "fp32"]
