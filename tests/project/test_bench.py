@@ -358,11 +358,10 @@ def test_hlo_counts_tell_ops_inside_fusions_from_ops_outside(monkeypatch):
     assert counts["custom calls: __onednn$matmul"] == 1
 
 
-def test_model_speed_marks_the_rows_the_commands_run_for_training_and_for_inference(benchlib):
+def test_model_speed_marks_the_rows_the_commands_run_for_training_and_for_inference(monkeypatch):
     # Without bf16 units training compiles its float32 step with XLA and `predict` runs the frozen forward pass
     # without XLA: two rows, each marked for what it stands for; with them one bf16 row stands for both.
-    benchlib("machine")
-    script = runpy.run_path(os.path.join(BENCH_DIR, "model_speed.py"))
+    script = _script("model_speed.py", monkeypatch)
     rows, default_rows, marked_name = script["IMPLEMENTATIONS"], script["default_rows"], script["marked_name"]
     avx512 = default_rows(["avx2", "fma", "avx512f", "avx512_vnni"])
     assert avx512 == {"train": "albert-tf-xla", "infer": "albert-tf"}
