@@ -19,7 +19,7 @@ import json
 import os
 import time
 
-from benchlib.machine import UNITS, cpu_flags
+from benchlib.machine import UNITS, cpu_flags, stand_in
 from benchlib.output import emit_table
 
 SIZES = (256, 512, 1024, 2048)
@@ -76,6 +76,20 @@ def ceiling(precision, seconds, sizes, library="torch"):
     return best
 
 
+def libraries(precision, environ=os.environ):
+    """The libraries whose `precision` GEMM is measured.
+
+    Not TensorFlow's bf16 with oneDNN kept to AVX2 (`ONEDNN_MAX_CPU_ISA`, a
+    stand-in for an AVX2 CPU): TensorFlow sends bf16 to oneDNN by the CPU's
+    own flags, and oneDNN so kept has no bf16 matmul (the process aborts);
+    torch emulates it.
+    """
+    onednn = stand_in({"ONEDNN_MAX_CPU_ISA": environ.get("ONEDNN_MAX_CPU_ISA", "")})
+    if precision == "int8" or (precision == "bf16" and onednn and onednn[0] == "avx2"):
+        return ("torch",)
+    return ("torch", "tensorflow")
+
+
 def measure(seconds=1.0, sizes=SIZES):
     """{"fp32": GFLOP/s, "bf16": GFLOP/s, "int8": GOP/s, "library": {precision: faster library}, "flags": [...],
     "threads": n}."""
@@ -87,8 +101,7 @@ def measure(seconds=1.0, sizes=SIZES):
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     result, library = {}, {}
     for precision in UNITS:
-        rates = {name: ceiling(precision, seconds, sizes, name)
-                 for name in (("torch", "tensorflow") if precision != "int8" else ("torch",))}
+        rates = {name: ceiling(precision, seconds, sizes, name) for name in libraries(precision)}
         library[precision] = max(rates, key=rates.get)
         result[precision] = rates[library[precision]] / 1e9
     return {**result, "library": library, "flags": cpu_flags(), "threads": threads}

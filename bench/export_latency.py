@@ -1,13 +1,13 @@
-"""Batch-1 latency at seq 128 of ALBERT-base, as exported vs its peers, on this machine's CPU.
+"""Latency at batch 1 (or --batch) and seq 128 of ALBERT-base, as exported vs its peers, on this machine's CPU.
 
 Rows: albert-tf Keras (tf.function, with and without XLA; and under
 mixed_bfloat16 without XLA where the CPU has bf16 units, which TensorFlow's
 oneDNN kernels use and XLA's CPU backend does not), the exported
-SavedModel (`serving_default`; float32, and where the CPU has bf16 units the
-`export --mixed-precision mixed_bfloat16` form, weights frozen to constants, loaded with
+SavedModel (`serving_default`, weights frozen to constants; float32, and where the
+CPU has bf16 units the `export --mixed-precision mixed_bfloat16` form, loaded with
 `tf.saved_model.load` and called through its signature as TF-Serving runs
-it; two float32 forms `export` does not write, to compare: weights frozen to
-constants, and the forward pass compiled by XLA), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
+it; two float32 forms `export` does not write, to compare: weights as
+variables, and the forward pass compiled by XLA), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
 and 16x8 with --tokenizer: they calibrate on real text), HF transformers
 AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
 weights, every one moved off its initial value as training moves it: a graph
@@ -21,7 +21,7 @@ prints the CPU flags, the measured matmul ceilings (bench/ceilings.py) and
 each row's share of the ceiling of the precision its matmuls run in, and
 dynamic-range int8 TFLite against float32 TFLite and the fastest float peer.
 
-    python bench/export_latency.py [--steps 30] [--rounds 3] [--threads N] [--tokenizer DIR]
+    python bench/export_latency.py [--steps 30] [--rounds 3] [--batch 1] [--threads N] [--tokenizer DIR]
 """
 
 import argparse
@@ -44,9 +44,9 @@ ROWS = {
     "keras-xla": "albert-tf Keras (tf.function, XLA)",
     "keras-bf16": "albert-tf Keras mixed_bfloat16 (tf.function)",
     "keras-bf16-frozen": "albert-tf Keras mixed_bfloat16, weights frozen to constants",
-    "saved_model": "albert-tf SavedModel serving_default",
+    "saved_model": "albert-tf SavedModel serving_default (weights as constants)",
     "saved_model-bf16": "albert-tf SavedModel bf16 serving_default (weights as constants)",
-    "saved_model-frozen": "albert-tf SavedModel float32 serving_default, weights as constants",
+    "saved_model-variables": "albert-tf SavedModel float32 serving_default, weights as variables",
     "saved_model-xla": "albert-tf SavedModel float32 serving_default, forward compiled by XLA",
     "tflite-none": "albert-tf TFLite float32",
     "tflite-float16": "albert-tf TFLite float16 weights",
@@ -58,10 +58,10 @@ ROWS = {
     "keras-hub": "keras-hub AlbertBackbone (tf.function)",
 }
 # The float32 rows: the ratios are to the fastest of them.
-FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "saved_model-frozen", "saved_model-xla", "tflite-none", "hf",
+FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "saved_model-variables", "saved_model-xla", "tflite-none", "hf",
                "keras-hub")
 # Float32 SavedModels `export` does not write: serving_default's forward pass in another form, to compare.
-SERVING_FORMS = ("saved_model-frozen", "saved_model-xla")
+SERVING_FORMS = ("saved_model-variables", "saved_model-xla")
 # Rows a CPU without bf16 units would only run emulated (not timed there).
 BF16_ROWS = ("keras-bf16", "keras-bf16-frozen", "saved_model-bf16")
 # The precision each row's matmuls run in, for its ceiling share. float16
@@ -72,44 +72,42 @@ PRECISION = {key: "int8" if key in ("tflite-dynamic",) + CALIBRATED else "bf16" 
              for key in ROWS}
 
 
-def inputs():
+def inputs(batch=1):
     rng = np.random.default_rng(0)
-    token_ids = rng.integers(5, 30000, (1, SEQ)).astype("int32")
-    token_ids[0, 0], token_ids[0, -1] = 2, 3
+    token_ids = rng.integers(5, 30000, (batch, SEQ)).astype("int32")
+    token_ids[:, 0], token_ids[:, -1] = 2, 3
     return {
         "token_ids": token_ids,
-        "segment_ids": (np.arange(SEQ) >= SEQ // 2).astype("int32")[None],
-        "padding_mask": np.ones((1, SEQ), "int32"),
+        "segment_ids": np.repeat((np.arange(SEQ) >= SEQ // 2).astype("int32")[None], batch, axis=0),
+        "padding_mask": np.ones((batch, SEQ), "int32"),
     }
 
 
 def export_serving_form(model, base_dir, form):
     """Writes `model` as version 1 of a float32 SavedModel whose serving_default runs the forward pass as `form`.
 
-    "saved_model-frozen": the weights frozen to constants (`FrozenForward`, as the bf16 export does);
+    "saved_model-variables": the model's call on its weights as variables (what float32 `export` wrote
+    before it froze them);
     "saved_model-xla": the model's call in a `tf.function(jit_compile=True)`, its weights variables.
     Only the id signature, as `export_saved_model` builds it around that forward pass.
     """
     import tensorflow as tf
 
-    from albert_tf import FrozenForward
     from albert_tf.export import signatures as signatures_lib
 
     interface = signatures_lib.describe_model(model)
     module = tf.Module()
-    if form == "saved_model-frozen":
-        forward = FrozenForward(model).graph_function(signatures_lib.id_input_specs(interface))
-        module.model_variables = []
-    else:
+    forward = None
+    if form == "saved_model-xla":
         forward = tf.function(lambda batch: model(batch, training=False), jit_compile=True)
-        module.model_variables = [v.value for v in model.variables]
+    module.model_variables = [v.value for v in model.variables]
     signatures = signatures_lib.build_signatures(model, interface, None, SEQ, forward=forward)
     tf.saved_model.save(module, os.path.join(base_dir, "1"), signatures=signatures)
 
 
-def prepare(workdir, tokenizer_dir, bf16=False, forms=()):
+def prepare(workdir, tokenizer_dir, bf16=False, forms=(), batch=1):
     """Builds ALBERT-base once and writes the SavedModels (bf16 too with `bf16`, and the `SERVING_FORMS` named
-    in `forms`) and the TFLite models."""
+    in `forms`) and the TFLite models (for `batch` rows: a TFLite model's shapes are fixed)."""
     from albert_tf import AlbertBackbone, AlbertConfig
     from albert_tf.export import export_saved_model, export_tflite
     from input_pipeline import AlbertTokenizer
@@ -134,19 +132,19 @@ def prepare(workdir, tokenizer_dir, bf16=False, forms=()):
     for mode in modes:
         path = export_tflite(
             model, os.path.join(workdir, f"tflite-{mode}"), tokenizer=tokenizer, max_length=SEQ,
-            quantize=mode, representative_texts=texts,
+            quantize=mode, representative_texts=texts, batch_size=batch,
         )
         sizes[f"tflite-{mode}"] = os.path.getsize(path) / 2**20
     return sizes
 
 
-def runner(key, workdir, threads):
-    """A zero-argument function that runs row `key` once on batch 1."""
+def runner(key, workdir, threads, batch=1):
+    """A zero-argument function that runs row `key` once on `batch` rows."""
     import tensorflow as tf
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    x = inputs()
+    x = inputs(batch)
     if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
         from albert_tf.models.pretrained import with_dtype_policy
         from albert_tf.loading import load_pretrained
@@ -217,6 +215,7 @@ def main():
     parser.add_argument("--steps", type=int, default=30, help="timed runs per round")
     parser.add_argument("--rounds", type=int, default=3, help="turns of timing every row")
     parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--batch", type=int, default=1, help="rows per call (seq 128)")
     parser.add_argument("--threads", type=int, default=os.cpu_count())
     parser.add_argument("--tokenizer", help="A 30000-piece tokenizer dir: adds the calibrated rows "
                         "(int8, int8-mixed, 16x8; calibrated on IMDB text).")
@@ -225,7 +224,7 @@ def main():
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run = runner(args.worker, args.workdir, args.threads)
+        run = runner(args.worker, args.workdir, args.threads, args.batch)
         for _ in range(args.warmup):
             run()
         serve({"ms": lambda: timed(run, 0, args.steps)})
@@ -236,18 +235,18 @@ def main():
         has_bf16 = bool(bf16_units(cpu_flags()))
         start = time.time()
         sizes = prepare(workdir, args.tokenizer, bf16=has_bf16 and (not args.only or "saved_model-bf16" in args.only),
-                        forms=[k for k in SERVING_FORMS if not args.only or k in args.only])
+                        forms=[k for k in SERVING_FORMS if not args.only or k in args.only], batch=args.batch)
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
         keys = [k for k in (args.only or ROWS)
                 if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or has_bf16)]
         results = alternate(__file__, keys, args.rounds, [
             "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
-            "--steps", str(args.steps),
+            "--steps", str(args.steps), "--batch", str(args.batch),
         ])
 
     peers = [k for k in keys if k in FLOAT_PEERS]
-    flops = albert_flops(768, 12, 3072, 128, 30000, 1, SEQ)
-    print(f"\nALBERT-base, batch 1, seq {SEQ}, {args.threads} threads, median of {args.steps} runs per round, "
+    flops = albert_flops(768, 12, 3072, 128, 30000, args.batch, SEQ)
+    print(f"\nALBERT-base, batch {args.batch}, seq {SEQ}, {args.threads} threads, median of {args.steps} runs per round, "
           f"{args.rounds} rounds in turns. {machine_line(ceilings)}\n")
     print("| runtime | latency (ms) | vs fastest float peer [min, max] | ceiling share | model file (MiB) |")
     print("|---|---:|---:|---:|---:|")

@@ -59,6 +59,25 @@ def exported_classifier():
     return base, export_saved_model(classifier(), base, tokenizer=tokenizer(), max_length=MAX_LENGTH)
 
 
+def graph_nodes(path):
+    """Every node of a SavedModel's graph and function library."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    graph = proto.meta_graphs[0].graph_def
+    return list(graph.node) + [n for f in graph.library.function for n in f.node_def]
+
+
+def metadata(path):
+    """A SavedModel version's export metadata (assets.extra/albert_tf_export.json)."""
+    from albert_tf.export.saved_model import METADATA_FILE
+
+    with open(os.path.join(path, METADATA_FILE)) as f:
+        return json.load(f)
+
+
 @functools.lru_cache(maxsize=None)
 def scratch_dir():
     path = tempfile.mkdtemp(prefix="albert_tf_export_tests_")

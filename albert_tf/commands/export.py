@@ -10,10 +10,10 @@ tokenizer is `--tokenizer DIR` when given, else the model's own (see
 and the TFLite model ships without tokenizer files. A LoRA fine-tuned model
 is exported with its factors merged into the kernels.
 
-A SavedModel runs in float32, or in bfloat16 with its weights frozen into the
-graph (--mixed-precision mixed_bfloat16); the default, auto, picks mixed_bfloat16
-where this machine's CPU has bfloat16 units and the model is wide enough to gain
-from them, as every other command's --mixed-precision does.
+A SavedModel has its weights frozen into the graph as constants and runs in
+float32, or in bfloat16 (--mixed-precision mixed_bfloat16); the default, auto,
+picks mixed_bfloat16 where this machine's CPU has bfloat16 units and the model is
+wide enough to gain from them, as every other command's --mixed-precision does.
 
 A TFLite classifier or regressor with a tokenizer carries TFLite Model
 Metadata (tokenizer, labels, input roles), so MediaPipe's TextClassifier runs
@@ -73,8 +73,8 @@ def add_parser(subparsers):
     parser.add_argument("--version", type=int, help="saved_model: version number (default: next free).")
     parser.add_argument(
         "--mixed-precision", choices=EXPORT_PRECISIONS,
-        help="saved_model: what the signatures compute in. mixed_bfloat16: bfloat16 matmuls, weights frozen into "
-        f"the graph as constants, for a serving CPU with bfloat16 units ({', '.join(BF16_CPU_FLAGS)}). auto "
+        help="saved_model: what the signatures compute in (the weights are constants in the graph either way). "
+        f"mixed_bfloat16: bfloat16 matmuls, for a serving CPU with bfloat16 units ({', '.join(BF16_CPU_FLAGS)}). auto "
         f"(default): mixed_bfloat16 where this CPU has them and the model is wide enough (hidden size >= "
         f"{BF16_MIN_HIDDEN_SIZE}), else float32.",
     )

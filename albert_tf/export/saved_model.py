@@ -3,16 +3,17 @@
 Each version is written to a hidden temporary directory and renamed into place,
 so a TF-Serving instance polling BASE never loads a half-written version.
 
-Precision: "float32" exports the float32 variables and graph. "mixed_bfloat16" exports
-the model rebuilt under the mixed_bfloat16 policy with its weights frozen
-into the graph as constants (`albert_tf.inference.FrozenForward`): every
-signature runs its matmuls in bfloat16, and the graph optimizer folds the
-weights' casts to bfloat16 once when the server loads the model instead of
-redoing them on every request. Constants, not bfloat16 variables: Keras'
-mixed_bfloat16 keeps float32 variables, and frozen ALBERT-base runs batch 1
-faster than on its variables (bench/results/export_latency.md). Such a SavedModel has no variables, which
-TF-Serving accepts. A model too large for one GraphDef
-(`FrozenForward`'s limit) keeps float32 variables, cast on every call.
+Precision: "float32" exports the model's float32 graph, "mixed_bfloat16" the
+model rebuilt under the mixed_bfloat16 policy (every signature runs its
+matmuls in bfloat16). Both freeze the weights into the graph as constants
+(`albert_tf.inference.FrozenForward`): the graph optimizer then folds what
+depends on the weights alone once, when the server loads the model (under
+mixed_bfloat16 the weights' casts to bfloat16), and oneDNN keeps its own
+layout of constant weights between requests. Frozen ALBERT-base answers
+batch 1 faster than on its variables, in float32 and in bfloat16
+(bench/results/export_latency*.md). Such a SavedModel has no variables, which
+TF-Serving accepts. A model too large for one GraphDef (`FrozenForward`'s
+limit) keeps its float32 variables (cast on every call under mixed_bfloat16).
 """
 
 import json
@@ -179,8 +180,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         max_windows: classifiers and regressors: `serve_text` reads a long
             text as up to this many windows and averages their outputs (as
             fine-tuning's --max-windows); 1 reads one window.
-        precision: "float32", or "mixed_bfloat16" (bfloat16 compute, weights as
-            constants; see the module docstring). "auto" is the command's,
+        precision: "float32", or "mixed_bfloat16" (bfloat16 compute); either
+            way the weights are constants (see the module docstring). "auto" is the command's,
             resolved by `resolve_export_precision` first.
         overwrite: replace an existing `version` (whole: the old one stays
             if the export fails).
@@ -201,12 +202,11 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
         )
-    forward, weights = None, "variables"
     if precision == "mixed_bfloat16":
         model = with_dtype_policy(model, precision)
-        frozen = FrozenForward(model)
-        forward = frozen.graph_function(signatures_lib.id_input_specs(interface))
-        weights = "constants" if frozen.frozen else "variables"
+    frozen = FrozenForward(model)
+    forward = frozen.graph_function(signatures_lib.id_input_specs(interface))
+    weights = "constants" if frozen.frozen else "variables"
     signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length, truncate_from,
                                                  max_windows, forward)
 

@@ -2,7 +2,6 @@
 `export --mixed-precision` (auto: mixed_bfloat16 only on a CPU with bfloat16 units and a wide model)."""
 
 import functools
-import json
 import os
 import sys
 
@@ -11,15 +10,16 @@ import numpy as np
 import pytest
 import tensorflow as tf
 from tensorflow.core.framework import types_pb2
-from tensorflow.core.protobuf import saved_model_pb2
 
 from albert_tf import AlbertBackbone, inference, precision
 from albert_tf.export import export_saved_model, load_saved_model, pack_texts
-from albert_tf.export.saved_model import METADATA_FILE, resolve_export_precision
+from albert_tf.export.saved_model import resolve_export_precision
 from albert_tf.models import AlbertClassifier
 from albert_tf.models.pretrained import with_dtype_policy
 from cli_helpers import run_cli, run_program, serving
-from export_fixtures import LABELS, MAX_LENGTH, classifier, exported_classifier, real_texts, scratch_dir, tokenizer
+from export_fixtures import (
+    LABELS, MAX_LENGTH, classifier, exported_classifier, graph_nodes, metadata, real_texts, scratch_dir, tokenizer,
+)
 from helpers import max_abs_diff
 from test_export_saved_model import SAVED_MODEL_CLI_WITH_TF_TEXT
 
@@ -37,22 +37,8 @@ def exported_bf16_classifier():
                               max_length=MAX_LENGTH, precision="mixed_bfloat16")
 
 
-def graph_nodes(path):
-    """Every node of a SavedModel's graph and function library."""
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
-    graph = proto.meta_graphs[0].graph_def
-    return list(graph.node) + [n for f in graph.library.function for n in f.node_def]
-
-
 def bfloat16_ops(nodes):
     return {n.op for n in nodes if any(v.type == types_pb2.DT_BFLOAT16 for v in n.attr.values())}
-
-
-def metadata(path):
-    with open(os.path.join(path, METADATA_FILE)) as f:
-        return json.load(f)
 
 
 @pytest.mark.slow

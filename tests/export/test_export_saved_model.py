@@ -4,17 +4,18 @@ import json
 import os
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 from scipy.special import softmax
 
-from albert_tf import AlbertBackbone, AlbertPretrainer
-from albert_tf.export import export_saved_model, pack_texts, truncated_lengths
+from albert_tf import AlbertBackbone, AlbertPretrainer, inference
+from albert_tf.export import export_saved_model, load_saved_model, pack_texts, truncated_lengths
 from albert_tf.export.saved_model import METADATA_FILE
 from albert_tf.models import AlbertQuestionAnswerer
 from export_fixtures import (
-    LABELS, MAX_LENGTH, classifier, config, exported_classifier, texts_and_pairs, tokenizer,
+    LABELS, MAX_LENGTH, classifier, config, exported_classifier, graph_nodes, metadata, texts_and_pairs, tokenizer,
 )
 from helpers import backbone_batch, max_abs_diff, pretraining_batch
 from input_pipeline.packing import truncate_pair
@@ -64,6 +65,25 @@ def test_classifier_ids_and_text_signatures_match_keras():
         metadata = json.load(f)
     assert metadata["kind"] == "classifier" and metadata["label_names"] == LABELS
     assert metadata["max_length"] == MAX_LENGTH
+
+
+def test_float32_export_freezes_the_weights_and_keeps_variables_past_the_limit(monkeypatch, tmp_path):
+    keras.utils.set_random_seed(2)
+    model = AlbertBackbone(config())
+    # Trained-like weights: a frozen graph folds an all-zero bias away.
+    model.set_weights([w + np.random.default_rng(0).normal(0, 0.02, w.shape).astype(w.dtype) for w in model.get_weights()])
+    batch = backbone_batch(config())
+    expected = np.asarray(model(batch, training=False)["pooled_output"])
+    frozen = export_saved_model(model, str(tmp_path / "frozen"), max_length=MAX_LENGTH)
+    assert not [n for n in graph_nodes(frozen) if n.op in ("ReadVariableOp", "VarHandleOp")]
+    assert (metadata(frozen)["precision"], metadata(frozen)["weights"]) == ("float32", "constants")
+    monkeypatch.setattr(inference, "MAX_FROZEN_BYTES", 1000)
+    large = export_saved_model(model, str(tmp_path / "large"), max_length=MAX_LENGTH)
+    assert any(n.op == "ReadVariableOp" for n in graph_nodes(large))
+    assert metadata(large)["weights"] == "variables"
+    for path in (frozen, large):
+        out = _call(load_saved_model(path).signatures["serving_default"], **batch)
+        assert max_abs_diff(out["pooled_output"], expected) <= 1e-5, path
 
 
 def test_bad_inputs_give_clear_errors():

@@ -191,6 +191,10 @@ def test_export_latency_times_bf16_in_its_own_precision_and_keeps_it_out_of_the_
     # The bf16 SavedModel is timed only where the CPU has bf16 units, against the bf16 ceiling.
     assert script["PRECISION"]["saved_model-bf16"] == "bf16" and "saved_model-bf16" in script["BF16_ROWS"]
     assert "saved_model-bf16" not in script["FLOAT_PEERS"]
+    # --batch: every row gets the same rows, each a [CLS] ... [SEP] sequence of 128.
+    batch = script["inputs"](8)
+    assert {k: v.shape for k, v in batch.items()} == {k: (8, 128) for k in ("token_ids", "segment_ids", "padding_mask")}
+    assert (batch["token_ids"][:, 0] == 2).all() and (batch["token_ids"][:, -1] == 3).all()
 
 
 def test_serving_throughput_counts_every_request_of_every_client_and_compares_labels_in_order(monkeypatch):
@@ -370,3 +374,32 @@ def test_model_speed_marks_the_rows_the_commands_run_for_training_and_for_infere
     assert "default" not in marked_name(rows["keras-hub-xla"], "keras-hub-xla", avx512)
     bf16 = default_rows(["avx2", "fma", "avx512f", "avx512_bf16"])
     assert marked_name(rows["albert-tf-bf16"], "albert-tf-bf16", bf16).endswith("(**default**)")
+
+
+def test_serving_ops_sums_the_traced_op_time_of_a_savedmodel_by_op_type(monkeypatch, tmp_path):
+    import keras
+
+    from albert_tf import AlbertBackbone
+    from albert_tf.export import export_saved_model
+    from helpers import tiny_config
+
+    script = _script("serving_ops.py", monkeypatch)
+    keras.utils.set_random_seed(0)
+    model = AlbertBackbone(tiny_config(vocab_size=300))
+    model.set_weights([w + 0.02 for w in model.get_weights()])
+    path = export_saved_model(model, str(tmp_path / "albert"), max_length=16)
+    times, ops, traced_ms = script["profile"](path, batch=2, steps=2, threads=1, seq=16, vocab=300)
+    assert len(times) == 2 and min(times) > 0
+    # The graph optimizer's fused matmul (with its bias) is what the session ran, and is counted.
+    assert any("MatMul" in op for op in ops) and traced_ms == pytest.approx(sum(ms for ms, _ in ops.values()))
+    assert all(count >= 1 for _, count in ops.values())
+
+
+def test_ceilings_leave_tensorflow_out_of_bf16_only_where_onednn_is_kept_to_avx2(monkeypatch):
+    script = _script("ceilings.py", monkeypatch)
+    libraries = script["libraries"]
+    assert libraries("bf16", {}) == ("torch", "tensorflow") and libraries("fp32", {}) == ("torch", "tensorflow")
+    assert libraries("bf16", {"ONEDNN_MAX_CPU_ISA": "AVX512_CORE_VNNI"}) == ("torch", "tensorflow")
+    assert libraries("bf16", {"ONEDNN_MAX_CPU_ISA": "AVX2"}) == ("torch",)
+    assert libraries("fp32", {"ONEDNN_MAX_CPU_ISA": "AVX2"}) == ("torch", "tensorflow")
+    assert libraries("int8", {}) == ("torch",)
