@@ -31,11 +31,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 
 from albert_tf.precision import bf16_units
 from benchlib.flops import albert_flops
 from benchlib.machine import ceiling_share, cpu_flags, machine_line, measure_ceilings
+from benchlib.synthetic import backbone_arrays, move_off_initial_values
 from benchlib.timing import alternate, ratio_stats, serve, timed
 
 SEQ = 128
@@ -72,17 +72,6 @@ PRECISION = {key: "int8" if key in ("tflite-dynamic",) + CALIBRATED else "bf16" 
              for key in ROWS}
 
 
-def inputs(batch=1):
-    rng = np.random.default_rng(0)
-    token_ids = rng.integers(5, 30000, (batch, SEQ)).astype("int32")
-    token_ids[:, 0], token_ids[:, -1] = 2, 3
-    return {
-        "token_ids": token_ids,
-        "segment_ids": np.repeat((np.arange(SEQ) >= SEQ // 2).astype("int32")[None], batch, axis=0),
-        "padding_mask": np.ones((batch, SEQ), "int32"),
-    }
-
-
 def export_serving_form(model, base_dir, form):
     """Writes `model` as version 1 of a float32 SavedModel whose serving_default runs the forward pass as `form`.
 
@@ -113,8 +102,7 @@ def prepare(workdir, tokenizer_dir, bf16=False, forms=(), batch=1):
     from input_pipeline import AlbertTokenizer
 
     model = AlbertBackbone(AlbertConfig.from_preset("base"))
-    rng = np.random.default_rng(0)
-    model.set_weights([w + rng.normal(0.0, 0.02, w.shape).astype(w.dtype) for w in model.get_weights()])
+    move_off_initial_values(model)
     model.save_pretrained(os.path.join(workdir, "model"))
     export_saved_model(model, os.path.join(workdir, "saved_model"), max_length=SEQ)
     if bf16:
@@ -144,7 +132,7 @@ def runner(key, workdir, threads, batch=1):
 
     tf.config.threading.set_intra_op_parallelism_threads(threads)
     tf.config.threading.set_inter_op_parallelism_threads(1)
-    x = inputs(batch)
+    x = backbone_arrays(batch, SEQ)
     if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
         from albert_tf.models.pretrained import with_dtype_policy
         from albert_tf.loading import load_pretrained

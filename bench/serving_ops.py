@@ -22,22 +22,11 @@ import sys
 import tempfile
 import time
 
-import numpy as np
 
 from benchlib.machine import machine_line, measure_ceilings
+from benchlib.synthetic import backbone_arrays, move_off_initial_values
 
 SEQ = 128
-
-
-def inputs(batch, seq=SEQ, vocab=30000):
-    rng = np.random.default_rng(0)
-    token_ids = rng.integers(5, vocab, (batch, seq)).astype("int32")
-    token_ids[:, 0], token_ids[:, -1] = 2, 3
-    return {
-        "token_ids": token_ids,
-        "segment_ids": np.repeat((np.arange(seq) >= seq // 2).astype("int32")[None], batch, axis=0),
-        "padding_mask": np.ones((batch, seq), "int32"),
-    }
 
 
 def op_type(node_stats):
@@ -55,7 +44,7 @@ def profile(version_dir, batch, steps, threads, seq=SEQ, vocab=30000):
     with tf.compat.v1.Session(graph=graph, config=config) as session:
         meta = tf.compat.v1.saved_model.load(session, ["serve"], version_dir)
         signature = meta.signature_def["serving_default"]
-        feed = {signature.inputs[name].name: array for name, array in inputs(batch, seq, vocab).items()}
+        feed = {signature.inputs[name].name: array for name, array in backbone_arrays(batch, seq, vocab).items()}
         fetch = {name: info.name for name, info in signature.outputs.items()}
         for _ in range(3):
             session.run(fetch, feed)
@@ -72,8 +61,9 @@ def profile(version_dir, batch, steps, threads, seq=SEQ, vocab=30000):
             session.run(fetch, feed, options=options, run_metadata=run_metadata)
             for device in run_metadata.step_stats.dev_stats:
                 for node in device.node_stats:
-                    micros[op_type(node)] += node.op_end_rel_micros - node.op_start_rel_micros
-                    counts[op_type(node)] += 1
+                    kind = op_type(node)
+                    micros[kind] += node.op_end_rel_micros - node.op_start_rel_micros
+                    counts[kind] += 1
     ops = {op: (us / traced / 1000, counts[op] // traced) for op, us in micros.items()}
     return times, ops, sum(ms for ms, _ in ops.values())
 
@@ -95,8 +85,7 @@ def main():
     tf.config.threading.set_intra_op_parallelism_threads(args.threads)
     ceilings = measure_ceilings()
     model = AlbertBackbone(AlbertConfig.from_preset("base"))
-    rng = np.random.default_rng(0)
-    model.set_weights([w + rng.normal(0.0, 0.02, w.shape).astype(w.dtype) for w in model.get_weights()])
+    move_off_initial_values(model)
     with tempfile.TemporaryDirectory() as workdir:
         path = export_saved_model(model, os.path.join(workdir, "albert"), max_length=SEQ,
                                   precision=args.mixed_precision)

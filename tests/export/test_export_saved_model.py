@@ -71,7 +71,8 @@ def test_float32_export_freezes_the_weights_and_keeps_variables_past_the_limit(m
     keras.utils.set_random_seed(2)
     model = AlbertBackbone(config())
     # Trained-like weights: a frozen graph folds an all-zero bias away.
-    model.set_weights([w + np.random.default_rng(0).normal(0, 0.02, w.shape).astype(w.dtype) for w in model.get_weights()])
+    rng = np.random.default_rng(0)
+    model.set_weights([w + rng.normal(0, 0.02, w.shape).astype(w.dtype) for w in model.get_weights()])
     batch = backbone_batch(config())
     expected = np.asarray(model(batch, training=False)["pooled_output"])
     frozen = export_saved_model(model, str(tmp_path / "frozen"), max_length=MAX_LENGTH)

@@ -191,10 +191,14 @@ def test_export_latency_times_bf16_in_its_own_precision_and_keeps_it_out_of_the_
     # The bf16 SavedModel is timed only where the CPU has bf16 units, against the bf16 ceiling.
     assert script["PRECISION"]["saved_model-bf16"] == "bf16" and "saved_model-bf16" in script["BF16_ROWS"]
     assert "saved_model-bf16" not in script["FLOAT_PEERS"]
-    # --batch: every row gets the same rows, each a [CLS] ... [SEP] sequence of 128.
-    batch = script["inputs"](8)
+
+
+def test_backbone_arrays_are_cls_sep_sequences_in_two_segments_for_any_batch(benchlib):
+    # export_latency's --batch and serving_ops: every row a [CLS] ... [SEP] sequence of the length asked.
+    batch = benchlib("synthetic").backbone_arrays(8, 128)
     assert {k: v.shape for k, v in batch.items()} == {k: (8, 128) for k in ("token_ids", "segment_ids", "padding_mask")}
     assert (batch["token_ids"][:, 0] == 2).all() and (batch["token_ids"][:, -1] == 3).all()
+    assert (batch["segment_ids"][:, :64] == 0).all() and (batch["segment_ids"][:, 64:] == 1).all()
 
 
 def test_serving_throughput_counts_every_request_of_every_client_and_compares_labels_in_order(monkeypatch):
