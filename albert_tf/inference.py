@@ -3,6 +3,9 @@
 import numpy as np
 import tensorflow as tf
 from tensorflow.python.framework.convert_to_constants import convert_variables_to_constants_v2
+from tensorflow.python.util import _pywrap_util_port
+
+from albert_tf.layers.graph_forms import optimizer_forms
 
 # A GraphDef is one protocol buffer, which cannot exceed 2 GiB; weights past this
 # stay variables (ALBERT-xxlarge in float32 is 0.9 GiB).
@@ -16,7 +19,11 @@ class FrozenForward:
     time the graph runs; with constants, TensorFlow's graph optimizer folds
     those casts once, and oneDNN keeps its own layout of constant weights
     between calls. The gain in mixed_bfloat16 on a CPU with bfloat16 units:
-    bench/results/export_latency.md and model_speed.md.
+    bench/results/export_latency.md and model_speed.md. The model is traced
+    in `optimizer_forms`: attention's three projections as one matmul and
+    LayerNorm as a batch norm (`layer_norm_as_fused_batch_norm`), the forms
+    the graph optimizer fuses into the fewest oneDNN kernels (LayerNorm only
+    where TensorFlow runs oneDNN, its default on x86).
 
     Shapes: the first call's input shapes get a function traced for exactly
     them, the fastest form. A later call with other shapes switches to one
@@ -93,7 +100,11 @@ class FrozenForward:
 
     def _trace(self, specs):
         """A function of the input dict for `specs`: frozen, or the variables' graph where freezing is off."""
-        concrete = self._call.get_concrete_function(specs)
+        # Without oneDNN the batch norm form runs as TensorFlow's own batch norm,
+        # slower than Keras' LayerNorm (docs/research/benchmarks.md).
+        layer_norm = layer_norm_as_fused_batch_norm if _pywrap_util_port.IsMklEnabled() else None
+        with optimizer_forms(layer_norm=layer_norm):
+            concrete = self._call.get_concrete_function(specs)
         if not self.frozen:
             self.functions.append(concrete)
             return concrete
@@ -129,6 +140,42 @@ class FrozenPredictions:
 
     def __getattr__(self, name):
         return getattr(self.model, name)
+
+
+def layer_norm_as_fused_batch_norm(layer, x):
+    """A float32 Keras LayerNormalization over the last axis of `x`, written as the batch norm TensorFlow fuses.
+
+    Normalizing each of the n rows of x over its last axis is a training-mode
+    batch norm of x reshaped to (1, n, H, 1) in NCHW: n channels of H values
+    each, scale 1 and offset 0, then gamma and beta. Written so, with
+    TensorFlow's oneDNN kernels (its default on x86) the graph optimizer
+    rewrites the whole LayerNorm into one `_MklLayerNorm` op, which keeps the
+    batch norm's epsilon. Keras 3's own form (about ten elementwise and
+    reduction ops) it leaves as it is, and the moments-based forms it does
+    fuse get TF 2.21's default epsilon of 0.001 in place of the layer's (a
+    relative error of about 5e-4 for ALBERT's 1e-12). Without oneDNN it would
+    run as TensorFlow's own batch norm, slower than Keras' form, so
+    `FrozenForward` uses it only where oneDNN is on: a SavedModel is written
+    for the TensorFlow that exports it (as its precision is for its CPU).
+
+    Args:
+        layer: a built `keras.layers.LayerNormalization` with gamma and beta.
+        x: float32 tensor (..., H).
+
+    Returns:
+        Float32 tensor shaped like x.
+    """
+    shape = tf.shape(x)
+    rows = tf.reduce_prod(shape[:-1])
+    # The optimizer fuses only a batch norm whose scale and offset are `Fill`
+    # ops; with static shapes its constant folding would turn them into
+    # constants first. A placeholder with a default is never folded.
+    channels = tf.raw_ops.PlaceholderWithDefault(input=tf.reshape(rows, [1]), shape=[1])
+    y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+        tf.reshape(x, tf.stack([1, rows, x.shape[-1], 1])), tf.fill(channels, 1.0), tf.fill(channels, 0.0),
+        epsilon=layer.epsilon, data_format="NCHW", is_training=True,
+    )
+    return tf.reshape(y, shape) * layer.gamma + layer.beta
 
 
 def _input_specs(model):

@@ -3,7 +3,8 @@
 Rows: albert-tf Keras (tf.function, with and without XLA; and under
 mixed_bfloat16 without XLA where the CPU has bf16 units, which TensorFlow's
 oneDNN kernels use and XLA's CPU backend does not), the exported
-SavedModel (`serving_default`, weights frozen to constants; float32, and where the
+SavedModel (`serving_default`, weights frozen to constants, in the forms TensorFlow's
+graph optimizer fuses best; float32, and where the
 CPU has bf16 units the `export --mixed-precision mixed_bfloat16` form, loaded with
 `tf.saved_model.load` and called through its signature as TF-Serving runs
 it; two float32 forms `export` does not write, to compare: weights as
@@ -14,7 +15,8 @@ weights, every one moved off its initial value as training moves it: a graph
 with the weights frozen in drops an all-zero bias (the initializer's), and
 with it the fusion of the FFN's matmul, bias and GELU into one op, so an
 untrained model would time a graph no trained one runs. Every row runs in its own
-subprocess (no shared thread pools), with the same thread count, and the
+subprocess (no shared thread pools), with the same thread count per op
+(TensorFlow's rows keep its default inter-op pool, as TF-Serving does), and the
 rows are timed in turns for `--rounds` rounds (benchlib.timing.alternate), so
 the ratios to the fastest float peer hold under a changing load. The table
 prints the CPU flags, the measured matmul ceilings (bench/ceilings.py) and
@@ -75,8 +77,8 @@ PRECISION = {key: "int8" if key in ("tflite-dynamic",) + CALIBRATED else "bf16" 
 def export_serving_form(model, base_dir, form):
     """Writes `model` as version 1 of a float32 SavedModel whose serving_default runs the forward pass as `form`.
 
-    "saved_model-variables": the model's call on its weights as variables (what float32 `export` wrote
-    before it froze them);
+    "saved_model-variables": Keras' own call of the model on its weights as variables (what float32
+    `export` wrote before it froze them and traced them in `optimizer_forms`);
     "saved_model-xla": the model's call in a `tf.function(jit_compile=True)`, its weights variables.
     Only the id signature, as `export_saved_model` builds it around that forward pass.
     """
@@ -130,8 +132,11 @@ def runner(key, workdir, threads, batch=1):
     """A zero-argument function that runs row `key` once on `batch` rows."""
     import tensorflow as tf
 
+    # TensorFlow's rows: `threads` per op, and its own default pool for running
+    # ops side by side (one thread per core), as TF-Serving's default flags and
+    # `predict` leave it. One thread there ran the SavedModel about 15% slower in
+    # most processes on a 2-core machine.
     tf.config.threading.set_intra_op_parallelism_threads(threads)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
     x = backbone_arrays(batch, SEQ)
     if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
         from albert_tf.models.pretrained import with_dtype_policy

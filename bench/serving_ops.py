@@ -39,7 +39,8 @@ def profile(version_dir, batch, steps, threads, seq=SEQ, vocab=30000):
     """(untraced ms per call: list, {op type: (traced ms per call, executions per call)}, traced ms per call)."""
     import tensorflow as tf
 
-    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=1)
+    # inter_op 0: TensorFlow's default pool (one thread per core), as TF-Serving's default flags leave it.
+    config = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=threads, inter_op_parallelism_threads=0)
     graph = tf.Graph()
     with tf.compat.v1.Session(graph=graph, config=config) as session:
         meta = tf.compat.v1.saved_model.load(session, ["serve"], version_dir)

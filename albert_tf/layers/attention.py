@@ -7,6 +7,7 @@ from keras import ops
 
 from albert_tf.layers.cast_once import computed_once_per_call
 from albert_tf.layers.common import layer_norm, truncated_normal
+from albert_tf.layers.graph_forms import in_optimizer_forms, normalize
 from albert_tf.layers.lora import LoraDense
 
 
@@ -17,11 +18,11 @@ class SelfAttention(keras.layers.Layer):
     Query, key, value and output are separate H x H dense layers, as in the
     original checkpoints (`attention_1/self/{query,key,value}`,
     `attention_1/output/dense`), so weights map one to one. Under a mixed
-    policy the call concatenates the query, key and value kernels into one
-    (H, 3H) matmul; in float32 it applies the three layers (see
-    `_query_key_value`). The four are `LoraDense` layers (`projections()`):
-    with LoRA enabled their `kernel` already includes the low-rank update, so
-    every form applies it.
+    policy, and in a frozen inference graph, the call concatenates the query,
+    key and value kernels into one (H, 3H) matmul; otherwise (float32
+    training, XLA) it applies the three layers (see `_query_key_value`). The
+    four are `LoraDense` layers (`projections()`): with LoRA enabled their
+    `kernel` already includes the low-rank update, so every form applies it.
 
     Args:
         hidden_size: H.
@@ -104,13 +105,15 @@ class SelfAttention(keras.layers.Layer):
         context = ops.transpose(ops.matmul(probs, v), (0, 2, 1, 3))  # (batch, seq, heads, head_size)
         context = ops.reshape(context, (-1, self.hidden_size))  # (batch * seq, H)
         out = self.output_dropout(self.output_dense(context), training=training)
-        return ops.reshape(self.layer_norm(rows + out), (batch, seq, self.hidden_size))
+        return ops.reshape(normalize(self.layer_norm, rows + out), (batch, seq, self.hidden_size))
 
     def _query_key_value(self, rows, batch, seq):
         """(batch * seq, H) rows -> q, k, v, each (batch, heads, seq, head_size).
 
         Two forms, the same values. Under a mixed policy (the oneDNN graph
-        path, bf16): one (H, 3H) matmul instead of three (H, H) ones (larger
+        path, bf16), and in every precision inside `optimizer_forms` (the
+        frozen inference graph `FrozenForward` traces for TensorFlow's graph
+        optimizer): one (H, 3H) matmul instead of three (H, H) ones (larger
         GEMMs, and the backward pass gets dx from one matmul too; the query,
         key and value Dense layers only hold the variables), then one
         transpose puts every head's queries, keys and values in (seq,
@@ -127,7 +130,8 @@ class SelfAttention(keras.layers.Layer):
         their own call applies, so they take the second form too.
         """
         heads, head_size = self.num_heads, self.head_size
-        if self.compute_dtype == self.variable_dtype or self.query.quantization_mode is not None:
+        fused = self.compute_dtype != self.variable_dtype or in_optimizer_forms()
+        if not fused or self.query.quantization_mode is not None:
             return tuple(
                 ops.transpose(ops.reshape(dense(rows), (batch, seq, heads, head_size)), (0, 2, 1, 3))
                 for dense in (self.query, self.key, self.value)

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from albert_tf.layers.common import layer_norm, truncated_normal
+from albert_tf.layers.graph_forms import normalize
 from albert_tf.layers.lora import LoraEmbedding
 
 
@@ -83,7 +84,7 @@ class AlbertEmbedding(keras.layers.Layer):
             + self.position_embeddings(positions)
             + self.token_type_embeddings(segment_ids)
         )  # (batch, seq, E)
-        return self.dropout(self.layer_norm(x), training=training)
+        return self.dropout(normalize(self.layer_norm, x), training=training)
 
     def compute_output_shape(self, token_ids_shape, segment_ids_shape=None):
         return tuple(token_ids_shape) + (self.embedding_size,)

@@ -4,6 +4,7 @@ import keras
 from keras import ops
 
 from albert_tf.layers.common import dense, get_activation, layer_norm
+from albert_tf.layers.graph_forms import normalize
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
@@ -65,7 +66,7 @@ class FeedForward(keras.layers.Layer):
         # do through the reshapes of Keras' 3-D matmul (a tensordot).
         rows = ops.reshape(x, (-1, self.hidden_size))  # (batch * seq, H)
         y = self.dropout(self.output_dense(self.intermediate(rows)), training=training)
-        return ops.reshape(self.layer_norm(rows + y), ops.shape(x))
+        return ops.reshape(normalize(self.layer_norm, rows + y), ops.shape(x))
 
     def compute_output_shape(self, input_shape):
         return input_shape

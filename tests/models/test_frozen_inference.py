@@ -6,6 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.python.util import _pywrap_util_port
 
 from albert_tf import AlbertBackbone, AlbertTagger, FrozenForward
 from albert_tf import inference
@@ -112,7 +113,7 @@ def test_predict_examples_gives_the_task_model_outputs(pad_to):
 
 
 @pytest.mark.parametrize("dtype", [None, "mixed_bfloat16"])
-def test_every_block_matmul_runs_fused_with_its_bias_and_gelu(dtype):
+def test_every_block_matmul_and_layer_norm_runs_fused(dtype):
     # Random weights, as a trained model has: grappler drops an all-zero bias
     # (the initializer's), and then there is no bias to fuse.
     keras.utils.set_random_seed(0)
@@ -122,19 +123,40 @@ def test_every_block_matmul_runs_fused_with_its_bias_and_gelu(dtype):
     backbone.set_weights([w + rng.normal(0.0, 0.02, w.shape).astype(w.dtype) for w in backbone.get_weights()])
     inputs = backbone_batch(config, batch=1, seq=8, pad=False)
     forward = FrozenForward(backbone)
-    forward(inputs)
+    assert max_abs_diff(forward(inputs), backbone(inputs, training=False)) <= (FLOAT32_ATOL if dtype is None else 0.1)
     ops = optimized_op_counts(forward.functions[0], inputs)
     fused = sum(n for op, n in ops.items() if op.endswith("FusedMatMul"))
     unfused = sum(n for op, n in ops.items() if op.endswith("MatMul") and not op.endswith("FusedMatMul"))
-    # Per layer the query-key-value projection (one (H, 3H) matmul under a mixed
-    # policy, three (H, H) ones in float32), the output projection and the FFN's
-    # two matmuls, plus the pooler's (with its tanh); only the embedding
-    # projection, once on (batch, seq, E), stays a plain matmul.
-    projections = 3 if dtype is None else 1
-    assert (fused, unfused) == ((projections + 3) * config.num_hidden_layers + 1, 1), ops
+    # Per layer one (H, 3H) query-key-value matmul in every precision, the
+    # output projection and the FFN's two matmuls, plus the pooler's (with its
+    # tanh); only the embedding projection, once on (batch, seq, E), stays a
+    # plain matmul.
+    layers = config.num_hidden_layers
+    assert (fused, unfused) == (4 * layers + 1, 1), ops
     # The tanh GELU ("gelu_new") runs inside the fused FFN matmul.
     assert ops["Tanh"] == 0, ops
-    # Attention moves its heads with a transpose per projection (q, k and v together under a mixed
-    # policy), then one for the context.
+    # Attention moves its heads with one transpose for q, k and v, then one for the context.
     transposes = sum(n for op, n in ops.items() if op.endswith("Transpose"))
-    assert transposes == (projections + 1) * config.num_hidden_layers, ops
+    assert transposes == 2 * layers, ops
+    if dtype is None:
+        # Every float32 LayerNorm (the embeddings', and two per layer) is one
+        # oneDNN kernel where TensorFlow runs oneDNN (its default on x86);
+        # elsewhere Keras' own form, not a batch norm.
+        layer_norms = 2 * layers + 1
+        if _pywrap_util_port.IsMklEnabled():
+            assert ops["_MklLayerNorm"] == layer_norms and ops["Rsqrt"] == 0, ops
+        else:
+            assert ops["Rsqrt"] == layer_norms and ops["FusedBatchNormV3"] == 0, ops
+
+
+def test_layer_norm_as_a_batch_norm_keeps_the_layers_epsilon():
+    # TensorFlow's graph optimizer gives the LayerNorm kernels it fuses from
+    # other forms an epsilon of 0.001; the batch norm form must keep the layer's.
+    layer = keras.layers.LayerNormalization(epsilon=1e-12)
+    layer.build((None, 64))
+    rng = np.random.default_rng(0)
+    layer.set_weights([rng.normal(size=64).astype("float32"), rng.normal(size=64).astype("float32")])
+    x = tf.constant(rng.normal(0.0, 0.1, (2, 6, 64)).astype("float32"))
+    # Values of variance 0.01: an epsilon of 0.001 moves them by 5%.
+    got = tf.function(lambda x: inference.layer_norm_as_fused_batch_norm(layer, x))(x)
+    np.testing.assert_allclose(got.numpy(), layer(x).numpy(), atol=1e-5)
