@@ -19,8 +19,12 @@ The values are the same either way up to float rounding.
 import contextlib
 import contextvars
 
-# (LayerNorm function or None,) while an `optimizer_forms` is open, else None.
-_FORMS = contextvars.ContextVar("albert_tf_optimizer_forms", default=None)
+# The LayerNorm function of the open `optimizer_forms`, else None.
+_LAYER_NORM = contextvars.ContextVar("albert_tf_optimizer_layer_norm", default=None)
+
+
+def _keras_layer_norm(layer, x):
+    return layer(x)
 
 
 @contextlib.contextmanager
@@ -35,16 +39,16 @@ def optimizer_forms(layer_norm=None):
             layer's output on x, used for float32 LayerNorms over the last
             axis; None keeps Keras' own LayerNorm.
     """
-    token = _FORMS.set((layer_norm,))
+    token = _LAYER_NORM.set(layer_norm or _keras_layer_norm)
     try:
         yield
     finally:
-        _FORMS.reset(token)
+        _LAYER_NORM.reset(token)
 
 
 def in_optimizer_forms():
     """Whether an `optimizer_forms` context is open."""
-    return _FORMS.get() is not None
+    return _LAYER_NORM.get() is not None
 
 
 def normalize(layer, x):
@@ -55,8 +59,7 @@ def normalize(layer, x):
     Keras' own call. Under a mixed policy Keras computes LayerNorm in float32
     from half-precision inputs itself, and that path stays as measured.
     """
-    forms = _FORMS.get()
-    form = forms[0] if forms is not None else None
+    form = _LAYER_NORM.get()
     axis = layer.axis if isinstance(layer.axis, (list, tuple)) else [layer.axis]
     if (form is None or layer.compute_dtype != "float32" or not (layer.center and layer.scale)
             or layer.rms_scaling or list(axis) not in ([-1], [len(x.shape) - 1])):
