@@ -12,12 +12,13 @@ line where it stopped, what it kept and what to do next. A command whose
 module sets `STOPS_ON_SIGTERM` gets `args.stop_requested`, which SIGTERM sets
 instead of ending the process (`albert_tf.utils.preemption`), from the moment
 `albert-tf` starts; the other commands end on SIGTERM at once. Any other exception is a bug: its traceback with `--verbose`, else one
-line saying so, exit 1. The paths a command line names are checked before the
+line saying so, exit 1; a crash in C++ (SIGSEGV, SIGABRT) leaves Python's tracebacks of every thread. The paths a command line names are checked before the
 command's module loads (`albert_tf.commands.early_checks`), and its flags
 before TensorFlow loads. TensorFlow's C++ and CUDA start-up messages are off
 unless `--verbose`.
 """
 
+import faulthandler
 import importlib
 import json
 import os
@@ -99,24 +100,50 @@ _NOISE = re.compile(
 )
 
 
+class crash_tracebacks:
+    """Python's tracebacks of every thread on file descriptor `fd` if the process crashes (SIGSEGV, SIGABRT, ...).
+
+    A crash in TensorFlow's C++ kills the process before `QuietStderr`'s
+    thread copies its last lines, and the exit status alone does not say
+    where it happened. Leaves a handler someone already installed (pytest's,
+    `PYTHONFAULTHANDLER`) alone.
+    """
+
+    def __init__(self, fd):
+        self._fd = fd
+        self._file = None
+
+    def __enter__(self):
+        if not faulthandler.is_enabled():
+            self._file = os.fdopen(os.dup(self._fd), "w")
+            faulthandler.enable(self._file, all_threads=True)
+        return self
+
+    def __exit__(self, *exc_info):
+        if self._file is not None:
+            faulthandler.disable()
+            self._file.close()
+        return False
+
+
 class QuietStderr:
     """Drops TensorFlow's start-up lines from file descriptor 2, this process's and its children's.
 
     The lines come from C++ while TensorFlow's libraries load (in this
     process and in create-data's worker processes), before any Python
     setting can reach them, so fd 2 is pointed at a pipe and a thread copies
-    every other line to the real stderr.
+    every other line to the real stderr (`real_fd` while the block runs).
     """
 
     def __enter__(self):
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         sys.stderr.flush()
-        self._real = os.dup(2)
+        self.real_fd = os.dup(2)
         # The thread gets its own copy of the real stderr, made here: a command
-        # that ends before the thread first runs closes `self._real` in
+        # that ends before the thread first runs closes `self.real_fd` in
         # `__exit__`, and a copy made in the thread would then fail (EBADF) and
         # lose every line written to the pipe, the command's error included.
-        thread_real = os.dup(self._real)
+        thread_real = os.dup(self.real_fd)
         read_fd, write_fd = os.pipe()
         os.dup2(write_fd, 2)
         os.close(write_fd)
@@ -144,8 +171,8 @@ class QuietStderr:
         # this process exits), so EOF comes only after exit. Lines the workers
         # wrote came before the mark: they ended before the command did.
         os.write(2, self._end_mark)
-        os.dup2(self._real, 2)
-        os.close(self._real)
+        os.dup2(self.real_fd, 2)
+        os.close(self.real_fd)
         self._drained.wait(timeout=5)
         return False
 
@@ -155,9 +182,10 @@ def main(argv=None):
     # --verbose before or after the command (every command has it): known before TensorFlow loads.
     verbose = "--verbose" in argv
     if verbose:
-        code = _run(argv, verbose)
+        with crash_tracebacks(2):
+            code = _run(argv, verbose)
     else:
-        with QuietStderr():
+        with QuietStderr() as quiet, crash_tracebacks(quiet.real_fd):
             code = _run(argv, verbose)
     if code == EXIT_INTERRUPTED:
         # Ctrl-C can stop TensorFlow's input threads mid-op; tearing the

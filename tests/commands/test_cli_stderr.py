@@ -1,10 +1,14 @@
 """`albert-tf`'s stderr filter keeps every line that is not TensorFlow's start-up noise."""
 
+import faulthandler
 import os
+import signal
 import subprocess
 import sys
 import threading
 import time
+
+import pytest
 
 from albert_tf import cli
 
@@ -54,3 +58,31 @@ def test_a_child_that_outlives_the_command_neither_delays_its_exit_nor_loses_its
     err = capfd.readouterr().err
     assert ended < 2, f"the filter waited {ended:.1f} s for a pipe a child still held"
     assert "a worker line, no newline" in err and "the command's last line" in err, err
+
+
+@pytest.mark.parametrize("flags", [[], ["--verbose"]], ids=["quiet", "verbose"])
+def test_a_command_that_crashes_leaves_the_python_tracebacks_of_where_it_was(flags):
+    # A fresh process: the crash is the subject. The quiet command's stderr is a pipe its own thread copies, so
+    # whatever the crash wrote there dies with the process: without the handler stderr stays empty.
+    program = ("import os\nfrom albert_tf import cli\n"
+               "def a_step_that_crashes(argv, verbose):\n    os.abort()\n"
+               "cli._run = a_step_that_crashes\n"
+               f"cli.main(['demo', *{flags!r}])\n")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONFAULTHANDLER"}
+    result = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=60, env=env)
+    assert result.returncode == -signal.SIGABRT, result
+    assert "Fatal Python error: Aborted" in result.stderr and "a_step_that_crashes" in result.stderr, result.stderr
+
+
+def test_a_crash_handler_already_installed_is_left_in_place(tmp_path):
+    with open(tmp_path / "theirs", "w") as theirs:
+        installed_here = not faulthandler.is_enabled()  # pytest's own, unless it is off
+        if installed_here:
+            faulthandler.enable(theirs)
+        try:
+            with cli.crash_tracebacks(2):
+                pass
+            assert faulthandler.is_enabled()
+        finally:
+            if installed_here:
+                faulthandler.disable()

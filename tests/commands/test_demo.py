@@ -124,9 +124,9 @@ def _step(line):
 def test_ctrl_c_in_demo_names_the_stage_and_checkpoint_and_the_same_command_resumes(tmp_path):
     args = ["demo", "--out", "run", "--steps", "100000", *TINY]
     command = albert_tf_command() + args
-    _, stderr, code = _interrupt_demo(
+    printed, stderr, code = _interrupt_demo(
         command, tmp_path, lambda printed, line: "Saved checkpoint" in printed and line.startswith("step"))
-    assert code == cli.EXIT_INTERRUPTED and "Traceback" not in stderr, stderr
+    assert code == cli.EXIT_INTERRUPTED and "Traceback" not in stderr, f"{stderr}\n(stdout's end:)\n{printed[-1500:]}"
     checkpoint_step = max(int(name[len("ckpt-"):-len(".index")])
                           for name in os.listdir(tmp_path / "run" / "checkpoints") if name.endswith(".index"))
     assert "interrupted at step " in stderr and " of 100000" in stderr, stderr
