@@ -38,7 +38,7 @@ from albert_tf.precision import bf16_units
 from benchlib.flops import albert_flops
 from benchlib.machine import ceiling_share, cpu_flags, machine_line, measure_ceilings
 from benchlib.synthetic import backbone_arrays, move_off_initial_values
-from benchlib.timing import alternate, ratio_stats, serve, timed
+from benchlib.timing import alternate, ratio_stats, serve_calls
 
 SEQ = 128
 ROWS = {
@@ -217,10 +217,7 @@ def main():
     parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        run = runner(args.worker, args.workdir, args.threads, args.batch)
-        for _ in range(args.warmup):
-            run()
-        serve({"ms": lambda: timed(run, 0, args.steps)})
+        serve_calls(runner(args.worker, args.workdir, args.threads, args.batch), args.warmup, args.steps)
         return
 
     ceilings = measure_ceilings()

@@ -67,6 +67,14 @@ def serve(measurements):
         print("RESULT " + json.dumps({name: fn() for name, fn in measurements.items()}), flush=True)
 
 
+def serve_calls(run, warmup, steps):
+    """The child side of `Worker` for a row that times one call: `warmup` calls of `run`, then for each request
+    the median of `steps` calls, as {"ms": ...}."""
+    for _ in range(warmup):
+        run()
+    serve({"ms": lambda: timed(run, 0, steps)})
+
+
 def alternate(script, keys, rounds, args=()):
     """Times `keys` in turns, `rounds` times; returns {key: [one result dict per round]}.
 

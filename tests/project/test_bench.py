@@ -407,3 +407,26 @@ def test_ceilings_leave_tensorflow_out_of_bf16_only_where_onednn_is_kept_to_avx2
     assert libraries("bf16", {"ONEDNN_MAX_CPU_ISA": "AVX2"}) == ("torch",)
     assert libraries("fp32", {"ONEDNN_MAX_CPU_ISA": "AVX2"}) == ("torch", "tensorflow")
     assert libraries("int8", {}) == ("torch",)
+
+
+def test_serving_gaps_times_the_models_matmuls_as_constants_and_leaves_out_one_kind_of_op_while_tracing(monkeypatch):
+    import albert_tf.inference as inference
+    import albert_tf.layers.attention as attention
+
+    script = _script("serving_gaps.py", monkeypatch)
+    chain = script["matmul_chain"](1)
+    ops = [node.op for node in chain.graph.as_graph_def().node]
+    # ALBERT-base's 49 matmuls of one call (the embedding projection, then 4 per layer), their weights constants
+    # (captured inputs would not be kept in oneDNN's layout between calls), nothing of attention's rest.
+    assert ops.count("MatMul") == 49 and ops.count("Placeholder") == 1, sorted(set(ops))
+    assert not {"Softmax", "Transpose", "BatchMatMulV2", "FusedBatchNormV3"} & set(ops)
+
+    saved = attention.ops, inference.layer_norm_as_fused_batch_norm
+    with script["left_out"]("layernorm"):
+        assert inference.layer_norm_as_fused_batch_norm is not saved[1]
+        assert np.allclose(attention.ops.softmax(np.ones((1, 3)) * 2.0), 1 / 3)
+    with script["left_out"]("softmax"):
+        assert np.allclose(attention.ops.softmax(np.ones((1, 3)) * 2.0), 2.0)
+    with script["left_out"]("transpose"):
+        assert tuple(attention.ops.transpose(np.zeros((2, 3, 4)), (1, 0, 2)).shape) == (3, 2, 4)
+    assert (attention.ops, inference.layer_norm_as_fused_batch_norm) == saved
