@@ -6,18 +6,21 @@ functions, `add_parser(subparsers)` and `run(args)`.
 The commands report through `albert_tf.utils.errors`, and only this module
 prints and picks the exit code: a `UserError` (bad input: a missing or
 unreadable file, a wrong format, a bad flag value; also a mistyped flag or
-command, with the closest known one) is one line naming the problem, exit 2;
-a `RunStopped` run (Ctrl-C: 130, SIGTERM or a preemption notice: 143, a diverged loss: 1) says in one
-line where it stopped, what it kept and what to do next. A command whose
-module sets `STOPS_ON_SIGTERM` gets `args.stop_requested`, which SIGTERM sets
-instead of ending the process (`albert_tf.utils.preemption`), from the moment
-`albert-tf` starts; the other commands end on SIGTERM at once. Any other exception is a bug: its traceback with `--verbose`, else one
-line saying so, exit 1; a crash in C++ (SIGSEGV, SIGABRT) leaves Python's tracebacks of every thread. The paths a command line names are checked before the
-command's module loads (`albert_tf.commands.early_checks`), and its flags
-before TensorFlow loads. TensorFlow's C++ and CUDA start-up messages are off
-unless `--verbose`.
+command, with the closest known one) is one line naming the problem, exit 2; a
+`RunStopped` run (Ctrl-C: 130, SIGTERM or a preemption notice: 143, a diverged
+loss: 1) says in one line where it stopped, what it kept and what to do next.
+A command whose module sets `STOPS_ON_SIGTERM` gets `args.stop_requested`,
+which SIGTERM sets instead of ending the process
+(`albert_tf.utils.preemption`), from the moment `albert-tf` starts; the other
+commands end on SIGTERM at once. Any other exception is a bug: its traceback
+with `--verbose`, else one line saying so, exit 1; a crash in C++ (SIGSEGV,
+SIGABRT) leaves Python's tracebacks of every thread. The paths a command line
+names are checked before the command's module loads
+(`albert_tf.commands.early_checks`), and its flags before TensorFlow loads.
+TensorFlow's C++ and CUDA start-up messages are off unless `--verbose`.
 """
 
+import contextlib
 import faulthandler
 import importlib
 import json
@@ -100,7 +103,8 @@ _NOISE = re.compile(
 )
 
 
-class crash_tracebacks:
+@contextlib.contextmanager
+def crash_tracebacks(fd):
     """Python's tracebacks of every thread on file descriptor `fd` if the process crashes (SIGSEGV, SIGABRT, ...).
 
     A crash in TensorFlow's C++ kills the process before `QuietStderr`'s
@@ -108,22 +112,15 @@ class crash_tracebacks:
     where it happened. Leaves a handler someone already installed (pytest's,
     `PYTHONFAULTHANDLER`) alone.
     """
-
-    def __init__(self, fd):
-        self._fd = fd
-        self._file = None
-
-    def __enter__(self):
-        if not faulthandler.is_enabled():
-            self._file = os.fdopen(os.dup(self._fd), "w")
-            faulthandler.enable(self._file, all_threads=True)
-        return self
-
-    def __exit__(self, *exc_info):
-        if self._file is not None:
+    if faulthandler.is_enabled():
+        yield
+        return
+    with os.fdopen(os.dup(fd), "w") as file:
+        faulthandler.enable(file, all_threads=True)
+        try:
+            yield
+        finally:
             faulthandler.disable()
-            self._file.close()
-        return False
 
 
 class QuietStderr:
