@@ -62,12 +62,18 @@ def test_a_data_service_worker_makes_the_batches_of_the_resumed_pipeline():
     dispatcher = tf.data.experimental.service.DispatchServer()
     worker = tf.data.experimental.service.WorkerServer(
         tf.data.experimental.service.WorkerConfig(dispatcher_address=dispatcher.target.removeprefix("grpc://")))
-    corpus, context = ordered_corpus(num_documents=20), tf.distribute.InputContext()
-    local = pretraining_dataset_fn(corpus, ORDERED_CONFIG, seed=3)(4, context, 2)
-    served = pretraining_dataset_fn(corpus, ORDERED_CONFIG, seed=3, data_service=dispatcher.target)(4, context, 2)
-    for mine, theirs in zip(local.take(6), served.take(6)):
-        tf.nest.map_structure(np.testing.assert_array_equal, mine, theirs)
-    assert worker._num_tasks() == 1  # the worker made them (TensorFlow's own tests count tasks so)
+    try:
+        corpus, context = ordered_corpus(num_documents=20), tf.distribute.InputContext()
+        local = pretraining_dataset_fn(corpus, ORDERED_CONFIG, seed=3)(4, context, 2)
+        served = pretraining_dataset_fn(corpus, ORDERED_CONFIG, seed=3, data_service=dispatcher.target)(4, context, 2)
+        for mine, theirs in zip(local.take(6), served.take(6)):
+            tf.nest.map_structure(np.testing.assert_array_equal, mine, theirs)
+        assert worker._num_tasks() == 1  # the worker made them (TensorFlow's own tests count tasks so)
+    finally:
+        # Stopped here, the worker first. Left to the garbage collector, the worker's stop (its `__del__`) ran as
+        # the pytest process exited and hung there now and then (about one run in five under load).
+        worker._stop()
+        dispatcher._stop()
 
 
 def test_data_service_address_is_checked(tmp_path):
