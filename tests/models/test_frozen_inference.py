@@ -9,7 +9,7 @@ import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
 
 from albert_tf import AlbertBackbone, AlbertTagger, FrozenForward
-from albert_tf import inference
+from albert_tf import inference, precision
 from albert_tf.inference import FrozenPredictions
 from albert_tf.recipes.prediction import predict_examples
 from helpers import backbone_batch, max_abs_diff, tiny_config
@@ -125,28 +125,50 @@ def test_every_block_matmul_and_layer_norm_runs_fused(dtype):
     forward = FrozenForward(backbone)
     assert max_abs_diff(forward(inputs), backbone(inputs, training=False)) <= (FLOAT32_ATOL if dtype is None else 0.1)
     ops = optimized_op_counts(forward.functions[0], inputs)
-    fused = sum(n for op, n in ops.items() if op.endswith("FusedMatMul"))
-    unfused = sum(n for op, n in ops.items() if op.endswith("MatMul") and not op.endswith("FusedMatMul"))
+    matmuls = {op: n for op, n in ops.items() if op.endswith("MatMul")}
+    fused = sum(n for op, n in matmuls.items() if op.endswith("FusedMatMul"))
     # Per layer one (H, 3H) query-key-value matmul in every precision, the
-    # output projection and the FFN's two matmuls, plus the pooler's (with its
-    # tanh); only the embedding projection, once on (batch, seq, E), stays a
-    # plain matmul.
+    # output projection and the FFN's two matmuls, plus the pooler's and the
+    # embedding projection's.
     layers = config.num_hidden_layers
-    assert (fused, unfused) == (4 * layers + 1, 1), ops
-    # The tanh GELU ("gelu_new") runs inside the fused FFN matmul.
-    assert ops["Tanh"] == 0, ops
+    assert sum(matmuls.values()) == 4 * layers + 2, ops
     # Attention moves its heads with one transpose for q, k and v, then one for the context.
     transposes = sum(n for op, n in ops.items() if op.endswith("Transpose"))
     assert transposes == 2 * layers, ops
+    one_dnn = one_dnn_runs(dtype)
+    if dtype is not None and not one_dnn:
+        # Without oneDNN the remapper fuses only float32 matmuls on a CPU: bfloat16
+        # ones stay MatMul + BiasAdd (and run in Eigen).
+        assert fused == 0 and ops["BiasAdd"] == 4 * layers + 2, ops
+        return
+    # Every block matmul and the pooler's get their bias (and activation) fused;
+    # only the embedding projection, once on (batch, seq, E), stays a plain matmul.
+    assert fused == 4 * layers + 1, ops
+    # oneDNN's fused matmul takes the tanh GELU ("gelu_new") and the pooler's
+    # tanh in; Eigen's takes only Relu-like activations, so each stays a Tanh.
+    assert ops["Tanh"] == (0 if one_dnn else layers + 1), ops
     if dtype is None:
         # Every float32 LayerNorm (the embeddings', and two per layer) is one
-        # oneDNN kernel where TensorFlow runs oneDNN (its default on x86);
-        # elsewhere Keras' own form, not a batch norm.
+        # oneDNN kernel where TensorFlow runs oneDNN; elsewhere Keras' own
+        # form, not a batch norm (FrozenForward picks it by IsMklEnabled()).
         layer_norms = 2 * layers + 1
-        if _pywrap_util_port.IsMklEnabled():
+        if one_dnn:
             assert ops["_MklLayerNorm"] == layer_norms and ops["Rsqrt"] == 0, ops
         else:
             assert ops["Rsqrt"] == layer_norms and ops["FusedBatchNormV3"] == 0, ops
+
+
+def one_dnn_runs(dtype):
+    """Whether TensorFlow runs `dtype`'s (None: float32) matmuls in oneDNN here.
+
+    oneDNN is TensorFlow's default on x86 CPUs with AVX-512 and off on those
+    with AVX2 alone (TF_ENABLE_ONEDNN_OPTS turns it either way); where it is on
+    it takes bfloat16 only on CPUs with AVX-512 (or AVX-NE-CONVERT, AMX), and
+    leaves it to Eigen elsewhere.
+    """
+    if not _pywrap_util_port.IsMklEnabled():
+        return False
+    return dtype is None or bool({"avx512f", "avx_ne_convert", "amx_bf16"} & precision.cpu_flags())
 
 
 def test_layer_norm_as_a_batch_norm_keeps_the_layers_epsilon():
