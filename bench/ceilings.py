@@ -92,9 +92,10 @@ def libraries(precision, environ=os.environ):
 
 def measure(seconds=1.0, sizes=SIZES):
     """{"fp32": GFLOP/s, "bf16": GFLOP/s, "int8": GOP/s, "library": {precision: faster library}, "flags": [...],
-    "threads": n}."""
+    "threads": n, "onednn": whether TensorFlow runs oneDNN in this environment}."""
     import tensorflow as tf
     import torch
+    from tensorflow.python.util import _pywrap_util_port
 
     threads = os.cpu_count()
     torch.set_num_threads(threads)
@@ -104,7 +105,8 @@ def measure(seconds=1.0, sizes=SIZES):
         rates = {name: ceiling(precision, seconds, sizes, name) for name in libraries(precision)}
         library[precision] = max(rates, key=rates.get)
         result[precision] = rates[library[precision]] / 1e9
-    return {**result, "library": library, "flags": cpu_flags(), "threads": threads}
+    return {**result, "library": library, "flags": cpu_flags(), "threads": threads,
+            "onednn": _pywrap_util_port.IsMklEnabled()}
 
 
 def table(ceilings):

@@ -112,8 +112,10 @@ def measure_ceilings(seconds=0.5):
 
 
 def machine_line(ceilings, environ=os.environ):
-    """One line for a table's header: CPU, flags and the measured ceilings; under a stand-in
-    (`stand_in`), the kind it stands in for and how, beside the CPU's own flags."""
+    """One line for a table's header: CPU, flags, whether TensorFlow ran oneDNN and the measured
+    ceilings; under a stand-in (`stand_in`), the kind it stands in for and how, beside the CPU's own
+    flags. TensorFlow leaves oneDNN off on CPUs with AVX2 alone (TF_ENABLE_ONEDNN_OPTS=1 turns it on),
+    so a kernel named oneDNN's in a row's label ran Eigen's where the line says off."""
     standing = stand_in(environ)
     own = precision.cpu_flags()
     kind = cpu_kind(ceilings["flags"])
@@ -123,7 +125,17 @@ def machine_line(ceilings, environ=os.environ):
     return (
         f"{cpu_name()}, {os.cpu_count()} cores; CPU kind: {kind}; "
         f"flags: {' '.join(ceilings['flags']) or 'none'}; "
-        f"measured ceilings (bench/ceilings.py): fp32 {ceilings['fp32']:.0f} GFLOP/s, "
+        + one_dnn_words(ceilings.get("onednn"), environ)
+        + f"measured ceilings (bench/ceilings.py): fp32 {ceilings['fp32']:.0f} GFLOP/s, "
         + ", ".join(f"{name} {ceilings[name]:.1f} {unit}" + ("" if has_units(name, ceilings["flags"]) else " (emulated)")
                     for name, unit in (("bf16", "GFLOP/s"), ("int8", "GOP/s"))) + "."
     )
+
+
+def one_dnn_words(on, environ=os.environ):
+    """"TensorFlow's oneDNN: on; " (or off, and how the environment set it), "" where not measured."""
+    if on is None:
+        return ""
+    setting = environ.get("TF_ENABLE_ONEDNN_OPTS")
+    how = f" (TF_ENABLE_ONEDNN_OPTS={setting})" if setting is not None else " (TensorFlow's default here)"
+    return f"TensorFlow's oneDNN: {'on' if on else 'off'}{how}; "

@@ -305,6 +305,17 @@ def test_speed_tables_name_the_kind_of_cpu_in_one_word(benchlib, flags, kind):
     assert f"CPU kind: {kind};" in machine.machine_line(ceilings)
 
 
+@pytest.mark.parametrize("on, environ, words", [
+    (False, {}, "TensorFlow's oneDNN: off (TensorFlow's default here);"),
+    (True, {"TF_ENABLE_ONEDNN_OPTS": "1"}, "TensorFlow's oneDNN: on (TF_ENABLE_ONEDNN_OPTS=1);"),
+])
+def test_speed_tables_say_whether_tensorflow_ran_onednn(benchlib, on, environ, words):
+    # On an AVX2-only CPU TensorFlow leaves oneDNN off, and rows named for oneDNN's kernels ran Eigen's.
+    machine = benchlib("machine")
+    ceilings = {"flags": ["avx2", "fma"], "fp32": 100.0, "bf16": 80.0, "int8": 3.2, "onednn": on}
+    assert words in machine.machine_line(ceilings, environ)
+
+
 def test_a_precision_without_hardware_units_gets_no_ceiling_share(benchlib):
     # An emulated bf16 or int8 GEMM "ceiling" is no peak: an int8 row read "4914% of the ceiling" on AVX2.
     machine = benchlib("machine")
