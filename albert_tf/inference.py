@@ -1,4 +1,5 @@
-"""Forward passes with a model's weights frozen into the graph as constants: `FrozenForward`, `FrozenPredictions`."""
+"""Forward passes for predictions: weights frozen into the graph as constants (`FrozenForward`,
+`FrozenPredictions`), or compiled by XLA on a few padded shapes (`CompiledPredictions`)."""
 
 import numpy as np
 import tensorflow as tf
@@ -6,6 +7,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 from tensorflow.python.util import _pywrap_util_port
 
 from albert_tf.layers.graph_forms import optimizer_forms
+from input_pipeline import features
 
 # A GraphDef is one protocol buffer, which cannot exceed 2 GiB; weights past this
 # stay variables (ALBERT-xxlarge in float32 is 0.9 GiB).
@@ -140,6 +142,64 @@ class FrozenPredictions:
 
     def __getattr__(self, name):
         return getattr(self.model, name)
+
+
+class CompiledPredictions:
+    """A task model as `predict_examples` uses it, its forward pass compiled by XLA on padded shape buckets.
+
+    Why: on CPUs where TensorFlow runs Eigen rather than oneDNN (those with
+    AVX2 alone), XLA's forward pass is faster than the frozen graph's
+    (`albert_tf.precision.choose_precision`). XLA compiles one program per
+    input shape, and batches padded to their own longest would each have a
+    new one; so each batch is padded up to a bucket, rows to a power of two
+    and length to the next of 8, 12, 16, 24, 32, 48, ... (powers of two and
+    1.5 times them), within the model's max_position_embeddings. A batch then
+    pays at most 1.5x its longest in length, and lengths up to 512 compile at
+    most 13 programs per row count. Padding rows and pieces are masked out
+    and cut from the outputs (the piece axis is cut by `predict_examples`).
+
+    Args:
+        model: a task model (e.g. `AlbertClassifier`), whose inputs are the
+            backbone inputs, (batch, seq) or (batch, choices, seq).
+    """
+
+    def __init__(self, model):
+        self.model = model
+        self.max_length = getattr(model, "backbone", model).config.max_position_embeddings
+        self._dtypes = {name: tf.as_dtype(spec.dtype) for name, spec in _input_specs(model).items()}
+        self._call = tf.function(lambda batch: model(batch, training=False), jit_compile=True)
+        self.shapes = set()  # the (rows, length) buckets compiled so far, to inspect
+
+    def predict_on_batch(self, batch):
+        rows, length = np.shape(batch[features.TOKEN_IDS])[0], np.shape(batch[features.TOKEN_IDS])[-1]
+        padded_rows, padded_length = 1 << (rows - 1).bit_length(), min(length_bucket(length), self.max_length)
+        self.shapes.add((padded_rows, padded_length))
+        padded = {}
+        for name, dtype in self._dtypes.items():
+            array = np.asarray(batch[name])
+            widths = [(0, padded_rows - rows)] + [(0, 0)] * (array.ndim - 1)
+            if name in features.BACKBONE_INPUTS:
+                widths[-1] = (0, padded_length - length)
+            # 0 is the padding piece's id, its segment and its mask alike.
+            padded[name] = tf.constant(np.pad(array, widths), dtype)
+        return tf.nest.map_structure(lambda t: t.numpy()[:rows], self._call(padded))
+
+    def predict(self, dataset, verbose=0):
+        """Outputs for every batch of a tf.data.Dataset of input dicts, concatenated (Keras' `predict`)."""
+        outputs = [self.predict_on_batch(x[0] if isinstance(x, tuple) else x) for x in dataset.as_numpy_iterator()]
+        return {k: np.concatenate([o[k] for o in outputs]) for k in outputs[0]}
+
+    def __getattr__(self, name):
+        return getattr(self.model, name)
+
+
+def length_bucket(length, smallest=8):
+    """The padded length XLA compiles for `length` pieces: the first of 8, 12, 16, 24, 32, 48, ... >= length."""
+    bucket = smallest
+    while bucket < length:
+        # Powers of two and 1.5 times them: from 2^k up by 1.5, from 1.5 * 2^k up by 4/3.
+        bucket = bucket * 3 // 2 if bucket & (bucket - 1) == 0 else bucket * 4 // 3
+    return bucket
 
 
 def layer_norm_as_fused_batch_norm(layer, x):

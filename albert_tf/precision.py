@@ -151,7 +151,8 @@ def resolve_precision(precision, compile_step, hidden_size, device="cpu", whole_
                            f"auto: this CPU has {units[0]}, H {hidden_size} >= {BF16_MIN_HIDDEN_SIZE}")
 
 
-def choose_precision(job, precision, hidden_size, *, compile_step="auto", strategy=None, device=None, flags=None):
+def choose_precision(job, precision, hidden_size, *, compile_step="auto", strategy=None, device=None, flags=None,
+                     onednn=None):
     """The precision and compile step of `job`, "auto" resolved: what every command runs in and prints.
 
     Each job has its compile step; the precision rule is `resolve_precision`'s.
@@ -172,8 +173,12 @@ def choose_precision(job, precision, hidden_size, *, compile_step="auto", strate
         Those runs get "forward", which holds no variable write and no all-reduce.
       - "finetune": Keras `fit` runs without XLA ("none"); TPUStrategy
         compiles the whole step ("whole").
-      - "predict": forward passes without XLA: batches padded to their own
-        longest have a new shape nearly every batch.
+      - "predict": forward passes without XLA where TensorFlow runs oneDNN
+        (its default on x86 CPUs with AVX-512), whose kernels on frozen
+        weights led there; "forward" (XLA, on shape buckets: see
+        `albert_tf.inference.CompiledPredictions`) in float32 on CPUs where it
+        runs Eigen (AVX2 alone), where XLA's forward pass measured 1.44x
+        faster than the frozen graph (bench/results/model_speed_avx2.md).
       - "export": the serving graph, without XLA, for this machine's CPU,
         which stands for the serving machine's.
 
@@ -188,6 +193,8 @@ def choose_precision(job, precision, hidden_size, *, compile_step="auto", strate
         device: "cpu", "gpu" or "tpu", what runs the model
             (`device_kind(strategy)` when None; an export's is the CPU).
         flags: the CPU's flags (`cpu_flags()` when None).
+        onednn: whether TensorFlow runs oneDNN here (`onednn_enabled()` when
+            None); read by "predict" only.
 
     Returns:
         A `PrecisionChoice`.
@@ -203,7 +210,12 @@ def choose_precision(job, precision, hidden_size, *, compile_step="auto", strate
     if job == "export":
         return resolve_precision(precision, "none", hidden_size, device or "cpu", flags=flags)
     if job == "predict":
-        return resolve_precision(precision, "none", hidden_size, device or device_kind(), flags=flags)
+        device = device or device_kind()
+        choice = resolve_precision(precision, "none", hidden_size, device, flags=flags)
+        if device != "cpu" or choice.precision != "float32" or (onednn_enabled() if onednn is None else onednn):
+            return choice
+        return dataclasses.replace(choice, compile_step="forward", reason=f"{choice.reason}; TensorFlow runs no "
+                                   "oneDNN here, where XLA's forward pass measured faster")
     # Imported on use, as in `device_kind`: the rule and the commands' --help need no TensorFlow.
     import tensorflow as tf
 
@@ -225,6 +237,15 @@ def choose_precision(job, precision, hidden_size, *, compile_step="auto", strate
             f"{strategy.num_replicas_in_sync} replicas on {device.upper()}; use 'forward'."
         )
     return resolve_precision(precision, compile_step, hidden_size, device, whole_compiles, flags)
+
+
+def onednn_enabled():
+    """Whether TensorFlow runs its oneDNN kernels here: its default on x86 CPUs with AVX-512, off on those
+    with AVX2 alone; the environment's TF_ENABLE_ONEDNN_OPTS (read by TensorFlow) turns it either way."""
+    # Imported on use, as in `device_kind`. TensorFlow has no public name for it.
+    from tensorflow.python.util import _pywrap_util_port
+
+    return _pywrap_util_port.IsMklEnabled()
 
 
 def device_kind(strategy=None):

@@ -54,15 +54,20 @@ def add_parser(subparsers):
 
 def run(args):
     # Deferred for start-up: these import TensorFlow, and the flags are read (their errors reported) before.
-    from albert_tf.inference import FrozenPredictions
+    from albert_tf.inference import CompiledPredictions, FrozenPredictions
     from albert_tf.models.pretrained import with_dtype_policy
     from albert_tf.recipes import get_recipe, load_run
 
     # --input and --output were checked before this module loaded (`early_checks`), not after minutes of predictions.
     config, model, tokenizer, record = load_run(resolve_model(args.model))
     choice = choose_precision("predict", args.mixed_precision, model.backbone.config.hidden_size)
-    # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.
-    model = FrozenPredictions(with_dtype_policy(model, choice.precision))
+    model = with_dtype_policy(model, choice.precision)
+    if choice.compile_step == "forward":
+        model, weights = CompiledPredictions(model), "variables, compiled by XLA per shape bucket"
+    else:
+        # Weights frozen into the graph: its casts to bfloat16 are folded once, not redone every batch.
+        model = FrozenPredictions(model)
+        weights = "frozen" if model.forward.frozen else "variables (too large to freeze)"
     recipe = get_recipe(config.task)
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.
@@ -80,7 +85,6 @@ def run(args):
                 _write(f, records)
     errors = sum("error" in r for r in records)
     # Printed with the summary, once nothing can fail: a user error stays one line.
-    weights = "frozen" if model.forward.frozen else "variables (too large to freeze)"
     print(f"Precision: {choice.describe()}; weights: {weights}", file=sys.stderr)
     print("; ".join(encoded.notes) + (f"; {errors} row{'s' if errors > 1 else ''} gave an error record" if errors else ""), file=sys.stderr)
 

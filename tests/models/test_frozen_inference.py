@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 from tensorflow.python.util import _pywrap_util_port
 
-from albert_tf import AlbertBackbone, AlbertTagger, FrozenForward
+from albert_tf import AlbertBackbone, AlbertClassifier, AlbertTagger, FrozenForward
 from albert_tf import inference, precision
-from albert_tf.inference import FrozenPredictions
+from albert_tf.inference import CompiledPredictions, FrozenPredictions, length_bucket
 from albert_tf.recipes.prediction import predict_examples
 from helpers import backbone_batch, max_abs_diff, tiny_config
 
@@ -110,6 +110,38 @@ def test_predict_examples_gives_the_task_model_outputs(pad_to):
     for want, got, example in zip(expected, frozen, examples):
         assert got["logits"].shape == (len(example["token_ids"]), 5)
         np.testing.assert_allclose(got["logits"], want["logits"], atol=FLOAT32_ATOL)
+
+
+def test_xla_compiles_few_shapes_padded_to_buckets_and_cuts_the_padding_off():
+    # Lengths pad to powers of two and 1.5 times them; rows to a power of two.
+    assert [length_bucket(n) for n in (1, 8, 9, 12, 13, 17, 25, 33, 100, 129, 300, 512)] == [
+        8, 8, 12, 12, 16, 24, 32, 48, 128, 192, 384, 512]
+    config = tiny_config()
+    model = AlbertClassifier(AlbertBackbone(config), 3)
+    compiled = CompiledPredictions(model)
+    batch = backbone_batch(config, batch=3, seq=10)
+    got = compiled.predict_on_batch(batch)
+    assert compiled.shapes == {(4, 12)}
+    assert got["logits"].shape == (3, 3)
+    np.testing.assert_allclose(got["logits"], model(batch, training=False)["logits"], atol=FLOAT32_ATOL)
+
+
+@pytest.mark.slow
+def test_compiled_predictions_give_the_task_model_outputs_for_every_length():
+    config = tiny_config()
+    model = AlbertTagger(AlbertBackbone(config), 5)
+    rng = np.random.default_rng(0)
+    examples = []
+    for length in (9, 4, 12, 7, 12, 30):
+        examples.append({"token_ids": rng.integers(5, config.vocab_size, length).astype("int32"),
+                         "segment_ids": np.zeros(length, "int32"), "padding_mask": np.ones(length, "int32")})
+    expected = predict_examples(model, examples, batch_size=2)
+    compiled = CompiledPredictions(model)
+    for want, got, example in zip(expected, predict_examples(compiled, examples, batch_size=2), examples):
+        assert got["logits"].shape == (len(example["token_ids"]), 5)
+        np.testing.assert_allclose(got["logits"], want["logits"], atol=FLOAT32_ATOL)
+    # Lengths 4 .. 30 in batches of 2 compile three buckets, not one program per length.
+    assert {length for _, length in compiled.shapes} <= {8, 12, 32}, compiled.shapes
 
 
 @pytest.mark.parametrize("dtype", [None, "mixed_bfloat16"])

@@ -108,13 +108,29 @@ def test_each_job_runs_under_its_own_compile_step():
     for job in ("predict", "export"):
         assert choose_precision(job, "auto", WIDE, device="cpu", flags=BF16_CPU) == PrecisionChoice(
             "mixed_bfloat16", "none", "auto: this CPU has avx512_bf16, H 512 >= 512")
-        assert choose_precision(job, "float32", WIDE, device="cpu", flags=BF16_CPU).compile_step == "none"
+        assert choose_precision(job, "float32", WIDE, device="cpu", flags=BF16_CPU, onednn=True).compile_step == "none"
         with pytest.raises(ValueError, match="`compile_step` is pretraining's; .*compile_step='whole'"):
             choose_precision(job, "auto", WIDE, compile_step="whole", device="cpu", flags=BF16_CPU)
     # An export is resolved for this machine's CPU, whatever else it has.
     assert choose_precision("export", "auto", WIDE, flags=PLAIN_CPU).precision == "float32"
     with pytest.raises(ValueError, match="`job` must be one of .*job='serve'"):
         choose_precision("serve", "auto", WIDE)
+
+
+def test_predict_compiles_its_float32_forward_pass_where_tensorflow_runs_no_onednn():
+    # AVX2-only CPUs: TensorFlow leaves oneDNN off, and XLA's forward pass beats the frozen graph in Eigen.
+    eigen = choose_precision("predict", "auto", WIDE, device="cpu", flags=PLAIN_CPU, onednn=False)
+    assert (eigen.precision, eigen.compile_step) == ("float32", "forward")
+    assert eigen.describe().endswith("; TensorFlow runs no oneDNN here, where XLA's forward pass measured "
+                                     "faster); XLA: forward"), eigen.describe()
+    assert choose_precision("predict", "float32", WIDE, device="cpu", flags=BF16_CPU, onednn=False).compile_step == "forward"
+    # Where oneDNN runs, the frozen graph; bfloat16 (oneDNN's) and other devices never compile.
+    assert choose_precision("predict", "auto", WIDE, device="cpu", flags=PLAIN_CPU, onednn=True).compile_step == "none"
+    assert choose_precision("predict", "mixed_bfloat16", WIDE, device="cpu", flags=PLAIN_CPU,
+                            onednn=False).compile_step == "none"
+    assert choose_precision("predict", "auto", WIDE, device="gpu", onednn=False).compile_step == "none"
+    # The export is for a server whose flags are its own: never XLA.
+    assert choose_precision("export", "auto", WIDE, device="cpu", flags=PLAIN_CPU, onednn=False).compile_step == "none"
 
 
 def test_every_command_names_precision_with_one_flag_and_one_vocabulary():
