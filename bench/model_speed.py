@@ -38,7 +38,7 @@ import importlib.util
 import os
 import statistics
 
-from albert_tf.precision import bf16_units, resolve_precision
+from albert_tf.precision import bf16_units, choose_precision
 from benchlib.flops import albert_flops
 from benchlib.machine import ceiling_share, machine_line, measure_ceilings
 from benchlib.output import emit_table
@@ -222,16 +222,17 @@ IMPLEMENTATIONS = {
 HIDDEN_SIZE = 768
 
 
-def default_rows(flags):
+def default_rows(flags, onednn=True):
     """{"train": row, "infer": row}: what the commands run by default for ALBERT-base on a CPU with `flags`.
 
     The precision is albert_tf.precision's rule. Training (`pretrain`, `finetune`, `demo`, `bench`) compiles
-    its float32 step with XLA; `predict` runs the forward pass with the weights frozen, without XLA.
+    its float32 step with XLA; `predict` runs the forward pass with the weights frozen, without XLA, where
+    TensorFlow runs oneDNN (`onednn`), and compiled by XLA where it runs Eigen (AVX2-only CPUs).
     """
-    choice = resolve_precision("auto", "auto", HIDDEN_SIZE, "cpu", flags=frozenset(flags))
+    choice = choose_precision("predict", "auto", HIDDEN_SIZE, device="cpu", flags=frozenset(flags), onednn=onednn)
     if choice.precision == "mixed_bfloat16":
         return {"train": "albert-tf-bf16", "infer": "albert-tf-bf16"}
-    return {"train": "albert-tf-xla", "infer": "albert-tf"}
+    return {"train": "albert-tf-xla", "infer": "albert-tf-xla" if choice.compile_step == "forward" else "albert-tf"}
 
 
 def marked_name(row, key, defaults):
@@ -311,7 +312,7 @@ def main():
         "train": albert_flops(768, 12, 3072, 128, 30000, BATCH, SEQ, PREDICTIONS, train=True),
         "infer": albert_flops(768, 12, 3072, 128, 30000, 1, SEQ),
     }
-    defaults = default_rows(flags)
+    defaults = default_rows(flags, ceilings.get("onednn", True))
     rows = {key: IMPLEMENTATIONS[key] for key in keys}
     table = [
         f"ALBERT-base; {machine_line(ceilings)}",
@@ -326,8 +327,9 @@ def main():
         "Marked **default**: what the commands run for ALBERT-base on this CPU ("
         + ("it has bfloat16 units and H 768 >= 512: mixed_bfloat16 without XLA)."
            if defaults["train"] == "albert-tf-bf16" else
-           "no bfloat16 units: float32; training steps compiled by XLA, `predict` with its weights frozen, "
-           "without XLA).")
+           "no bfloat16 units: float32; training steps compiled by XLA, `predict` "
+           + ("compiled by XLA too, as TensorFlow runs no oneDNN here)." if defaults["infer"] == "albert-tf-xla"
+              else "with its weights frozen, without XLA)."))
         + ("" if set(defaults.values()) <= set(rows) else " Not every such row was timed."),
         "",
         f"| implementation | precision | compiler | train step b{BATCH} x s{SEQ} (ms) | vs fastest peer | "

@@ -389,6 +389,10 @@ def test_model_speed_marks_the_rows_the_commands_run_for_training_and_for_infere
     assert "default" not in marked_name(rows["keras-hub-xla"], "keras-hub-xla", avx512)
     bf16 = default_rows(["avx2", "fma", "avx512f", "avx512_bf16"])
     assert marked_name(rows["albert-tf-bf16"], "albert-tf-bf16", bf16).endswith("(**default**)")
+    # Where TensorFlow runs Eigen, not oneDNN (AVX2-only CPUs), `predict` compiles with XLA: one row for both.
+    avx2 = default_rows(["avx2", "fma"], onednn=False)
+    assert avx2 == {"train": "albert-tf-xla", "infer": "albert-tf-xla"}
+    assert marked_name(rows["albert-tf-xla"], "albert-tf-xla", avx2).endswith("(**default**)")
 
 
 def test_serving_ops_sums_the_traced_op_time_of_a_savedmodel_by_op_type(monkeypatch, tmp_path):
