@@ -26,10 +26,11 @@ import os
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag
-from albert_tf.export.options import CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES
+from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES,
+                                      XLA_SERVER_FLAG)
 from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
-from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags
+from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags, onednn_enabled
 from input_pipeline import movie_reviews
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -78,6 +79,12 @@ def add_parser(subparsers):
         f"(default): mixed_bfloat16 where this CPU has them and the model is wide enough (hidden size >= "
         f"{BF16_MIN_HIDDEN_SIZE}), else float32.",
     )
+    parser.add_argument(
+        "--xla", action="store_true",
+        help="saved_model, float32: the forward pass compiled by XLA, on the weights as variables; faster on CPUs "
+        "where TensorFlow runs no oneDNN (AVX2 alone). TF-Serving then needs --xla_cpu_compilation_enabled=true "
+        "(see docs/deployment.md).",
+    )
     # The old spelling, refused with its new one (see `run`).
     parser.add_argument("--precision", help=argparse.SUPPRESS)
     parser.add_argument(
@@ -122,6 +129,11 @@ def run(args):
         raise UserError("--mixed-precision applies to --format saved_model only (tflite: --quantize).")
     if args.format == "saved_model" and args.no_metadata:
         raise UserError("--no-metadata applies to --format tflite only.")
+    if args.xla and args.format != "saved_model":
+        raise UserError("--xla applies to --format saved_model only.")
+    if args.xla and args.mixed_precision not in (None, "auto", "float32"):
+        raise UserError(f"--xla runs float32 only (XLA's CPU backend does not use bfloat16 units); drop "
+                        f"--mixed-precision {args.mixed_precision} or --xla.")
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(resolve_model(args.model))
@@ -147,7 +159,8 @@ def run(args):
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
-        precision = _saved_model_precision(args.mixed_precision or "auto", backbone.config.hidden_size)
+        precision = "float32" if args.xla else _saved_model_precision(args.mixed_precision or "auto",
+                                                                        backbone.config.hidden_size)
         # export_saved_model publishes the version whole, so a failed export
         # leaves no half-written version for TF-Serving to load.
         existing = version_dirs(args.out) if files.isdir(args.out) else []
@@ -156,8 +169,13 @@ def run(args):
         # An existing version is empty here, or --overwrite was given.
         path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=max_length, version=version,
                                   truncate_from=truncate_from, max_windows=max_windows, precision=precision,
-                                  overwrite=True)
-        print(f"Wrote {type(model).__name__} SavedModel ({precision}) to {path}")
+                                  overwrite=True, xla=args.xla)
+        print(f"Wrote {type(model).__name__} SavedModel ({precision}{', XLA' if args.xla else ''}) to {path}")
+        if args.xla:
+            print(f"Serve it with tensorflow_model_server {XLA_SERVER_FLAG}: without it the first request fails.")
+        elif precision == "float32" and not onednn_enabled():
+            print(f"Notice: TensorFlow runs no oneDNN on this CPU, where the forward pass compiled by XLA (--xla; "
+                  f"a server then needs {XLA_SERVER_FLAG}) measured faster; see docs/deployment.md.")
         return 0
     if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
         _check_mediapipe_can_follow(model_dir, run, tokenizer, max_windows, truncate_from)

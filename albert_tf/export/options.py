@@ -13,3 +13,5 @@ EXPORT_PRECISIONS = ("auto", "float32", "mixed_bfloat16")
 QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
 # The modes that calibrate activation ranges on real text.
 CALIBRATED_MODES = ("int8", "int8-mixed", "16x8")
+# What a TF-Serving server needs to run an export whose forward pass XLA must compile (`export --xla`).
+XLA_SERVER_FLAG = "--xla_cpu_compilation_enabled=true"

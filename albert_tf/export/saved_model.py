@@ -14,6 +14,12 @@ batch 1 faster than on its variables, in float32 and in bfloat16
 (bench/results/export_latency*.md). Such a SavedModel has no variables, which
 TF-Serving accepts. A model too large for one GraphDef (`FrozenForward`'s
 limit) keeps its float32 variables (cast on every call under mixed_bfloat16).
+
+`xla=True` (opt-in) instead runs the forward pass as a function XLA must
+compile, on the float32 variables: faster where TensorFlow runs Eigen rather
+than oneDNN (CPUs with AVX2 alone), and an error on its first request in a
+server without XLA:CPU, so a stock `tensorflow_model_server` needs
+`albert_tf.export.options.XLA_SERVER_FLAG` (docs/deployment.md has the measurements).
 """
 
 import json
@@ -163,7 +169,7 @@ def export_metadata(interface, max_length, tokenizer, signature_names, truncate_
 
 def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
                        version=None, label_names=None, truncate_from="end", max_windows=1, precision="float32",
-                       overwrite=False):
+                       overwrite=False, xla=False):
     """Writes `model` as the next version of a TF-Serving model directory.
 
     Args:
@@ -185,6 +191,9 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             resolved by `resolve_export_precision` first.
         overwrite: replace an existing `version` (whole: the old one stays
             if the export fails).
+        xla: run the forward pass as a function XLA must compile, on the
+            float32 weights as variables (see the module docstring); a
+            server needs `albert_tf.export.options.XLA_SERVER_FLAG` for it.
 
     Returns:
         The path of the written version directory.
@@ -202,11 +211,17 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
         )
+    if xla and precision != "float32":
+        # XLA's CPU backend does not use bfloat16 units (albert_tf.precision): a bfloat16 graph is oneDNN's.
+        raise UserError(f"An XLA-compiled export runs in float32 only. Received: precision={precision!r}, xla=True")
     if precision == "mixed_bfloat16":
         model = with_dtype_policy(model, precision)
-    frozen = FrozenForward(model)
-    forward = frozen.graph_function(signatures_lib.id_input_specs(interface))
-    weights = "constants" if frozen.frozen else "variables"
+    if xla:
+        forward, weights = tf.function(lambda batch: model(batch, training=False), jit_compile=True), "variables"
+    else:
+        frozen = FrozenForward(model)
+        forward = frozen.graph_function(signatures_lib.id_input_specs(interface))
+        weights = "constants" if frozen.frozen else "variables"
     signatures = signatures_lib.build_signatures(model, interface, tokenizer, max_length, truncate_from,
                                                  max_windows, forward)
 
@@ -221,7 +236,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
-                                   version=version, precision=precision, weights=weights)
+                                   version=version, precision=precision, weights=weights,
+                                   compiler="xla" if xla else "none")
         files.makedirs(os.path.join(staging, "assets.extra"))
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
     return final

@@ -87,6 +87,51 @@ def test_float32_export_freezes_the_weights_and_keeps_variables_past_the_limit(m
         assert max_abs_diff(out["pooled_output"], expected) <= 1e-5, path
 
 
+def must_compile(path):
+    """Whether a SavedModel holds a function XLA must compile (`_XlaMustCompile`), as TF-Serving reads it."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    proto = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        proto.ParseFromString(f.read())
+    library = proto.meta_graphs[0].graph_def.library.function
+    return any(f.attr["_XlaMustCompile"].b for f in library)
+
+
+def test_xla_export_compiles_its_forward_pass_and_names_the_server_flag(tmp_path, capsys):
+    from albert_tf import cli
+
+    keras.utils.set_random_seed(3)
+    backbone = AlbertBackbone(config())
+    model_dir, base = str(tmp_path / "model"), str(tmp_path / "served")
+    backbone.save_pretrained(model_dir)
+    tokenizer().save(model_dir)
+    export = ["export", "--model", model_dir, "--format", "saved_model", "--out", base, "--max-length", "16"]
+    assert cli.main(export + ["--xla"]) == 0
+    said = capsys.readouterr().out
+    assert "SavedModel (float32, XLA)" in said and "tensorflow_model_server --xla_cpu_compilation_enabled=true" in said
+    path = os.path.join(base, "1")
+    assert must_compile(path)
+    assert (metadata(path)["compiler"], metadata(path)["weights"]) == ("xla", "variables")
+    loaded = load_saved_model(path)
+    batch = backbone_batch(config(), seq=16)
+    out = _call(loaded.signatures["serving_default"], **batch)
+    assert max_abs_diff(out["pooled_output"], np.asarray(backbone(batch, training=False)["pooled_output"])) <= 1e-5
+    text = _call(loaded.signatures["serve_text"], text=np.array(["a fine film"], object))
+    packed = pack_texts(tokenizer(), ["a fine film"], None, 16)
+    assert max_abs_diff(text["pooled_output"], np.asarray(backbone(packed)["pooled_output"])) <= 1e-5
+    # The default answers on a server without XLA: nothing in it must compile.
+    assert cli.main(export) == 0
+    assert not must_compile(os.path.join(base, "2")) and metadata(os.path.join(base, "2"))["compiler"] == "none"
+    # bfloat16 is oneDNN's, and a TFLite file has no XLA: each refused in one line.
+    for extra in (["--mixed-precision", "mixed_bfloat16"], ["--format", "tflite"]):
+        argv = export + ["--xla"] + extra
+        if "tflite" in extra:
+            argv = [a if a != "saved_model" else "tflite" for a in argv[:-2]]
+        assert cli.main(argv) == 2
+        assert "--xla" in capsys.readouterr().err
+
+
 def test_bad_inputs_give_clear_errors():
     loaded = tf.saved_model.load(exported_classifier()[1])
     ids, text = loaded.signatures["serving_default"], loaded.signatures["serve_text"]
