@@ -10,8 +10,9 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.11",
     packages=find_packages(include=["albert_tf", "albert_tf.*", "input_pipeline", "input_pipeline.*"]),
-    # Precomputed SentencePiece charsmaps of the English presets (input_pipeline/spiece_normalizer.py).
-    package_data={"input_pipeline": ["charsmaps/*.bin"]},
+    # Precomputed SentencePiece charsmaps of the English presets (input_pipeline/spiece_normalizer.py), and
+    # the page `albert-tf export --format web` writes (albert_tf/export/web_site.py).
+    package_data={"input_pipeline": ["charsmaps/*.bin"], "albert_tf": ["export/web_page/*"]},
     install_requires=[
         # TensorFlow 2.20 and 2.21; tensorflow-text's minor version must equal TensorFlow's (pip picks the pair).
         "tensorflow>=2.20,<2.22",

