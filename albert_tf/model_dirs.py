@@ -53,12 +53,39 @@ SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"
-# HF weight files, in the order they are preferred.
+# The HF weight files a model directory may hold, in the order they are
+# preferred (safetensors reads without torch); an index names its shards
+# (`shard_names`). The loader and the hub download both read this list.
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + INDEX_SUFFIX, TORCH_FILE, TORCH_FILE + INDEX_SUFFIX)
 
 # keras-hub's `save_to_preset` directories (config.json and model.weights.h5 are shared).
 KERAS_HUB_VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.spm")
 KERAS_HUB_TASK_FILE = "task.json"
+
+
+def is_index(name):
+    """Whether the weight file `name` is a shard index (`model.safetensors.index.json`, say)."""
+    return name.endswith(INDEX_SUFFIX)
+
+
+def shard_names(index_path):
+    """The shard files a HF shard index names, sorted: plain names beside the index, as transformers writes them.
+
+    Raises:
+        UserError: naming `index_path` when it is no index (invalid JSON, no
+            `weight_map` of names), or names a shard outside its directory.
+    """
+    try:
+        weight_map = json.loads(files.read_text(index_path))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"{index_path} is not a valid shard index: {e!r}") from e
+    for name in names:
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+            raise UserError(
+                f"{index_path} names the shard {name!r}: expected a file name beside the index, not a path."
+            )
+    return names
 
 
 def is_hf_dir(path):
