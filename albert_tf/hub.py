@@ -14,8 +14,9 @@ itself: a second load downloads nothing, and works offline. Only the files a
 load reads are fetched: config.json, spiece.model, tokenizer_config.json where
 the repository has one (it sets the preprocessing; the published ALBERT
 repositories have none, so transformers' defaults apply: lowercase, no
-accents), and one weights file, model.safetensors where there is one, else
-pytorch_model.bin. A cut-off download leaves nothing behind: huggingface_hub
+accents), and the first of the weight files a model directory may hold
+(`model_dirs.WEIGHT_FILES`: model.safetensors, its shard index, pytorch_model.bin,
+its shard index) that the repository has, with the shards an index names. A cut-off download leaves nothing behind: huggingface_hub
 writes a file under a temporary name and moves it into the cache whole.
 
 A Kaggle handle is downloaded with `kagglehub` (the `kaggle` extra) into its
@@ -29,7 +30,7 @@ import dataclasses
 import json
 import os
 
-from albert_tf.model_dirs import CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_CONFIG_FILE, TORCH_FILE
+from albert_tf.model_dirs import CONFIG_FILE, TOKENIZER_CONFIG_FILE, WEIGHT_FILES, is_index, shard_names
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
@@ -40,8 +41,6 @@ KAGGLE_SCHEME = "kaggle://"
 # those to `albert/`; naming the repository directly keeps one cache for both spellings.
 PUBLISHED = tuple(f"albert-{size}-v{v}" for v in (1, 2) for size in ("base", "large", "xlarge", "xxlarge"))
 PUBLISHED_ORG = "albert"
-# The weights a load reads, in the order they are preferred (safetensors reads without torch).
-HF_WEIGHT_FILES = (SAFETENSORS_FILE, TORCH_FILE)
 # Where a run records the hub model it was made from.
 SOURCE_FILE = "model_source.json"
 
@@ -137,12 +136,15 @@ def _resolve_hf(spec):
     fetch.revision = commit = os.path.basename(snapshot)
     fetch(SPIECE_FILE)
     fetch(TOKENIZER_CONFIG_FILE, optional=True)
-    for name in HF_WEIGHT_FILES:
-        if fetch(name, optional=True) is not None:
+    for name in WEIGHT_FILES:
+        path = fetch(name, optional=True)
+        if path is not None:
+            for shard in shard_names(path) if is_index(name) else ():
+                fetch(shard)
             break
     else:
         raise UserError(
-            f"{spec}: {repo} has no weights albert-tf reads ({' or '.join(HF_WEIGHT_FILES)}); "
+            f"{spec}: {repo} has no weights albert-tf reads ({' or '.join(WEIGHT_FILES)}); "
             "only tf_model.h5 or flax weights, say? Convert them with transformers first."
         )
     return ResolvedModel(spec, snapshot, "hf", repo, revision, commit)

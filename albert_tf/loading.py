@@ -8,10 +8,11 @@ model class's own `from_pretrained` loads into that class; this is for
 callers that take whatever was saved.
 """
 
-from albert_tf.hub import resolve_model
-from albert_tf.model_dirs import is_hf_dir, is_keras_hub_dir
+from albert_tf.model_dirs import HF, KERAS_HUB
 from albert_tf.models import AlbertBackbone, AlbertPretrainer
-from albert_tf.models.pretrained import load_hf_dir, load_keras_hub_dir, load_saved_model, warn_newly_initialized
+from albert_tf.models.pretrained import (
+    load_hf_dir, load_keras_hub_dir, load_saved_model, open_model_dir, warn_newly_initialized,
+)
 
 
 def load_hf(directory):
@@ -52,11 +53,11 @@ def load_pretrained(directory):
             config; for a HF directory also a `model_type` other than "albert"
             and tensors the converter does not know (a task head, for one).
     """
-    directory = resolve_model(directory)
-    if is_hf_dir(directory):
-        report = load_hf(directory)
-        warn_newly_initialized(directory, report)
+    model_dir = open_model_dir(directory)
+    if model_dir.kind == HF:
+        report = load_hf(model_dir.path)
+        warn_newly_initialized(model_dir.path, report)
         return report.model
-    if is_keras_hub_dir(directory):
-        return load_keras_hub_dir(directory, lambda config, has_heads: AlbertBackbone(config)).model
-    return load_saved_model(directory)
+    if model_dir.kind == KERAS_HUB:
+        return load_keras_hub_dir(model_dir.path, lambda config, has_heads: AlbertBackbone(config)).model
+    return load_saved_model(model_dir)

@@ -26,6 +26,7 @@ This module reads file names and tokenizers only: it imports neither Keras
 nor the models, so `create-data` and its workers read a tokenizer cheaply.
 """
 
+import dataclasses
 import json
 import os
 
@@ -53,47 +54,92 @@ SPECIAL_TOKENS_FILE = "special_tokens_map.json"
 SAFETENSORS_FILE = "model.safetensors"
 TORCH_FILE = "pytorch_model.bin"
 INDEX_SUFFIX = ".index.json"
-# HF weight files, in the order they are preferred.
+# The HF weight files a model directory may hold, in the order they are
+# preferred (safetensors reads without torch); an index names its shards
+# (`shard_names`). The loader and the hub download both read this list.
 WEIGHT_FILES = (SAFETENSORS_FILE, SAFETENSORS_FILE + INDEX_SUFFIX, TORCH_FILE, TORCH_FILE + INDEX_SUFFIX)
 
 # keras-hub's `save_to_preset` directories (config.json and model.weights.h5 are shared).
-KERAS_HUB_VOCABULARY = os.path.join("assets", "tokenizer", "vocabulary.spm")
+KERAS_HUB_ASSETS = "assets"
+KERAS_HUB_VOCABULARY = os.path.join(KERAS_HUB_ASSETS, "tokenizer", "vocabulary.spm")
 KERAS_HUB_TASK_FILE = "task.json"
 
 
-def is_hf_dir(path):
-    """Whether `path` is a HF `save_pretrained` directory.
+def is_index(name):
+    """Whether the weight file `name` is a shard index (`model.safetensors.index.json`, say)."""
+    return name.endswith(INDEX_SUFFIX)
 
-    That is: a config.json beside HF weights (any of `WEIGHT_FILES`), and no
-    albert_tf.json (which marks albert-tf's own directories, whose config.json
-    says `model_type` "albert" too). Whether the config describes an ALBERT
-    model is checked on load, so that another model type is an error naming
-    config.json rather than a directory that holds "no model".
+
+def shard_names(index_path):
+    """The shard files a HF shard index names, sorted: plain names beside the index, as transformers writes them.
+
+    Raises:
+        UserError: naming `index_path` when it is no index (invalid JSON, no
+            `weight_map` of names), or names a shard outside its directory.
     """
-    return (
-        files.isfile(os.path.join(path, CONFIG_FILE))
-        and not files.isfile(os.path.join(path, MODEL_FILE))
-        and any(files.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
-    )
+    try:
+        weight_map = json.loads(files.read_text(index_path))["weight_map"]
+        names = sorted(set(weight_map.values()))
+    except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        raise UserError(f"{index_path} is not a valid shard index: {e!r}") from e
+    for name in names:
+        if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
+            raise UserError(
+                f"{index_path} names the shard {name!r}: expected a file name beside the index, not a path."
+            )
+    return names
 
 
-def is_keras_hub_dir(path):
-    """Whether `path` is a keras-hub preset: config.json beside model.weights.h5, no albert_tf.json.
+# The kinds of model directory `load_pretrained` reads.
+ALBERT_TF, HF, KERAS_HUB = "albert-tf", "hf", "keras-hub"
 
-    Whether its config.json describes a keras-hub AlbertBackbone is checked on
-    load (`albert_tf.keras_hub_preset`), so that another class is an error
-    naming config.json.
+
+@dataclasses.dataclass(frozen=True)
+class ModelDir:
+    """A model directory, classified once from one listing and passed on (a `gs://` probe is a round trip).
+
+    Attributes:
+        path: the directory (local path or URL).
+        kind: `ALBERT_TF` (config.json beside albert_tf.json), `HF` (config.json
+            beside any of `WEIGHT_FILES`, no albert_tf.json) or `KERAS_HUB`
+            (config.json beside model.weights.h5, no albert_tf.json). Whether the
+            config describes an ALBERT model is checked on load, so that another
+            model type is an error naming config.json rather than "no model".
+        names: the names its listing holds.
     """
-    return (
-        files.isfile(os.path.join(path, CONFIG_FILE))
-        and files.isfile(os.path.join(path, WEIGHTS_FILE))
-        and not files.isfile(os.path.join(path, MODEL_FILE))
-    )
+
+    path: str
+    kind: str
+    names: frozenset
+
+    @property
+    def converts_on_load(self):
+        """Whether the model is another library's (HF or keras-hub), converted when loaded."""
+        return self.kind != ALBERT_TF
 
 
-def converts_on_load(path):
-    """Whether the model in `path` is another library's (HF or keras-hub), converted when loaded."""
-    return is_hf_dir(path) or is_keras_hub_dir(path)
+def listing(path):
+    """The names in directory `path` (one listing), or None when it is missing or not a directory."""
+    try:
+        return frozenset(files.listdir(path))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+
+
+def model_kind(names):
+    """The kind of model directory whose listing is `names` (see `ModelDir`), or None when it holds none."""
+    if CONFIG_FILE not in names:
+        return None
+    if MODEL_FILE in names:
+        return ALBERT_TF
+    if any(name in names for name in WEIGHT_FILES):
+        return HF
+    return KERAS_HUB if WEIGHTS_FILE in names else None
+
+
+def _model_dir(path, names):
+    kind = model_kind(names or ())
+    return None if kind is None else ModelDir(os.fspath(path), kind, names)
 
 
 def keras_hub_tokenizer(directory):
@@ -113,49 +159,51 @@ def keras_hub_tokenizer(directory):
     return AlbertTokenizer(proto, preprocessing)
 
 
-def is_hf_tokenizer_dir(path):
-    """Whether the tokenizer in `path` is a HF one (read by `hf_tokenizer`, not `AlbertTokenizer.load`).
+def _is_hf_tokenizer(names):
+    """Whether the tokenizer of a directory listing `names` is a HF one (read by `hf_tokenizer`).
 
     transformers writes tokenizer_config.json, which albert-tf's tokenizer
     directories never hold; a hub download may lack it, but then sits in a
     HF model directory. Its tokenizer.json, if any, is transformers' own
     format, not albert-tf's.
     """
-    return files.isfile(os.path.join(path, TOKENIZER_CONFIG_FILE)) or is_hf_dir(path)
+    return TOKENIZER_CONFIG_FILE in names or model_kind(names) == HF
 
 
-def is_model_dir(path):
-    """Whether `path` holds a model `load_pretrained` reads: albert-tf's own, a HF one or a keras-hub preset."""
-    return (
-        files.isfile(os.path.join(path, CONFIG_FILE)) and files.isfile(os.path.join(path, MODEL_FILE))
-    ) or converts_on_load(path)
-
-
-def holds_model(path):
-    """Whether `resolve_model_dir(path)` finds a model (without raising)."""
-    return any(is_model_dir(p) for p in (path, os.path.join(path, BEST_DIR), os.path.join(path, FINAL_DIR)))
+def find_model_dir(path):
+    """`resolve_model_dir(path)`, or None where it finds no model (without raising)."""
+    try:
+        return resolve_model_dir(path)
+    except UserError:
+        return None
 
 
 def resolve_model_dir(path):
-    """The model directory `path` names: itself, or a run's `best/` or `final/`.
+    """The `ModelDir` `path` names: itself, or a run's `best/` or `final/`, each classified from one listing.
+
+    A `ModelDir` is returned as it is.
 
     Raises:
-        ValueError: naming `path` when it is missing or holds no model.
+        UserError: naming `path` when it is missing or holds no model.
     """
-    if files.isfile(path):
-        raise UserError(f"{path}: is a file, expected a model directory (or a run directory holding one).")
-    if not files.isdir(path):
-        raise UserError(f"{path}: no such directory.")
-    if is_model_dir(path):
+    if isinstance(path, ModelDir):
         return path
+    names = listing(path)
+    if names is None:
+        if files.isfile(path):
+            raise UserError(f"{path}: is a file, expected a model directory (or a run directory holding one).")
+        raise UserError(f"{path}: no such directory.")
+    model = _model_dir(path, names)
     for sub in (BEST_DIR, FINAL_DIR):
-        if is_model_dir(os.path.join(path, sub)):
-            return os.path.join(path, sub)
-    raise UserError(
-        f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
-        f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) or {WEIGHTS_FILE} (keras-hub) there, or an "
-        f"albert-tf model in its {BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
-    )
+        if model is None and sub in names:
+            model = _model_dir(os.path.join(path, sub), listing(os.path.join(path, sub)))
+    if model is None:
+        raise UserError(
+            f"{path} holds no model: expected {CONFIG_FILE} and {MODEL_FILE} (albert-tf) or {CONFIG_FILE} "
+            f"and {' or '.join(WEIGHT_FILES)} (HuggingFace) or {WEIGHTS_FILE} (keras-hub) there, or an "
+            f"albert-tf model in its {BEST_DIR}/ (finetune) or {FINAL_DIR}/ (pretrain) subdirectory."
+        )
+    return model
 
 
 def tokenizer_candidates(path):
@@ -179,8 +227,8 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
     `keep_accents` and `remove_space` become its preprocessing.
 
     Args:
-        path: a model directory (albert-tf or HF), a run directory, or a
-            create-data directory.
+        path: a `ModelDir` (its listing is not asked again), a model directory
+            (albert-tf or HF), a run directory, or a create-data directory.
         tokenizer_dir: an explicit tokenizer directory (albert-tf or HF); wins when given.
         required: raise when none is found (else return None).
 
@@ -189,12 +237,14 @@ def find_tokenizer(path, tokenizer_dir=None, required=True):
     """
     if tokenizer_dir is not None:
         return load_tokenizer(tokenizer_dir)
+    known = {path.path: path.names} if isinstance(path, ModelDir) else {}
+    path = os.fspath(path.path if isinstance(path, ModelDir) else path)
     candidates = tokenizer_candidates(path)
     for candidate in candidates:
-        if files.isfile(os.path.join(candidate, SPIECE_FILE)) or files.isfile(
-            os.path.join(candidate, KERAS_HUB_VOCABULARY)
-        ):
-            return load_tokenizer(candidate)
+        names = known[candidate] if candidate in known else listing(candidate)
+        tokenizer = _read_tokenizer(candidate, names or frozenset())
+        if tokenizer is not None:
+            return tokenizer
     if required:
         raise UserError(
             f"No tokenizer for {path}: no {SPIECE_FILE} in {', '.join(candidates)}. Pass --tokenizer DIR "
@@ -207,23 +257,32 @@ def load_tokenizer(directory):
     """The `AlbertTokenizer` in `directory`: a `train-tokenizer` output, a HF directory or a keras-hub preset.
 
     Raises:
-        ValueError: naming `directory` when it holds no `spiece.model`.
+        UserError: naming `directory` when it holds no `spiece.model`.
     """
-    if files.isfile(os.path.join(directory, KERAS_HUB_VOCABULARY)):
-        return keras_hub_tokenizer(directory)
-    if not files.isfile(os.path.join(directory, SPIECE_FILE)):
+    tokenizer = _read_tokenizer(directory, listing(directory) or frozenset())
+    if tokenizer is None:
         raise UserError(f"No tokenizer in {directory!r}: {SPIECE_FILE} is missing.{_hf_hint(directory)}")
-    if is_hf_tokenizer_dir(directory):
-        return hf_tokenizer(directory)
+    return tokenizer
+
+
+def _read_tokenizer(directory, names):
+    """The `AlbertTokenizer` in `directory`, whose listing is `names`; None when it holds none."""
+    if KERAS_HUB_ASSETS in names and files.isfile(os.path.join(directory, KERAS_HUB_VOCABULARY)):
+        return keras_hub_tokenizer(directory)
+    if SPIECE_FILE not in names:
+        return None
+    if _is_hf_tokenizer(names):
+        return hf_tokenizer(directory, names)
     # albert-tf's outputs keep their tokenizer in TOKENIZER_DIR, always with tokenizer.json.
     return AlbertTokenizer.load(directory, require_config=os.path.basename(files.normpath(directory)) == TOKENIZER_DIR)
 
 
 def _hf_hint(directory):
     """What to do about a HF directory without spiece.model, for error messages; "" for other directories."""
-    if not is_hf_tokenizer_dir(directory):
+    names = listing(directory) or frozenset()
+    if not _is_hf_tokenizer(names):
         return ""
-    if files.isfile(os.path.join(directory, TOKENIZER_JSON)):
+    if TOKENIZER_JSON in names:
         found = f" {directory} has transformers' {TOKENIZER_JSON} only (transformers 5 saves no {SPIECE_FILE});"
     else:
         found = ""
@@ -233,18 +292,20 @@ def _hf_hint(directory):
     )
 
 
-def hf_tokenizer(src_dir):
+def hf_tokenizer(src_dir, names=None):
     """The `AlbertTokenizer` of a HF directory's spiece.model, or None without one.
 
     The preprocessing follows tokenizer_config.json (transformers' defaults
-    when absent: lowercase, strip accents, collapse whitespace).
+    when absent: lowercase, strip accents, collapse whitespace). `names`: the
+    directory's listing, when known.
     """
+    names = (listing(src_dir) or frozenset()) if names is None else names
     model_path = os.path.join(src_dir, SPIECE_FILE)
-    if not files.isfile(model_path):
+    if SPIECE_FILE not in names:
         return None
     options = {}
     config_path = os.path.join(src_dir, TOKENIZER_CONFIG_FILE)
-    if files.isfile(config_path):
+    if TOKENIZER_CONFIG_FILE in names:
         try:
             options = json.loads(files.read_bytes(config_path).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as e:

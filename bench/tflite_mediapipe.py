@@ -112,7 +112,7 @@ def main():
     else:
         model_dir = resolve_model_dir(args.model)
         model, tokenizer = load_pretrained(model_dir), find_tokenizer(model_dir)
-        max_length = args.max_length or default_max_length(run_settings(model_dir), model)
+        max_length = args.max_length or default_max_length(run_settings(model_dir.path), model)
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
         for quantize in QUANTIZE:

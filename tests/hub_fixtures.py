@@ -24,15 +24,17 @@ SPIECE = pathlib.Path(__file__).parent / "fixtures" / "original_tokenizer" / "sp
 VOCAB_SIZE = 3000
 ALBERT = "org/tiny-albert"
 PUBLISHED = "albert/albert-base-v2"  # a tiny model under the published name, for the README's blocks
+SHARDED = "org/sharded-albert"
 TOKEN = "hf_stand_in_token"
 
 
-def albert_files(model):
-    """{file name: bytes} of a repository holding `model` as transformers saves it, with the tokenizer
-    and the files a download should leave alone (another weights format, transformers' tokenizer.json)."""
+def albert_files(model, **save_options):
+    """{file name: bytes} of a repository holding `model` as transformers saves it (`save_options`:
+    `max_shard_size`, say), with the tokenizer and the files a download should leave alone (another
+    weights format, transformers' tokenizer.json)."""
     files = {}
     with tempfile.TemporaryDirectory() as tmp:
-        model.save_pretrained(tmp)
+        model.save_pretrained(tmp, **save_options)
         for path in pathlib.Path(tmp).iterdir():
             files[path.name] = path.read_bytes()
     files["spiece.model"] = SPIECE.read_bytes()
@@ -56,15 +58,18 @@ def hub_models():
 @pytest.fixture(scope="session")
 def hub_repos(hub_models):
     """{repo id: Repo}: the ALBERT repository (main, and a tag v1 on an older commit), a gated copy, a copy
-    whose weights are cut off halfway, a BERT repository, and `PUBLISHED`."""
+    whose weights are cut off halfway, a copy in safetensors shards, a BERT repository, and `PUBLISHED`."""
     main, old = albert_files(hub_models["main"]), albert_files(hub_models["v1"])
     commits = {commit_sha("main"): main, commit_sha("v1"): old}
     bert = {"config.json": json.dumps({"model_type": "bert", "architectures": ["BertModel"]}).encode()}
     published = {commit_sha("published"): albert_files(hub_models["published"])}
+    # 3 shards of 100 KB or less, with model.safetensors.index.json naming them.
+    sharded = {commit_sha("sharded"): albert_files(hub_models["main"], max_shard_size="100KB")}
     return {
         PUBLISHED: Repo(published, {"main": commit_sha("published")}),
         ALBERT: Repo(commits, {"main": commit_sha("main"), "v1": commit_sha("v1")}),
         "org/gated-albert": Repo({commit_sha("main"): main}, {"main": commit_sha("main")}, token=TOKEN),
+        SHARDED: Repo(sharded, {"main": commit_sha("sharded")}),
         "org/cut-albert": Repo({commit_sha("main"): main}, {"main": commit_sha("main")}, cut=("model.safetensors",)),
         "google-bert/bert-base-uncased": Repo({commit_sha("bert"): bert}, {"main": commit_sha("bert")}),
     }

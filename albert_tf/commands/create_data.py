@@ -9,11 +9,11 @@ corpus of one text per line wants --format lines --split-sentences.
 """
 
 import os
-import sys
 import time
 
 from albert_tf.commands.flags import add_command, add_config_flags, add_split_sentences_flag, config_kwargs
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
+from albert_tf.commands.reports import report_corpus_notes, report_pairs
 from albert_tf.model_dirs import TOKENIZER_DIR, load_tokenizer
 from albert_tf.utils import files
 from input_pipeline import Corpus, PretrainingDataConfig, write_pretraining_tfrecords
@@ -40,31 +40,6 @@ def add_parser(subparsers):
     parser.add_argument("--num-workers", type=int, default=None, help="Worker processes (default: all CPUs; 0: none).")
     parser.add_argument("--documents-per-shard", type=int, default=2000, help="Bounds each worker's memory.")
     return parser
-
-
-def report_pairs(pair_stats, task, command, where=""):
-    """Prints what the data makes of the pair task, and one warning line when pairs cannot form."""
-    print(f"Sentence pairs{where}: {pair_stats.describe()}")
-    if not pair_stats.pairs_cannot_form(task):
-        return
-    single = f"{100 * pair_stats.single_sentence_share:.0f}% of the {pair_stats.num_documents} documents"
-    if pair_stats.single_sentence_share >= 0.5:
-        cause = f"{single} have one sentence, which pairs with another document (label 1)"
-    else:
-        cause = (f"only {single} have one sentence, but most sequences hold one sentence, which pairs with another "
-                 "document (label 1): sentences longer than a sequence, as when long texts are read as sentences")
-    print(
-        f"albert-tf {command}: warning: {100 * pair_stats.label_1_share:.0f}% of the examples have "
-        f"sentence_order_label 1, so the {task} task learns little: {cause}. For one text per line, pass "
-        "--format lines --split-sentences (or write one sentence per line, a blank line between documents).",
-        file=sys.stderr,
-    )
-
-
-def report_corpus_notes(corpus, command):
-    """Prints the corpus's notes on how its files were read (`Corpus.notes`), one warning line each."""
-    for note in corpus.notes:
-        print(f"albert-tf {command}: warning: {note}", file=sys.stderr)
 
 
 def run(args):

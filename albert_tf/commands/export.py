@@ -168,7 +168,7 @@ def run(args):
               + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
                  if backbone.lora_embedding_rank else "") + ".")
         backbone.merge_lora()
-    run = run_settings(model_dir)
+    run = run_settings(model_dir.path)
     max_length = default_max_length(run, model) if args.max_length is None else args.max_length
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     truncate_from = args.truncate_from or run.truncate_from
@@ -180,7 +180,7 @@ def run(args):
         print(f"Text longer than --max-length {max_length} is read as up to {max_windows} windows, their "
               "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")
     if tokenizer is None and not args.no_text:
-        print(f"Notice: no tokenizer with {model_dir} and no --tokenizer: exporting without text support.")
+        print(f"Notice: no tokenizer with {model_dir.path} and no --tokenizer: exporting without text support.")
     if args.format == "saved_model":
         precision = "float32" if args.xla else _saved_model_precision(args.mixed_precision or "auto",
                                                                         backbone.config.hidden_size)
@@ -201,7 +201,7 @@ def run(args):
                   f"a server then needs {XLA_SERVER_FLAG}) measured faster; see docs/deployment.md.")
         return 0
     if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
-        _check_mediapipe_can_follow(model_dir, run, tokenizer, max_windows, truncate_from)
+        _check_mediapipe_can_follow(model_dir.path, run, tokenizer, max_windows, truncate_from)
     texts = None
     if args.quantize in CALIBRATED_MODES:
         texts = _calibration_texts(args.calibration_text, args.calibration_examples)

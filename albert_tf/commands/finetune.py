@@ -98,7 +98,7 @@ def run(args):
 
             keras.utils.set_random_seed(args.seed)
             backbone = AlbertBackbone(backbone.config)
-    init = "random initialisation" if args.random_init else model_dir
+    init = "random initialisation" if args.random_init else model_dir.path
     if source.commit is not None and not args.random_init:
         init = f"{source.spec} (commit {source.commit[:12]})"
     replicas = strategy.num_replicas_in_sync

@@ -22,7 +22,7 @@ import os
 
 import numpy as np
 
-from albert_tf.commands.create_data import report_corpus_notes, report_pairs
+from albert_tf.commands.reports import report_corpus_notes, report_pairs
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_jit_compile_aliases, add_split_sentences_flag, add_strategy_flags,
     config_kwargs, strategy_from_flags,
@@ -38,7 +38,7 @@ from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
-from input_pipeline.pretraining.tfrecord_shards import check_records
+from input_pipeline.pretraining.tfrecord_shards import METADATA_FILE, check_records
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
 _PAIR_STATS_DOCUMENTS = 10_000
@@ -157,13 +157,18 @@ def run(args):
     return 0
 
 
+def _is_create_data_dir(paths):
+    """Whether --data's (or --eval-data's) `paths` name one create-data directory (its metadata.json), not raw text."""
+    return len(paths) == 1 and files.isfile(os.path.join(paths[0], METADATA_FILE))
+
+
 def _damaged_shard(args):
     """The error naming the first damaged shard of --data's and --eval-data's create-data records, or None.
 
     TensorFlow's DataLossError names no file; every record is read again to find it (about 1 s per GB on a local disk).
     """
     for paths in (args.data, args.eval_data or []):
-        if len(paths) == 1 and files.isfile(os.path.join(paths[0], "metadata.json")):
+        if _is_create_data_dir(paths):
             try:
                 check_records(paths[0])
             except UserError as e:
@@ -184,7 +189,7 @@ def _load_data(args, model_tokenizer=None):
         tokenizer = model_tokenizer
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
-    if len(args.data) == 1 and files.isfile(os.path.join(args.data[0], "metadata.json")):
+    if _is_create_data_dir(args.data):
         metadata = read_metadata(args.data[0])
         data_config = metadata["config"]
         for name, value in raw_only.items():
@@ -226,7 +231,7 @@ def _load_data(args, model_tokenizer=None):
 def _eval_dataset_fn(args, data_config, vocab_size, tokenizer):
     """The `dataset_fn` of --eval-data, made like the training data's, with `_EVAL_SEED`."""
     paths = " ".join(args.eval_data)
-    if len(args.eval_data) == 1 and files.isfile(os.path.join(args.eval_data[0], "metadata.json")):
+    if _is_create_data_dir(args.eval_data):
         metadata = read_metadata(args.eval_data[0])
         if metadata["vocab_size"] != vocab_size or metadata["config"] != data_config:
             raise UserError(

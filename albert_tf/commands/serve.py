@@ -22,7 +22,7 @@ from albert_tf.commands.flags import add_command
 from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.hub import resolve
-from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_tokenizer, holds_model, resolve_model_dir
+from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_model_dir, find_tokenizer
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -55,21 +55,21 @@ def run(args):
         # The repository's name (hf: ORG/NAME) or the variation (kaggle), not the download's directory name.
         name = source.repo.split("/")[1 if source.hub == "hf" else 3]
     with tempfile.TemporaryDirectory() as tmp:
-        if holds_model(path):
-            path = _export(path, os.path.join(tmp, name))
+        model_dir = find_model_dir(path)
+        if model_dir is not None:
+            path = _export(model_dir, os.path.join(tmp, name))
         return _serve(path, args.model_name or name, args)
 
 
-def _export(path, base_path):
+def _export(model_dir, base_path):
     from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_saved_model
     from albert_tf.loading import load_pretrained
     from albert_tf.recipes.finetune import run_settings
 
-    model_dir = resolve_model_dir(path)
     tokenizer = find_tokenizer(model_dir, required=False)
     model = load_pretrained(model_dir)
-    run = run_settings(model_dir)
+    run = run_settings(model_dir.path)
     export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(run, model),
                        truncate_from=run.truncate_from, max_windows=run.max_windows)
     return base_path

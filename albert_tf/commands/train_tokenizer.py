@@ -15,7 +15,7 @@ SIGTERM while the corpus is read stops there and publishes nothing (exit
 import argparse
 import dataclasses
 
-from albert_tf.commands.create_data import report_corpus_notes
+from albert_tf.commands.reports import report_corpus_notes
 from albert_tf.commands.flags import add_command, add_split_sentences_flag
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.utils import files

@@ -5,13 +5,13 @@ import keras
 from keras import ops
 
 from albert_tf.config import AlbertConfig
-from albert_tf.hub import resolve_model
 from albert_tf.layers import AlbertEmbedding, FeedForward, SelfAttention, TransformerBlock
 from albert_tf.layers.cast_once import cast_weights_once, per_call_cache
 from albert_tf.layers.common import dense, padding_bias
 from albert_tf.layers.lora import check_lora_args
-from albert_tf.model_dirs import converts_on_load, resolve_model_dir
-from albert_tf.models.pretrained import PretrainedMixin, load_converted_dir, load_saved_model, warn_newly_initialized
+from albert_tf.models.pretrained import (
+    PretrainedMixin, load_converted_dir, load_saved_model, open_model_dir, warn_newly_initialized,
+)
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
 from input_pipeline import features
@@ -288,12 +288,12 @@ class AlbertBackbone(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedM
         model), albert-tf's own or a HuggingFace ALBERT directory; `directory`
         may also be a hub handle (`hf://albert/albert-base-v2`; see `albert_tf.hub`).
         """
-        path = resolve_model_dir(resolve_model(directory))
-        if converts_on_load(path):
-            report = load_converted_dir(path, lambda config, has_heads: cls(config))
-            warn_newly_initialized(path, report)
+        model_dir = open_model_dir(directory)
+        if model_dir.converts_on_load:
+            report = load_converted_dir(model_dir, lambda config, has_heads: cls(config))
+            warn_newly_initialized(model_dir.path, report)
             return report.model
-        model = load_saved_model(path)
+        model = load_saved_model(model_dir)
         backbone = model if isinstance(model, cls) else getattr(model, "backbone", None)
         if not isinstance(backbone, cls):
             raise ValueError(

@@ -26,7 +26,10 @@ import keras
 from albert_tf.config import AlbertConfig
 from albert_tf.hf_checkpoint import READ_ARCHITECTURES, read_hf_checkpoint
 from albert_tf.keras_hub_preset import keras_hub_name, read_keras_hub_preset
-from albert_tf.model_dirs import CONFIG_FILE, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE, is_keras_hub_dir
+from albert_tf.hub import resolve_model
+from albert_tf.model_dirs import (
+    CONFIG_FILE, KERAS_HUB, MODEL_FILE, TOKENIZER_DIR, WEIGHT_FILES, WEIGHTS_FILE, ModelDir, resolve_model_dir,
+)
 from albert_tf.models.checkpoint_weights import Scheme, hf_scheme, load_checkpoint
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -92,8 +95,14 @@ def _with_backbone_policy(serialized, backbone_class, dtype):
     return rewrite(serialized)
 
 
-def load_saved_model(directory):
-    """Rebuilds the model that `save_pretrained` (or `albert-tf convert`) wrote to `directory`.
+def open_model_dir(directory):
+    """The `ModelDir` a model argument names, classified once: a hub handle is downloaded first, a run
+    directory names its `best/` or `final/` (`model_dirs.resolve_model_dir`), a `ModelDir` is itself."""
+    return resolve_model_dir(directory if isinstance(directory, ModelDir) else resolve_model(directory))
+
+
+def load_saved_model(model_dir):
+    """Rebuilds the model that `save_pretrained` (or `albert-tf convert`) wrote to the `ModelDir` `model_dir`.
 
     Returns:
         The model that was saved: an `AlbertBackbone`, an `AlbertPretrainer`
@@ -109,10 +118,8 @@ def load_saved_model(directory):
     # import TensorFlow, which the models alone (on JAX) do not need.
     from albert_tf import optimizers, schedules  # noqa: F401
 
-    missing = [
-        name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE)
-        if not files.isfile(os.path.join(directory, name))
-    ]
+    directory = model_dir.path
+    missing = [name for name in (CONFIG_FILE, MODEL_FILE, WEIGHTS_FILE) if name not in model_dir.names]
     if missing:
         raise UserError(
             f"{directory} is not an albert-tf pretrained directory: missing {missing}; nor a HuggingFace "
@@ -183,15 +190,15 @@ def load_hf_dir(directory, build):
         ) from e
 
 
-def load_converted_dir(directory, build):
-    """The model of another library's directory (`model_dirs.converts_on_load`), built by `build`.
+def load_converted_dir(model_dir, build):
+    """The model of another library's `ModelDir` (`ModelDir.converts_on_load`), built by `build`.
 
     A HF directory is read by `load_hf_dir`, a keras-hub preset by
     `load_keras_hub_dir`; `build` and the result are as for `load_hf_dir`.
     """
-    if is_keras_hub_dir(directory):
-        return load_keras_hub_dir(directory, build)
-    return load_hf_dir(directory, build)
+    if model_dir.kind == KERAS_HUB:
+        return load_keras_hub_dir(model_dir.path, build)
+    return load_hf_dir(model_dir.path, build)
 
 
 def load_keras_hub_dir(directory, build):

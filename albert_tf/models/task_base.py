@@ -19,10 +19,11 @@ import warnings
 import keras
 from keras import ops
 
-from albert_tf.hub import resolve_model
-from albert_tf.model_dirs import converts_on_load, find_tokenizer, resolve_model_dir
+from albert_tf.model_dirs import find_tokenizer
 from albert_tf.models.backbone import AlbertBackbone
-from albert_tf.models.pretrained import PretrainedMixin, load_converted_dir, load_saved_model, warn_newly_initialized
+from albert_tf.models.pretrained import (
+    PretrainedMixin, load_converted_dir, load_saved_model, open_model_dir, warn_newly_initialized,
+)
 from albert_tf.models.quantization import TFLiteQuantizationOnly
 from albert_tf.models.retracing import RetracesOnNewVariables
 from albert_tf.utils.errors import UserError
@@ -280,19 +281,18 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
         Returns:
             An instance of this class.
         """
-        local = resolve_model(directory)
-        path = resolve_model_dir(local)
-        if converts_on_load(path):
+        model_dir = open_model_dir(directory)
+        if model_dir.converts_on_load:
             # A HF checkpoint's pretraining heads load into a class that has them.
             def build(config, has_heads):
                 backbone = AlbertBackbone(config)
                 return cls(backbone) if has_heads and cls.loads_pretraining_heads else backbone
 
-            report = load_converted_dir(path, build)
-            warn_newly_initialized(path, report)
+            report = load_converted_dir(model_dir, build)
+            warn_newly_initialized(model_dir.path, report)
             model = report.model
         else:
-            model = load_saved_model(path)
+            model = load_saved_model(model_dir)
         preprocessor = task_kwargs.pop("preprocessor", None)
         if isinstance(model, cls):
             _check_same_task(model, task_kwargs, directory)
@@ -305,7 +305,7 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
         if preprocessor is not None:
             model.preprocessor = preprocessor
         elif model.preprocessor is None:
-            tokenizer = find_tokenizer(local, required=False)
+            tokenizer = find_tokenizer(model_dir, required=False)
             if tokenizer is not None:
                 model.preprocessor = model.default_preprocessor(tokenizer)
         return model

@@ -135,10 +135,14 @@ def makedirs(path):
 
 
 def listdir(path):
-    """The names in directory `path` (without trailing slashes), in no set order."""
+    """The names in directory `path` (without trailing slashes), in no set order.
+
+    A missing path raises FileNotFoundError, a URL's too.
+    """
     if not is_url(path):
         return os.listdir(path)
-    return [name.rstrip("/") for name in _gfile().listdir(path)]
+    with _as_os_errors(path):
+        return [name.rstrip("/") for name in _gfile().listdir(path)]
 
 
 def walk(path):

@@ -67,7 +67,7 @@ def test_loading_a_hf_dir_equals_converting_it_first(cls, expected, layout, tmp_
 
     assert isinstance(direct, expected)
     assert_identical_models(direct, converted)
-    assert resolve_model_dir(str(directory)) == str(directory)
+    assert (resolve_model_dir(str(directory)).path, resolve_model_dir(str(directory)).kind) == (str(directory), "hf")
     # from_pretrained reads it too; a backbone comes out of a pretraining checkpoint.
     assert_identical_models(AlbertBackbone.from_pretrained(directory), converted.backbone
                             if expected is AlbertPretrainer else converted)
@@ -91,7 +91,7 @@ def test_a_hf_dir_in_a_bucket_loads_as_the_local_one(cls, layout, tmp_path):
     for path in directory.iterdir():
         tf.io.gfile.copy(str(path), f"{bucket}/{path.name}", overwrite=True)
 
-    assert resolve_model_dir(bucket) == bucket
+    assert resolve_model_dir(bucket).path == bucket
     assert_identical_models(load_pretrained(bucket), load_pretrained(directory))
 
 
@@ -202,3 +202,25 @@ def test_hf_dir_without_spiece_model_explains_what_to_copy(tmp_path, spiece_mode
     with pytest.raises(ValueError, match="transformers' tokenizer.json only.*copy spiece.model"):
         find_tokenizer(str(directory))
     assert find_tokenizer(str(directory), required=False) is None
+
+
+def test_a_run_in_a_bucket_is_classified_from_one_listing_per_directory(monkeypatch):
+    """A gs:// probe is a round trip: the run and its final/ are listed once each, nothing else is asked."""
+    import tensorflow as tf
+
+    from albert_tf.utils import files
+
+    run = "ram://classified/run"
+    for name in ("config.json", "albert_tf.json", "model.weights.h5"):
+        tf.io.gfile.makedirs(f"{run}/final")
+        with tf.io.gfile.GFile(f"{run}/final/{name}", "w") as f:
+            f.write("{}")
+    asked = []
+    for name in ("exists", "isdir", "isfile", "listdir"):
+        monkeypatch.setattr(files, name, lambda path, name=name, fn=getattr(files, name): asked.append((name, path)) or fn(path))
+
+    model_dir = resolve_model_dir(run)
+
+    assert (model_dir.path, model_dir.kind) == (f"{run}/final", "albert-tf")
+    assert asked == [("listdir", run), ("listdir", f"{run}/final")]
+    assert resolve_model_dir(model_dir) is model_dir and asked == [("listdir", run), ("listdir", f"{run}/final")]

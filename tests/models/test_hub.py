@@ -1,5 +1,6 @@
 """`hf://` and `kaggle://` handles wherever a model is loaded, against a loopback stand-in of the Hub."""
 
+import json
 import sys
 import types
 
@@ -10,7 +11,7 @@ from huggingface_hub import constants
 from albert_tf import AlbertBackbone, AlbertClassifier, load_pretrained
 from albert_tf.hub import ResolvedModel, parse_hf, resolve, resolve_model
 from albert_tf.utils.errors import UserError
-from hub_fixtures import ALBERT, TOKEN, assert_matches_transformers, cached_files, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
+from hub_fixtures import ALBERT, SHARDED, TOKEN, assert_matches_transformers, cached_files, hub_env, hub_models, hub_repos, stand_in  # noqa: F401
 from hub_stand_in import commit_sha
 
 # The files a load fetches; the repository holds pytorch_model.bin, tokenizer.json and README.md too.
@@ -36,6 +37,27 @@ def test_a_task_from_a_hf_handle_tokenizes_as_the_original(hub_env):
     assert tokenizer.preprocessing.lower_case and tokenizer.preprocessing.strip_accents
     assert tokenizer.encode("Café SOCIETY") == tokenizer.encode("cafe society")
     assert model.predict(["a fine film"], verbose=0)["logits"].shape == (1, 2)
+
+
+def test_a_sharded_repository_downloads_the_index_and_the_shards_it_names(hub_env, stand_in, hub_models, hub_repos):
+    resolved = resolve(f"hf://{SHARDED}")
+
+    shards = sorted(n for n in hub_repos[SHARDED].commits[resolved.commit] if n.startswith("model-0"))
+    assert len(shards) == 3
+    fetched = {path.rsplit("/", 1)[1] for _, path in stand_in.routes if "/resolve/" in path}
+    assert sorted(fetched) == sorted(["config.json", "spiece.model", "tokenizer_config.json",
+                                      "model.safetensors", "model.safetensors.index.json", *shards])
+    assert_matches_transformers(load_pretrained(resolved.path), hub_models["main"])
+
+
+def test_a_shard_index_naming_a_path_outside_the_repository_is_refused(hub_env, hub_repos, monkeypatch):
+    commit = hub_repos[SHARDED].commits[commit_sha("sharded")]
+    index = json.loads(commit["model.safetensors.index.json"])
+    index["weight_map"] = {name: "../../model-00001-of-00003.safetensors" for name in index["weight_map"]}
+    monkeypatch.setitem(commit, "model.safetensors.index.json", json.dumps(index).encode())
+
+    with pytest.raises(UserError, match=r"model.safetensors.index.json names the shard '../../model-00001"):
+        resolve(f"hf://{SHARDED}")
 
 
 def test_a_second_load_downloads_nothing_and_works_offline_with_the_server_stopped(

@@ -100,7 +100,7 @@ def test_a_sentences_file_of_many_lines_and_no_blank_line_names_the_lines_format
 
 
 def test_the_pair_warning_says_what_it_found(capsys):
-    from albert_tf.commands.create_data import report_pairs
+    from albert_tf.commands.reports import report_pairs
     from input_pipeline.pretraining.examples import PairStats
 
     # One document of long lines: no one-sentence document, yet every example has label 1.

@@ -146,7 +146,7 @@ def test_a_planted_upward_import_is_reported(tmp_path):
     pretrain = tmp_path / "albert_tf" / "commands" / "pretrain.py"
     pretrain.write_text("from albert_tf.cli import EXIT_INTERRUPTED\n" + pretrain.read_text(encoding="utf-8"))
     upward = upward_imports(import_graph(tmp_path), floor_map())
-    assert upward == ["albert_tf.commands.pretrain (floor 10) imports albert_tf.cli (floor 11) at line 1"], upward
+    assert upward == ["albert_tf.commands.pretrain (floor 11) imports albert_tf.cli (floor 12) at line 1"], upward
 
 
 def test_the_graph_sees_deferred_submodule_and_named_imports():
@@ -221,3 +221,17 @@ def test_albert_tf_imports_input_pipeline_at_module_level():
         if name.split(".")[0] == "input_pipeline" and not top_level
     ]
     assert not offenders, offenders
+
+
+# A command imports what the commands share (a lower floor), never another command; serve still reuses
+# export's --max-length default.
+SIBLING_IMPORTS_LEFT = {("albert_tf.commands.serve", "albert_tf.commands.export")}
+
+
+def test_no_command_imports_another_command():
+    from albert_tf.commands import COMMANDS
+
+    commands = {module for module, _ in COMMANDS.values()}
+    graph = import_graph(strings=False)
+    siblings = {(module, target) for module in commands for target in graph[module] if target in commands}
+    assert siblings <= SIBLING_IMPORTS_LEFT, sorted(siblings - SIBLING_IMPORTS_LEFT)
