@@ -121,9 +121,24 @@ def _open_weights(src_dir):
 def _shard_paths(src_dir, index_path):
     try:
         weight_map = json.loads(files.read_text(index_path))["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"{index_path} is not a valid shard index: {e!r}") from e
-    return [os.path.join(src_dir, name) for name in sorted(set(weight_map.values()))]
+    names = sorted(set(map(str, weight_map.values())))
+    for name in names:
+        _check_shard_name(index_path, name)
+    return [os.path.join(src_dir, name) for name in names]
+
+
+def _check_shard_name(index_path, name):
+    """UserError unless the shard `name` of `index_path` is a path inside the index's directory.
+
+    Checked on the name, not on where it resolves: huggingface_hub's cache
+    links every snapshot file to a blob outside the snapshot directory.
+    """
+    parts = name.replace("\\", "/").split("/")
+    if not name or name.startswith("/") or "://" in name or ".." in parts or os.path.isabs(name):
+        raise UserError(f"{index_path}: its weight_map names the shard {name!r}, outside the index's directory; "
+                        "shards must be files beside it.")
 
 
 def _open_safetensors(paths):
