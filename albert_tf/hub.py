@@ -28,6 +28,7 @@ records it in the run files of what is made from the model.
 import dataclasses
 import json
 import os
+import re
 
 from albert_tf.model_dirs import CONFIG_FILE, SAFETENSORS_FILE, TOKENIZER_CONFIG_FILE, TORCH_FILE
 from albert_tf.utils import files
@@ -67,9 +68,10 @@ class ResolvedModel:
     commit: str | None = None
 
     def to_dict(self):
-        """The record `write_source` writes (JSON-ready)."""
+        """The record `write_source` writes (JSON-ready): what identifies the model, not where this machine
+        keeps it (the cache's path names its home directory, and the record travels with what is shared)."""
         return {"model": self.spec, "hub": self.hub, "repo": self.repo, "revision": self.revision,
-                "commit": self.commit, "path": self.path}
+                "commit": self.commit}
 
 
 def is_hub_spec(spec):
@@ -114,16 +116,51 @@ def write_source(resolved, directory):
 
 
 def parse_hf(spec):
-    """(repo, revision or None) of `hf://ORG/NAME[@REVISION]`; UserError naming `spec` when malformed."""
+    """(repo, revision or None) of `hf://ORG/NAME[@REVISION]`; UserError naming `spec` when malformed.
+
+    Checked before any request, by huggingface_hub's rules for repository
+    ids and git's for revisions: offline, huggingface_hub reads the cache's
+    `refs/REVISION` file as named, so a revision must not be a path out of it.
+    """
     repo, at, revision = spec[len(HF_SCHEME):].partition("@")
     if repo in PUBLISHED:
         repo = f"{PUBLISHED_ORG}/{repo}"
     parts = repo.split("/")
-    if len(parts) > 2 or not all(parts) or (at and not revision):
+    if len(parts) > 2 or not all(parts):
         raise UserError(
-            f"{spec}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION (e.g. hf://albert/albert-base-v2)."
+            f"{spec}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION (e.g. hf://albert/albert-base-v2); "
+            f"{repo!r} is not ORG/NAME."
         )
+    if at and not revision:
+        raise UserError(f"{spec}: nothing follows the @; name a branch, tag or commit (hf://ORG/NAME@main), "
+                        "or leave out the @ for the main branch.")
+    _check_repo_id(spec, repo)
+    if revision:
+        _check_revision(spec, revision)
     return repo, revision or None
+
+
+def _check_repo_id(spec, repo):
+    """UserError naming `spec` when `repo` breaks huggingface_hub's repository-id rules (`validate_repo_id`)."""
+    # Imported on use, as in `_HFFetch`: the command line's start-up does not need huggingface_hub.
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as e:
+        raise UserError(f"{spec}: {repo!r} is not a Hub repository name ({str(e).splitlines()[0]})") from None
+
+
+# Git's rules for a ref name (git check-ref-format), which the Hub's branches and tags follow.
+_REVISION_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
+
+
+def _check_revision(spec, revision):
+    """UserError naming `spec` when `revision` cannot be a branch, tag or commit (git's ref-name rules)."""
+    if (_REVISION_FORBIDDEN.search(revision) or revision.startswith("/") or revision.endswith(("/", ".", ".lock"))
+            or any(part.startswith(".") for part in revision.split("/")) or revision == "@"):
+        raise UserError(f"{spec}: {revision!r} is not a branch, tag or commit name (git refuses spaces, '..', "
+                        "a leading '/' or '.', and ~^:?*[\\ in one); name one of the repository's revisions.")
 
 
 def _resolve_hf(spec):
@@ -223,11 +260,7 @@ def _check_albert(spec, config_path):
 def _resolve_kaggle(spec):
     handle = spec[len(KAGGLE_SCHEME):]
     parts = handle.split("/")
-    if len(parts) not in (4, 5) or not all(parts):
-        raise UserError(
-            f"{spec}: expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
-            "(e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2)."
-        )
+    _check_kaggle_handle(spec, parts)
     try:
         import kagglehub
     except ImportError:
@@ -245,3 +278,24 @@ def _resolve_kaggle(spec):
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"{spec}: kagglehub could not download it ({reason}).") from None
     return ResolvedModel(spec, str(path), "kaggle", handle, parts[4] if len(parts) == 5 else None)
+
+
+# A Kaggle slug: letters, digits, '-', '_' and '.', not starting with '.' or '-' (kagglehub joins the
+# parts into its cache's paths as they are).
+_KAGGLE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _check_kaggle_handle(spec, parts):
+    """UserError naming `spec` unless `parts` are OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION], each a slug."""
+    if len(parts) not in (4, 5) or not all(parts):
+        raise UserError(
+            f"{spec}: expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
+            "(e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2)."
+        )
+    bad = [part for part in parts[:4] if not _KAGGLE_PART.fullmatch(part) or ".." in part]
+    if bad:
+        raise UserError(f"{spec}: {bad[0]!r} is not a Kaggle name (letters, digits, '-', '_' and '.', no '..'); "
+                        "e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2.")
+    if len(parts) == 5 and not parts[4].isdigit():
+        raise UserError(f"{spec}: the version {parts[4]!r} is not a number; e.g. "
+                        "kaggle://keras/albert/keras/albert_base_en_uncased/2, or leave it out for the latest.")

@@ -68,7 +68,9 @@ def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_pat
     assert main(["convert", "--from", "hf", "--model", f"hf://{ALBERT}@v1", "--out", str(tmp_path / "out")]) == 0
 
     source = json.loads((tmp_path / "out" / SOURCE_FILE).read_text())
-    assert (source["revision"], source["commit"]) == ("v1", commit_sha("v1"))
+    # What identifies the model, and no path of this machine (the cache's names the home directory).
+    assert source == {"model": f"hf://{ALBERT}@v1", "hub": "hf", "repo": ALBERT, "revision": "v1",
+                      "commit": commit_sha("v1")}
     assert_matches_transformers(load_pretrained(str(tmp_path / "out")), hub_models["v1"])
 
 
@@ -76,6 +78,9 @@ def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_pat
     ("hf://org/missing", "no repository org/missing"),
     ("hf://google-bert/bert-base-uncased", "not an ALBERT repository"),
     (f"hf://{ALBERT}@v9", "has no revision 'v9'"),
+    # Refused before any request (tests/models/test_hub.py checks the stand-in's log).
+    ("hf://albert/albert base", "'albert/albert base' is not a Hub repository name"),
+    ("kaggle://keras/../keras/albert_base_en_uncased", "'..' is not a Kaggle name"),
 ])
 @pytest.mark.parametrize("command", ["finetune", "export", "convert"])
 def test_a_bad_handle_is_one_line_and_writes_no_output(command, spec, words, hub_env, tmp_path, capsys):

@@ -51,10 +51,13 @@ def test_a_second_load_downloads_nothing_and_works_offline_with_the_server_stopp
     assert_matches_transformers(AlbertBackbone.from_pretrained(f"hf://{ALBERT}"), hub_models["main"].albert)
 
 
-def test_a_revision_pins_the_commit(hub_env, hub_models):
+def test_a_revision_pins_the_commit(hub_env, stand_in, hub_models):
     resolved = resolve(f"hf://{ALBERT}@v1")
 
     assert (resolved.revision, resolved.commit) == ("v1", commit_sha("v1"))
+    # Asked for at the revision named, the rest at the commit it resolved to: no file from main.
+    asked = {tuple(path.split("/")[4:6]) for _, path in stand_in.routes if "/resolve/" in path}
+    assert asked == {("v1", "config.json")} | {(commit_sha("v1"), name) for name in FETCHED[1:]}, stand_in.routes
     assert_matches_transformers(load_pretrained(resolved.path), hub_models["v1"])
     assert resolve(f"hf://{ALBERT}@{commit_sha('v1')}").path == resolved.path
 
@@ -76,8 +79,8 @@ def test_paths_are_returned_as_they_are(spec):
     (f"hf://{ALBERT}@v9", "has no revision 'v9'"),
     ("hf://google-bert/bert-base-uncased", "not an ALBERT repository (config.json says model_type 'bert'"),
     ("hf://org/cut-albert", "the download of model.safetensors failed"),
-    ("hf://a/b/c", "expected hf://ORG/NAME"),
-    ("hf://org/name@", "expected hf://ORG/NAME"),
+    ("hf://a/b/c", "'a/b/c' is not ORG/NAME"),
+    ("hf://org/name@", "nothing follows the @"),
 ])
 def test_each_hub_error_is_one_line_naming_the_handle(spec, words, hub_env):
     with pytest.raises(UserError) as e:
@@ -86,6 +89,28 @@ def test_each_hub_error_is_one_line_naming_the_handle(spec, words, hub_env):
     assert str(e.value).startswith(f"{spec}: ") and words in str(e.value) and "\n" not in str(e.value)
     # Nothing half-written: no partial download, no weights, in the cache.
     assert not [f for f in cached_files(hub_env) if "incomplete" in f or f.endswith("model.safetensors")]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("hf://../etc", "'../etc' is not a Hub repository name"),
+    ("hf://a..b/c", "'a..b/c' is not a Hub repository name (Cannot have -- or .."),
+    ("hf://albert/albert base", "'albert/albert base' is not a Hub repository name"),
+    (f"hf://{ALBERT}@../../../etc", "'../../../etc' is not a branch, tag or commit name"),
+    (f"hf://{ALBERT}@main branch", "'main branch' is not a branch, tag or commit name"),
+    (f"hf://{ALBERT}@.hidden", "'.hidden' is not a branch, tag or commit name"),
+    ("kaggle://keras/../keras/albert_base_en_uncased", "'..' is not a Kaggle name"),
+    ("kaggle://keras/albert/keras/albert base/2", "'albert base' is not a Kaggle name"),
+    ("kaggle://keras/albert/keras/albert_base_en_uncased/../1", "expected kaggle://OWNER/MODEL"),
+    ("kaggle://keras/albert/keras/albert_base_en_uncased/latest", "the version 'latest' is not a number"),
+])
+def test_a_malformed_name_is_refused_before_any_request(spec, words, hub_env, stand_in, monkeypatch):
+    asked = []
+    monkeypatch.setitem(sys.modules, "kagglehub", types.SimpleNamespace(model_download=asked.append))
+    with pytest.raises(UserError) as e:
+        resolve(spec)
+
+    assert str(e.value).startswith(f"{spec}: {words}") and "\n" not in str(e.value), str(e.value)
+    assert stand_in.routes == [] and asked == []
 
 
 def test_a_gated_repository_loads_with_a_token(hub_env, monkeypatch):
