@@ -166,6 +166,7 @@ def _check_revision(spec, revision):
 def _resolve_hf(spec):
     repo, revision = parse_hf(spec)
     fetch = _HFFetch(spec, repo, revision)
+    _check_hub_reachable(fetch)
     # config.json first: a repository of another model is refused before its weights download.
     config_path = fetch(CONFIG_FILE)
     snapshot = os.path.dirname(config_path)
@@ -190,6 +191,7 @@ class _HFFetch:
 
     def __init__(self, spec, repo, revision):
         self.spec, self.repo, self.revision = spec, repo, revision
+        self.local_only = False  # the cache alone (`_check_hub_reachable` found the Hub unreachable)
 
     def __call__(self, name, optional=False):
         """The cached path of `name`; None for an `optional` file the repository (or, offline, the cache) lacks."""
@@ -204,7 +206,8 @@ class _HFFetch:
             if cached is not None and not isinstance(cached, str):
                 return None  # known absent at this revision (the cache notes that): not asked again
         try:
-            return huggingface_hub.hf_hub_download(repo, name, revision=self.revision)
+            return huggingface_hub.hf_hub_download(repo, name, revision=self.revision,
+                                                   local_files_only=self.local_only)
         except hub_errors.GatedRepoError:
             raise UserError(
                 f"{spec}: {repo} is gated. Accept its terms on its Hub page, then set HF_TOKEN to a token "
@@ -241,6 +244,44 @@ class _HFFetch:
             raise UserError(
                 f"{spec}: the download of {name} failed ({reason}); nothing partial was kept. Run it again."
             ) from None
+
+
+def _check_hub_reachable(fetch):
+    """Asks the Hub once, without retries, whether it answers; unreachable, `fetch` reads the cache alone.
+
+    huggingface_hub's `hf_hub_download` retries a connection that fails five
+    times over 23 seconds, a warning on stderr each time, before it looks in
+    the cache. One HEAD of config.json first (no retries: `get_hf_file_metadata`'s
+    default) tells a missing network from everything else within the
+    request timeout; every other answer, an error included, is left to
+    `fetch`, which asks again (its HEAD writes the cache's refs/REVISION,
+    which an offline load by branch name reads) and says what it was.
+
+    Raises:
+        UserError: the Hub unreachable and config.json not in the cache: what
+            to do offline (HF_HUB_OFFLINE=1, or a local directory).
+    """
+    import httpx2
+    import huggingface_hub
+    from huggingface_hub import constants, errors as hub_errors
+
+    if constants.HF_HUB_OFFLINE:
+        return  # huggingface_hub asks nothing, and says so itself
+    try:
+        huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(fetch.repo, CONFIG_FILE,
+                                                                         revision=fetch.revision))
+        return
+    except (httpx2.ConnectError, httpx2.TimeoutException) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    except (hub_errors.HfHubHTTPError, OSError, ValueError):
+        return  # the Hub answered: `fetch` asks again and reports it
+    fetch.local_only = True
+    if huggingface_hub.try_to_load_from_cache(fetch.repo, CONFIG_FILE, revision=fetch.revision) is None:
+        raise UserError(
+            f"{fetch.spec}: the Hub ({constants.ENDPOINT}) cannot be reached ({reason}) and {fetch.repo} is not in "
+            "the cache. Offline, set HF_HUB_OFFLINE=1 to load what an earlier run downloaded, or pass a local "
+            "directory (a save_pretrained or albert-tf model directory)."
+        )
 
 
 def _check_albert(spec, config_path):
