@@ -59,9 +59,18 @@ def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process_then_con
     assert json.loads((tmp_path / "converted" / SOURCE_FILE).read_text())["commit"] == commit_sha("published")
 
 
-def test_the_readme_fine_tunes_the_published_weights_in_keras(hub_env):
+def test_the_readme_fine_tunes_the_published_weights_in_keras(hub_env, stand_in, hub_models):
     (code,) = readme_blocks("python")
-    exec(compile(code, "README.md", "exec"), {})
+    names = {}
+    exec(compile(code, "README.md", "exec"), names)
+
+    # The classifier the block fine-tuned is the stand-in's published model, one step on from it.
+    classifier, published = names["classifier"], hub_models["published"]
+    assert f"/{PUBLISHED}/resolve/{commit_sha('published')}/model.safetensors" in {p for _, p in stand_in.routes}
+    assert classifier.backbone.config.hidden_size == published.config.hidden_size
+    assert classifier.backbone.config.vocab_size == published.config.vocab_size
+    assert int(classifier.optimizer.iterations.numpy()) == 1
+    assert classifier.predict(["a gorgeous, witty film"], verbose=0)["logits"].shape == (1, 2)
 
 
 def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_path):
