@@ -18,7 +18,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load as load_safetensors
 
 from albert_tf.config import AlbertConfig
-from albert_tf.model_dirs import CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE
+from albert_tf.model_dirs import CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE, shard_names
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -119,11 +119,7 @@ def _open_weights(src_dir):
 
 
 def _shard_paths(src_dir, index_path):
-    try:
-        weight_map = json.loads(files.read_text(index_path))["weight_map"]
-    except (json.JSONDecodeError, KeyError, TypeError) as e:
-        raise UserError(f"{index_path} is not a valid shard index: {e!r}") from e
-    return [os.path.join(src_dir, name) for name in sorted(set(weight_map.values()))]
+    return [os.path.join(src_dir, name) for name in shard_names(index_path)]
 
 
 def _open_safetensors(paths):

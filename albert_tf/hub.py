@@ -29,6 +29,7 @@ records it in the run files of what is made from the model.
 import dataclasses
 import json
 import os
+import re
 
 from albert_tf.model_dirs import CONFIG_FILE, TOKENIZER_CONFIG_FILE, WEIGHT_FILES, is_index, shard_names
 from albert_tf.utils import files
@@ -66,9 +67,10 @@ class ResolvedModel:
     commit: str | None = None
 
     def to_dict(self):
-        """The record `write_source` writes (JSON-ready)."""
+        """The record `write_source` writes (JSON-ready): what identifies the model, not where this machine
+        keeps it (the cache's path names its home directory, and the record travels with what is shared)."""
         return {"model": self.spec, "hub": self.hub, "repo": self.repo, "revision": self.revision,
-                "commit": self.commit, "path": self.path}
+                "commit": self.commit}
 
 
 def is_hub_spec(spec):
@@ -113,21 +115,57 @@ def write_source(resolved, directory):
 
 
 def parse_hf(spec):
-    """(repo, revision or None) of `hf://ORG/NAME[@REVISION]`; UserError naming `spec` when malformed."""
+    """(repo, revision or None) of `hf://ORG/NAME[@REVISION]`; UserError naming `spec` when malformed.
+
+    Checked before any request, by huggingface_hub's rules for repository
+    ids and git's for revisions: offline, huggingface_hub reads the cache's
+    `refs/REVISION` file as named, so a revision must not be a path out of it.
+    """
     repo, at, revision = spec[len(HF_SCHEME):].partition("@")
     if repo in PUBLISHED:
         repo = f"{PUBLISHED_ORG}/{repo}"
     parts = repo.split("/")
-    if len(parts) > 2 or not all(parts) or (at and not revision):
+    if len(parts) > 2 or not all(parts):
         raise UserError(
-            f"{spec}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION (e.g. hf://albert/albert-base-v2)."
+            f"{spec}: expected hf://ORG/NAME or hf://ORG/NAME@REVISION (e.g. hf://albert/albert-base-v2); "
+            f"{repo!r} is not ORG/NAME."
         )
+    if at and not revision:
+        raise UserError(f"{spec}: nothing follows the @; name a branch, tag or commit (hf://ORG/NAME@main), "
+                        "or leave out the @ for the main branch.")
+    _check_repo_id(spec, repo)
+    if revision:
+        _check_revision(spec, revision)
     return repo, revision or None
+
+
+def _check_repo_id(spec, repo):
+    """UserError naming `spec` when `repo` breaks huggingface_hub's repository-id rules (`validate_repo_id`)."""
+    # Imported on use, as in `_HFFetch`: the command line's start-up does not need huggingface_hub.
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        validate_repo_id(repo)
+    except HFValidationError as e:
+        raise UserError(f"{spec}: {repo!r} is not a Hub repository name ({str(e).splitlines()[0]})") from None
+
+
+# Git's rules for a ref name (git check-ref-format), which the Hub's branches and tags follow.
+_REVISION_FORBIDDEN = re.compile(r"[\x00-\x20\x7f~^:?*\[\\]|\.\.|@\{|//")
+
+
+def _check_revision(spec, revision):
+    """UserError naming `spec` when `revision` cannot be a branch, tag or commit (git's ref-name rules)."""
+    if (_REVISION_FORBIDDEN.search(revision) or revision.startswith("/") or revision.endswith(("/", ".", ".lock"))
+            or any(part.startswith(".") for part in revision.split("/")) or revision == "@"):
+        raise UserError(f"{spec}: {revision!r} is not a branch, tag or commit name (git refuses spaces, '..', "
+                        "a leading '/' or '.', and ~^:?*[\\ in one); name one of the repository's revisions.")
 
 
 def _resolve_hf(spec):
     repo, revision = parse_hf(spec)
     fetch = _HFFetch(spec, repo, revision)
+    _check_hub_reachable(fetch)
     # config.json first: a repository of another model is refused before its weights download.
     config_path = fetch(CONFIG_FILE)
     snapshot = os.path.dirname(config_path)
@@ -155,6 +193,7 @@ class _HFFetch:
 
     def __init__(self, spec, repo, revision):
         self.spec, self.repo, self.revision = spec, repo, revision
+        self.local_only = False  # the cache alone (`_check_hub_reachable` found the Hub unreachable)
 
     def __call__(self, name, optional=False):
         """The cached path of `name`; None for an `optional` file the repository (or, offline, the cache) lacks."""
@@ -169,7 +208,8 @@ class _HFFetch:
             if cached is not None and not isinstance(cached, str):
                 return None  # known absent at this revision (the cache notes that): not asked again
         try:
-            return huggingface_hub.hf_hub_download(repo, name, revision=self.revision)
+            return huggingface_hub.hf_hub_download(repo, name, revision=self.revision,
+                                                   local_files_only=self.local_only)
         except hub_errors.GatedRepoError:
             raise UserError(
                 f"{spec}: {repo} is gated. Accept its terms on its Hub page, then set HF_TOKEN to a token "
@@ -208,6 +248,44 @@ class _HFFetch:
             ) from None
 
 
+def _check_hub_reachable(fetch):
+    """Asks the Hub once, without retries, whether it answers; unreachable, `fetch` reads the cache alone.
+
+    huggingface_hub's `hf_hub_download` retries a connection that fails five
+    times over 23 seconds, a warning on stderr each time, before it looks in
+    the cache. One HEAD of config.json first (no retries: `get_hf_file_metadata`'s
+    default) tells a missing network from everything else within the
+    request timeout; every other answer, an error included, is left to
+    `fetch`, which asks again (its HEAD writes the cache's refs/REVISION,
+    which an offline load by branch name reads) and says what it was.
+
+    Raises:
+        UserError: the Hub unreachable and config.json not in the cache: what
+            to do offline (HF_HUB_OFFLINE=1, or a local directory).
+    """
+    import httpx2
+    import huggingface_hub
+    from huggingface_hub import constants, errors as hub_errors
+
+    if constants.HF_HUB_OFFLINE:
+        return  # huggingface_hub asks nothing, and says so itself
+    try:
+        huggingface_hub.get_hf_file_metadata(huggingface_hub.hf_hub_url(fetch.repo, CONFIG_FILE,
+                                                                         revision=fetch.revision))
+        return
+    except (httpx2.ConnectError, httpx2.TimeoutException) as e:
+        reason = str(e).splitlines()[0] if str(e) else type(e).__name__
+    except (hub_errors.HfHubHTTPError, OSError, ValueError):
+        return  # the Hub answered: `fetch` asks again and reports it
+    fetch.local_only = True
+    if huggingface_hub.try_to_load_from_cache(fetch.repo, CONFIG_FILE, revision=fetch.revision) is None:
+        raise UserError(
+            f"{fetch.spec}: the Hub ({constants.ENDPOINT}) cannot be reached ({reason}) and {fetch.repo} is not in "
+            "the cache. Offline, set HF_HUB_OFFLINE=1 to load what an earlier run downloaded, or pass a local "
+            "directory (a save_pretrained or albert-tf model directory)."
+        )
+
+
 def _check_albert(spec, config_path):
     """UserError naming `spec` when config.json describes another model type (a BERT repository, say)."""
     try:
@@ -225,11 +303,7 @@ def _check_albert(spec, config_path):
 def _resolve_kaggle(spec):
     handle = spec[len(KAGGLE_SCHEME):]
     parts = handle.split("/")
-    if len(parts) not in (4, 5) or not all(parts):
-        raise UserError(
-            f"{spec}: expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
-            "(e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2)."
-        )
+    _check_kaggle_handle(spec, parts)
     try:
         import kagglehub
     except ImportError:
@@ -247,3 +321,24 @@ def _resolve_kaggle(spec):
         reason = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise UserError(f"{spec}: kagglehub could not download it ({reason}).") from None
     return ResolvedModel(spec, str(path), "kaggle", handle, parts[4] if len(parts) == 5 else None)
+
+
+# A Kaggle slug: letters, digits, '-', '_' and '.', not starting with '.' or '-' (kagglehub joins the
+# parts into its cache's paths as they are).
+_KAGGLE_PART = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
+
+
+def _check_kaggle_handle(spec, parts):
+    """UserError naming `spec` unless `parts` are OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION], each a slug."""
+    if len(parts) not in (4, 5) or not all(parts):
+        raise UserError(
+            f"{spec}: expected kaggle://OWNER/MODEL/FRAMEWORK/VARIATION[/VERSION] "
+            "(e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2)."
+        )
+    bad = [part for part in parts[:4] if not _KAGGLE_PART.fullmatch(part) or ".." in part]
+    if bad:
+        raise UserError(f"{spec}: {bad[0]!r} is not a Kaggle name (letters, digits, '-', '_' and '.', no '..'); "
+                        "e.g. kaggle://keras/albert/keras/albert_base_en_uncased/2.")
+    if len(parts) == 5 and not parts[4].isdigit():
+        raise UserError(f"{spec}: the version {parts[4]!r} is not a number; e.g. "
+                        "kaggle://keras/albert/keras/albert_base_en_uncased/2, or leave it out for the latest.")

@@ -220,7 +220,8 @@ def read_keras_hub_preset(directory):
 
     Raises:
         UserError: unreadable files, a config.json of another keras-hub class,
-            or a task preset (task.json: a head albert-tf does not read).
+            a task preset (task.json: a head albert-tf does not read), or a
+            weights file Keras' loader refuses (`_read_weights`).
     """
     path = os.path.join(directory, CONFIG_FILE)
     try:
@@ -245,33 +246,125 @@ def read_keras_hub_preset(directory):
     except UserError as e:
         raise UserError(f"{path}: {e}") from e
     weights_path = os.path.join(directory, WEIGHTS_FILE)
-    tensors = _read_weights(weights_path, config.inner_group_num)
-    return KerasHubPreset(config, {n: t.shape for n, t in tensors.items()}, tensors.__getitem__, weights_path)
+    shapes, tensors = _read_weights(weights_path, config)
+    return KerasHubPreset(config, shapes, tensors.__getitem__, weights_path)
 
 
-def _read_weights(path, inner_group_num):
-    """{keras-hub name: array in albert-tf's layout} of every variable in a keras-hub model.weights.h5."""
-    tensors = {}
+def _read_weights(path, config):
+    """{keras-hub name: array in albert-tf's layout} of every variable in a keras-hub model.weights.h5.
+
+    Read with the guards of Keras' own h5 loader (`keras.src.saving.saving_lib.safe_get_h5_dataset`,
+    a private function, so copied rather than called; this floor imports no Keras): no soft or
+    external links, no external or virtual datasets, no dataset that declares far more than it
+    stores. Each variable's declared shape is checked against `config` before anything is read,
+    so a file cannot make the reader allocate more than the model it describes.
+    """
+    expected = _keras_hub_shapes(config)
+    places = {}  # keras-hub name -> the dataset's path in the file
     try:
         with h5py.File(io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path, "r") as f:
-            if not isinstance(f.get("layers"), h5py.Group):
+            layers = _guarded(f, "layers", path)
+            if not isinstance(layers, h5py.Group):
                 raise UserError(f"{path} holds no layers: not the weights of a keras-hub backbone.")
-            for stored, group in f["layers"].items():
-                layer = _layer_name(stored, group, inner_group_num)
-
-                def visit(sub_path, item, layer=layer):
+            for stored in layers:
+                group = _guarded(layers, stored, path)
+                if not isinstance(group, h5py.Group):
+                    continue
+                datasets = _datasets(group, path)  # first: it refuses links before `_layer_name` reads the group
+                layer = _layer_name(stored, group, config.inner_group_num)
+                for sub_path, dataset in datasets:
                     # A (sub)layer's variables sit in its "vars" group, numbered in its variables' order.
-                    if not (isinstance(item, h5py.Group) and (sub_path == "vars" or sub_path.endswith("/vars"))):
-                        return
-                    inner = sub_path[: -len("vars")].rstrip("/")
-                    for index, value in item.items():
-                        key = "/".join(p for p in (layer, inner, index) if p)
-                        tensors[key] = np.asarray(value).reshape(ours_from_keras_hub_shape(key, value.shape))
-
-                group.visititems(visit)
+                    inner, _, index = sub_path.rpartition("/")
+                    if not (inner == "vars" or inner.endswith("/vars")):
+                        continue
+                    inner = inner[: -len("vars")].rstrip("/")
+                    key = "/".join(p for p in (layer, inner, index) if p)
+                    _check_dataset(path, f"layers/{stored}/{sub_path}", dataset, expected.get(key))
+                    places[key] = dataset
+            tensors = {key: np.asarray(dataset).reshape(ours_from_keras_hub_shape(key, dataset.shape))
+                       for key, dataset in places.items() if key in expected}
+            shapes = {key: ours_from_keras_hub_shape(key, dataset.shape) for key, dataset in places.items()}
     except (OSError, RuntimeError) as e:
         raise UserError(f"{path} is not a readable HDF5 weights file (truncated or corrupt): {e}") from e
-    return tensors
+    return shapes, tensors
+
+
+# Keras' shape-bomb guard: a dataset that declares more than 4 GiB must store at least 1/1000 of it.
+_BOMB_FLOOR_BYTES = 1 << 32
+_MAX_EXPANSION = 1000
+
+
+def _guarded(group, name, path):
+    """`group[name]`, refusing a soft or external link (Keras' `safe_get_h5_group` and `_dataset`)."""
+    link = group.get(name, getlink=True)
+    if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
+        where = f"{group.name.strip('/')}/{name}"
+        raise UserError(f"{path}: {where} is an HDF5 {type(link).__name__}; a weights file must hold its "
+                        "weights itself, and albert-tf (as Keras) follows no links.")
+    return group.get(name)
+
+
+def _datasets(group, path):
+    """[(path under `group`, dataset)] of every dataset under `group`, through `_guarded` at each step."""
+    found = []
+    for name in group:
+        item = _guarded(group, name, path)
+        if isinstance(item, h5py.Group):
+            found += [(f"{name}/{sub}", dataset) for sub, dataset in _datasets(item, path)]
+        elif isinstance(item, h5py.Dataset):
+            found.append((name, item))
+    return found
+
+
+def _check_dataset(path, name, dataset, shape):
+    """UserError naming the dataset `name` of `path` when it is external, virtual, a shape bomb, or not `shape`.
+
+    `shape`: the keras-hub shape the config gives it, or None for a name the
+    model does not have (refused later, with every other difference, unread).
+    """
+    if dataset.external:
+        raise UserError(f"{path}: dataset {name} keeps its data in another file ({dataset.external[0][0]}); "
+                        "albert-tf (as Keras) reads no external datasets.")
+    if dataset.is_virtual:
+        raise UserError(f"{path}: dataset {name} is a virtual dataset (its data is in other files); albert-tf "
+                        "(as Keras) reads no virtual datasets.")
+    declared = math.prod(dataset.shape) * dataset.dtype.itemsize
+    if declared > _BOMB_FLOOR_BYTES and declared > _MAX_EXPANSION * dataset.id.get_storage_size():
+        raise UserError(f"{path}: dataset {name} declares {declared:,} bytes but stores "
+                        f"{dataset.id.get_storage_size():,}; refused, as Keras refuses it.")
+    if shape is not None and tuple(dataset.shape) != shape:
+        raise UserError(f"{path}: dataset {name} has shape {tuple(dataset.shape)}; its config.json's model "
+                        f"needs {shape}.")
+
+
+def _keras_hub_shapes(config):
+    """{keras-hub name: shape} of every variable of the keras-hub AlbertBackbone of `config`, as stored."""
+    v, e, h, i = config.vocab_size, config.embedding_size, config.hidden_size, config.intermediate_size
+    heads = config.num_attention_heads
+    head = h // heads
+    shapes = {
+        "token_embedding/0": (v, e), "position_embedding/0": (config.max_position_embeddings, e),
+        "segment_embedding/0": (config.type_vocab_size, e),
+        "embeddings_layer_norm/0": (e,), "embeddings_layer_norm/1": (e,),
+        "embedding_projection/0": (e, h), "embedding_projection/1": (h,),
+        "pooled_dense/0": (h, h), "pooled_dense/1": (h,),
+    }
+    block = {
+        "_self_attention_layer/query_dense": ((h, heads, head), (heads, head)),
+        "_self_attention_layer/key_dense": ((h, heads, head), (heads, head)),
+        "_self_attention_layer/value_dense": ((h, heads, head), (heads, head)),
+        "_self_attention_layer/output_dense": ((heads, head, h), (h,)),
+        "_self_attention_layer_norm": ((h,), (h,)),
+        "_feedforward_intermediate_dense": ((h, i), (i,)),
+        "_feedforward_output_dense": ((i, h), (h,)),
+        "_feedforward_layer_norm": ((h,), (h,)),
+    }
+    for group in range(config.num_hidden_groups):
+        for inner in range(config.inner_group_num):
+            for sub, pair in block.items():
+                for index, shape in enumerate(pair):
+                    shapes[f"group_{group}_inner_layer_{inner}/{sub}/{index}"] = shape
+    return shapes
 
 
 def _layer_name(stored, group, inner_group_num):

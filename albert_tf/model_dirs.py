@@ -83,10 +83,11 @@ def shard_names(index_path):
     except (UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
         raise UserError(f"{index_path} is not a valid shard index: {e!r}") from e
     for name in names:
+        # Checked on the name, not on where it resolves: huggingface_hub's cache
+        # links every snapshot file to a blob outside the snapshot directory.
         if not isinstance(name, str) or name in ("", ".", "..") or "/" in name or "\\" in name:
-            raise UserError(
-                f"{index_path} names the shard {name!r}: expected a file name beside the index, not a path."
-            )
+            raise UserError(f"{index_path}: its weight_map names the shard {name!r}, outside the index's "
+                            "directory; shards must be files beside it.")
     return names
 
 

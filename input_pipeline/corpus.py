@@ -210,7 +210,8 @@ def _list_files(paths):
         else:
             raise UserError(f"Input path does not exist: {path!r}")
     if not found:
-        raise UserError(f"No input files found in {list(map(os.fspath, paths))}")
+        raise UserError(f"{', '.join(map(os.fspath, paths))}: no input files (a directory's hidden files are "
+                        "not read).")
     return found
 
 

@@ -125,6 +125,9 @@ def run(args):
                          f"{args.out}), or rerun with --overwrite to train all {config.epochs} epochs.")
         elif stop.why == INTERRUPTED:
             files.rmtree(work, ignore_errors=True)
+        elif stop.saved:
+            stop.then = (f"The unfinished run is in {work}: rerun the same command to resume it there; it becomes "
+                         f"{args.out} when it ends.")
         raise
     except BaseException:
         if chief and not files.isdir(os.path.join(work, RESUME_DIR)):

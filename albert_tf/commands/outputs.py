@@ -16,5 +16,6 @@ from albert_tf import model_dirs
 ENTRY_FILES = model_dirs.ENTRY_FILES + ("metadata.json", "finetune.json", "saved_model.pb", "model.tflite")
 
 
-def add_overwrite_flag(parser):
-    parser.add_argument("--overwrite", action="store_true", help="Replace a non-empty --out.")
+def add_overwrite_flag(parser, flag="--out"):
+    """--overwrite, whose help names the output `flag` it replaces."""
+    parser.add_argument("--overwrite", action="store_true", help=f"Replace a non-empty {flag}.")

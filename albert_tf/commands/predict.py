@@ -43,7 +43,7 @@ def add_parser(subparsers):
     parser.add_argument("--model", required=True, metavar="DIR", help="A `finetune` output directory.")
     parser.add_argument("--input", default="-", metavar="FILE", help="Data file, or - for stdin.")
     parser.add_argument("--output", default="-", metavar="FILE", help="JSON-lines output, or - for stdout.")
-    add_overwrite_flag(parser)
+    add_overwrite_flag(parser, "--output")
     parser.add_argument("--batch-size", type=int, default=64, help="Examples per forward pass.")
     add_mixed_precision_flag(parser)
     parser.add_argument("--null-score-diff-threshold", type=float, metavar="X",

@@ -213,6 +213,9 @@ def _load_data(args, model_tokenizer=None):
                              "(pass it to create-data instead).")
         info = {"kind": "tfrecords", "paths": args.data, "config": dataclasses.asdict(data_config)}
         return args.data[0], data_config, vocab_size, tokenizer, info
+    if all(files.isdir(path) and not files.listdir(path) for path in args.data):
+        raise UserError(f"--data {' '.join(args.data)}: empty directory; pass a create-data output directory, "
+                        "or text files (or directories of them) with --tokenizer.")
     if tokenizer is None:
         raise UserError(
             f"--data {' '.join(args.data)} is raw text (not a create-data directory with metadata.json): "

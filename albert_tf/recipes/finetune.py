@@ -215,9 +215,11 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             # A rerun after a kill from here on starts at the next epoch.
             saved = state.save(epoch + 1, 0, 0.0, history, best, best_epoch) if epoch < config.epochs else None
             # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
-            log(f"epoch {epoch}/{config.epochs}: loss {record['train_loss']:.4f}, "
+            # The steps this call trained: a resumed epoch trained only the rest of it.
+            steps = f"{batches} steps" + (f", resumed at step {skip} of {steps_per_epoch}" if skip else "")
+            log(f"epoch {epoch}/{config.epochs}: train loss {record['train_loss']:.4f}, "
                 + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
-                + f" ({train_seconds:.1f}s train, {steps_per_epoch} steps)" + (" *best*" if improved else ""))
+                + f" ({train_seconds:.1f}s train, {steps})" + (" *best*" if improved else ""))
             if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
                 raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
                                  path=saved, cause=stops.cause)

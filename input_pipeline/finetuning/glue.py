@@ -94,6 +94,10 @@ def read_glue(path, task, labelled=True, on_error="raise", lines=None):
         if len(fields) < needed:
             log.bad_row(source, f"expected {len(header)} tab-separated fields, found {len(fields)}")
             continue
+        empty = [n for n in (spec.text_a, spec.text_b) if n is not None and not fields[column[n]].strip()]
+        if empty:
+            log.bad_row(source, f"empty text in column(s) {empty}")
+            continue
         label = None
         if labelled:
             label, reason = labels.parse(fields[column[spec.label]])

@@ -106,6 +106,11 @@ def read_table(path, text_column, text_pair_column=None, label_column=None, labe
         if missing:
             log.bad_row(source, f"missing value for column(s) {missing}")
             continue
+        # An empty text would train (or be scored) as [CLS] [SEP] alone, a row nobody meant.
+        empty = [c for c in (text_column, text_pair_column) if c is not None and not str(row[c]).strip()]
+        if empty:
+            log.bad_row(source, f"empty text in column(s) {empty}")
+            continue
         label = None
         if label_column is not None:
             label, reason = labels.parse(row[label_column])

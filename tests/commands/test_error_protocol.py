@@ -107,3 +107,20 @@ def test_sigterm_asks_a_long_command_to_stop_instead_of_ending_it(tmp_path):
     assert done.returncode == 143 and done.stderr == (
         "albert-tf train-tokenizer: stopped by SIGTERM at once; nothing was kept. Rerun the same command to start "
         "again.\n")
+
+
+def test_pretrain_on_an_empty_data_directory_says_so_naming_the_flag(tmp_path):
+    from data_fixtures import small_tokenizer
+
+    (tmp_path / "empty").mkdir()
+    small_tokenizer().save(str(tmp_path / "tok"))
+    for extra in ([], ["--tokenizer", str(tmp_path / "tok")]):
+        done = run_cli("pretrain", "--data", tmp_path / "empty", "--out", tmp_path / "run", *extra, expect_rc=2)
+        assert done.stderr.strip() == (f"albert-tf pretrain: error: --data {tmp_path / 'empty'}: empty directory; "
+                                       "pass a create-data output directory, or text files (or directories of "
+                                       "them) with --tokenizer."), done.stderr
+
+
+def test_predict_help_names_its_output_flag():
+    done = run_cli("predict", "--help")
+    assert "Replace a non-empty --output." in " ".join(done.stdout.split()), done.stdout

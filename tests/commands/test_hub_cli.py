@@ -59,16 +59,27 @@ def test_the_readme_fine_tunes_the_published_weights_in_a_fresh_process_then_con
     assert json.loads((tmp_path / "converted" / SOURCE_FILE).read_text())["commit"] == commit_sha("published")
 
 
-def test_the_readme_fine_tunes_the_published_weights_in_keras(hub_env):
+def test_the_readme_fine_tunes_the_published_weights_in_keras(hub_env, stand_in, hub_models):
     (code,) = readme_blocks("python")
-    exec(compile(code, "README.md", "exec"), {})
+    names = {}
+    exec(compile(code, "README.md", "exec"), names)
+
+    # The classifier the block fine-tuned is the stand-in's published model, one step on from it.
+    classifier, published = names["classifier"], hub_models["published"]
+    assert f"/{PUBLISHED}/resolve/{commit_sha('published')}/model.safetensors" in {p for _, p in stand_in.routes}
+    assert classifier.backbone.config.hidden_size == published.config.hidden_size
+    assert classifier.backbone.config.vocab_size == published.config.vocab_size
+    assert int(classifier.optimizer.iterations.numpy()) == 1
+    assert classifier.predict(["a gorgeous, witty film"], verbose=0)["logits"].shape == (1, 2)
 
 
 def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_path):
     assert main(["convert", "--from", "hf", "--model", f"hf://{ALBERT}@v1", "--out", str(tmp_path / "out")]) == 0
 
     source = json.loads((tmp_path / "out" / SOURCE_FILE).read_text())
-    assert (source["revision"], source["commit"]) == ("v1", commit_sha("v1"))
+    # What identifies the model, and no path of this machine (the cache's names the home directory).
+    assert source == {"model": f"hf://{ALBERT}@v1", "hub": "hf", "repo": ALBERT, "revision": "v1",
+                      "commit": commit_sha("v1")}
     assert_matches_transformers(load_pretrained(str(tmp_path / "out")), hub_models["v1"])
 
 
@@ -76,6 +87,9 @@ def test_convert_from_a_pinned_hf_handle_records_it(hub_env, hub_models, tmp_pat
     ("hf://org/missing", "no repository org/missing"),
     ("hf://google-bert/bert-base-uncased", "not an ALBERT repository"),
     (f"hf://{ALBERT}@v9", "has no revision 'v9'"),
+    # Refused before any request (tests/models/test_hub.py checks the stand-in's log).
+    ("hf://albert/albert base", "'albert/albert base' is not a Hub repository name"),
+    ("kaggle://keras/../keras/albert_base_en_uncased", "'..' is not a Kaggle name"),
 ])
 @pytest.mark.parametrize("command", ["finetune", "export", "convert"])
 def test_a_bad_handle_is_one_line_and_writes_no_output(command, spec, words, hub_env, tmp_path, capsys):

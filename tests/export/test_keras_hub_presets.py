@@ -5,6 +5,7 @@ import functools
 import io
 import json
 import os
+import re
 import shutil
 
 import h5py
@@ -19,6 +20,7 @@ from albert_tf.convert import save_keras_hub_preset
 from albert_tf.model_dirs import find_tokenizer
 from albert_tf.models import AlbertClassifier, AlbertPretrainer
 from albert_tf.utils.errors import UserError
+from cli_helpers import run_cli
 from export_fixtures import tokenizer as english_tokenizer
 from helpers import backbone_batch, tiny_config
 from input_pipeline import AlbertTokenizer, Preprocessing, movie_reviews
@@ -235,3 +237,57 @@ def test_a_preset_without_a_weight_is_refused_naming_it(keras_hub_preset, tmp_pa
         load_pretrained(str(tmp_path / "preset"))
     config = json.loads((tmp_path / "preset" / "config.json").read_text())
     assert config["registered_name"] == "keras_hub>AlbertBackbone"
+
+
+def _crafted(directory, tmp_path, make):
+    """A copy of the preset `directory` whose pooler bias (layers/dense_1/vars/1) `make(f, name)` replaced."""
+    shutil.copytree(directory, tmp_path / "preset")
+    with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
+        del f["layers/dense_1/vars/1"]
+        make(f, "layers/dense_1/vars/1")
+    return tmp_path / "preset"
+
+
+def _other_file(tmp_path):
+    """An HDF5 file outside the preset holding a (32,) float32 dataset "bias"."""
+    path = tmp_path / "elsewhere.h5"
+    with h5py.File(path, "w") as f:
+        f["bias"] = np.ones(32, "float32")
+    return str(path)
+
+
+def _virtual(f, name, tmp_path):
+    layout = h5py.VirtualLayout(shape=(32,), dtype="float32")
+    layout[:] = h5py.VirtualSource(_other_file(tmp_path), "bias", shape=(32,))
+    f.create_virtual_dataset(name, layout)
+
+
+def _external(f, name, tmp_path):
+    (tmp_path / "raw.bin").write_bytes(np.ones(32, "float32").tobytes())
+    f.create_dataset(name, shape=(32,), dtype="float32", external=[(str(tmp_path / "raw.bin"), 0, 128)])
+
+
+CRAFTED = {  # what replaces the pooler's bias -> what the line says
+    "soft link": (lambda f, name, tmp: f.__setitem__(name, h5py.SoftLink("/layers/dense_1/vars/0")),
+                  r"layers/dense_1/vars/1 is an HDF5 SoftLink"),
+    "external link": (lambda f, name, tmp: f.__setitem__(name, h5py.ExternalLink(_other_file(tmp), "/bias")),
+                      r"layers/dense_1/vars/1 is an HDF5 ExternalLink"),
+    "external dataset": (_external, r"dataset layers/dense_1/vars/1 keeps its data in another file"),
+    "virtual dataset": (_virtual, r"dataset layers/dense_1/vars/1 is a virtual dataset"),
+    # 8 GiB declared, nothing stored: read, it would be allocated.
+    "shape bomb": (lambda f, name, tmp: f.create_dataset(name, shape=(1 << 31,), dtype="float32", chunks=(1 << 20,),
+                                                         compression="gzip"),
+                   r"dataset layers/dense_1/vars/1 declares 8,589,934,592 bytes but stores 0"),
+    "shape": (lambda f, name, tmp: f.create_dataset(name, data=np.ones(33, "float32")),
+              r"dataset layers/dense_1/vars/1 has shape \(33,\); its config.json's model needs \(32,\)"),
+}
+
+
+@pytest.mark.parametrize("case", CRAFTED)
+def test_a_weights_file_keras_would_refuse_is_refused_in_one_line(keras_hub_preset, case, tmp_path):
+    make, message = CRAFTED[case]
+    preset = _crafted(keras_hub_preset[0], tmp_path, lambda f, name: make(f, name, tmp_path))
+    done = run_cli("convert", "--to", "hf", "--model", preset, "--out", tmp_path / "out", expect_rc=2)
+    assert re.fullmatch(rf"albert-tf convert: error: .*model\.weights\.h5: {message}.*", done.stderr.strip()), \
+        done.stderr
+    assert not os.path.exists(tmp_path / "out")

@@ -17,6 +17,7 @@ from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from input_pipeline import movie_reviews
 from input_pipeline.tokenizer import AlbertTokenizer
 import hf_reference as ref
+from cli_helpers import run_cli
 
 
 def hf_model_dir(tmp_path, cls, **save_kwargs):
@@ -224,3 +225,18 @@ def test_a_run_in_a_bucket_is_classified_from_one_listing_per_directory(monkeypa
     assert (model_dir.path, model_dir.kind) == (f"{run}/final", "albert-tf")
     assert asked == [("listdir", run), ("listdir", f"{run}/final")]
     assert resolve_model_dir(model_dir) is model_dir and asked == [("listdir", run), ("listdir", f"{run}/final")]
+
+
+@pytest.mark.parametrize("shard", ["../outside.safetensors", "/tmp/outside.safetensors", "sub/../../outside.safetensors"])
+def test_a_shard_index_naming_a_file_outside_its_directory_is_refused_in_one_line(shard, tmp_path):
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel, max_shard_size="50KB")
+    index = directory / "model.safetensors.index.json"
+    values = json.loads(index.read_text())
+    first = sorted(set(values["weight_map"].values()))[0]
+    # The shard really is there, so only the guard stands between the index and the file.
+    shutil.copy(directory / first, tmp_path / "outside.safetensors")
+    values["weight_map"] = {k: shard if v == first else v for k, v in values["weight_map"].items()}
+    index.write_text(json.dumps(values))
+    done = run_cli("convert", "--from", "hf", "--model", directory, "--out", tmp_path / "out", expect_rc=2)
+    assert done.stderr.strip() == (f"albert-tf convert: error: {index}: its weight_map names the shard {shard!r}, "
+                                   "outside the index's directory; shards must be files beside it."), done.stderr

@@ -6,6 +6,7 @@ import types
 
 import numpy as np
 import pytest
+import huggingface_hub
 from huggingface_hub import constants
 
 from albert_tf import AlbertBackbone, AlbertClassifier, load_pretrained
@@ -65,7 +66,9 @@ def test_a_second_load_downloads_nothing_and_works_offline_with_the_server_stopp
     first = resolve(f"hf://{ALBERT}")
     stand_in.routes.clear()
     assert resolve(f"hf://{ALBERT}") == first
-    assert stand_in.routes == [("HEAD", f"/{ALBERT}/resolve/main/config.json")]  # where main is now, no more
+    # Where main is now (asked once more first, to tell a missing network at once: hub.py's
+    # `_check_hub_reachable`), no more.
+    assert set(stand_in.routes) == {("HEAD", f"/{ALBERT}/resolve/main/config.json")}
     stand_in.stop()
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
@@ -73,10 +76,49 @@ def test_a_second_load_downloads_nothing_and_works_offline_with_the_server_stopp
     assert_matches_transformers(AlbertBackbone.from_pretrained(f"hf://{ALBERT}"), hub_models["main"].albert)
 
 
-def test_a_revision_pins_the_commit(hub_env, hub_models):
+@pytest.fixture
+def no_retries(monkeypatch):
+    """Fails a test in which huggingface_hub waits to retry a request."""
+    from huggingface_hub.utils import _http
+
+    def sleep(seconds):
+        raise AssertionError(f"huggingface_hub retried after {seconds} s")
+
+    monkeypatch.setattr(_http.time, "sleep", sleep)
+
+
+def test_an_unreachable_hub_is_one_line_at_the_first_try_naming_what_to_do_offline(
+        hub_env, stand_in, no_retries, caplog):
+    stand_in.stop()  # the port closed: a connection refused, as with no network
+    with pytest.raises(UserError) as e:
+        resolve(f"hf://{ALBERT}")
+
+    assert str(e.value) == (f"hf://{ALBERT}: the Hub ({stand_in.endpoint}) cannot be reached ([Errno 111] Connection "
+                            f"refused) and {ALBERT} is not in the cache. Offline, set HF_HUB_OFFLINE=1 to load what an "
+                            "earlier run downloaded, or pass a local directory (a save_pretrained or albert-tf model "
+                            "directory).")
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub") and r.levelno >= 30]
+
+
+def test_an_unreachable_hub_loads_from_the_cache_without_retries(hub_env, stand_in, hub_models, no_retries, caplog):
+    first = resolve(f"hf://{ALBERT}@v1")
+    stand_in.stop()
+    huggingface_hub.close_session()  # its kept-alive connection would still reach the stopped server
+
+    assert resolve(f"hf://{ALBERT}@v1") == first
+    assert not [r for r in caplog.records if r.name.startswith("huggingface_hub") and r.levelno >= 30]
+
+
+def test_a_revision_pins_the_commit(hub_env, stand_in, hub_models):
     resolved = resolve(f"hf://{ALBERT}@v1")
 
     assert (resolved.revision, resolved.commit) == ("v1", commit_sha("v1"))
+    # Asked for at the revision named, the rest at the commit it resolved to: no file from main.
+    asked = [(method, *path.split("/")[4:6]) for method, path in stand_in.routes if "/resolve/" in path]
+    assert asked[0] == ("HEAD", "v1", "config.json"), stand_in.routes
+    assert {(revision, name) for method, revision, name in asked if method == "GET"} == {
+        ("v1", "config.json"), *((commit_sha("v1"), name) for name in ("model.safetensors", "spiece.model"))}, \
+        stand_in.routes
     assert_matches_transformers(load_pretrained(resolved.path), hub_models["v1"])
     assert resolve(f"hf://{ALBERT}@{commit_sha('v1')}").path == resolved.path
 
@@ -98,8 +140,8 @@ def test_paths_are_returned_as_they_are(spec):
     (f"hf://{ALBERT}@v9", "has no revision 'v9'"),
     ("hf://google-bert/bert-base-uncased", "not an ALBERT repository (config.json says model_type 'bert'"),
     ("hf://org/cut-albert", "the download of model.safetensors failed"),
-    ("hf://a/b/c", "expected hf://ORG/NAME"),
-    ("hf://org/name@", "expected hf://ORG/NAME"),
+    ("hf://a/b/c", "'a/b/c' is not ORG/NAME"),
+    ("hf://org/name@", "nothing follows the @"),
 ])
 def test_each_hub_error_is_one_line_naming_the_handle(spec, words, hub_env):
     with pytest.raises(UserError) as e:
@@ -108,6 +150,28 @@ def test_each_hub_error_is_one_line_naming_the_handle(spec, words, hub_env):
     assert str(e.value).startswith(f"{spec}: ") and words in str(e.value) and "\n" not in str(e.value)
     # Nothing half-written: no partial download, no weights, in the cache.
     assert not [f for f in cached_files(hub_env) if "incomplete" in f or f.endswith("model.safetensors")]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("hf://../etc", "'../etc' is not a Hub repository name"),
+    ("hf://a..b/c", "'a..b/c' is not a Hub repository name (Cannot have -- or .."),
+    ("hf://albert/albert base", "'albert/albert base' is not a Hub repository name"),
+    (f"hf://{ALBERT}@../../../etc", "'../../../etc' is not a branch, tag or commit name"),
+    (f"hf://{ALBERT}@main branch", "'main branch' is not a branch, tag or commit name"),
+    (f"hf://{ALBERT}@.hidden", "'.hidden' is not a branch, tag or commit name"),
+    ("kaggle://keras/../keras/albert_base_en_uncased", "'..' is not a Kaggle name"),
+    ("kaggle://keras/albert/keras/albert base/2", "'albert base' is not a Kaggle name"),
+    ("kaggle://keras/albert/keras/albert_base_en_uncased/../1", "expected kaggle://OWNER/MODEL"),
+    ("kaggle://keras/albert/keras/albert_base_en_uncased/latest", "the version 'latest' is not a number"),
+])
+def test_a_malformed_name_is_refused_before_any_request(spec, words, hub_env, stand_in, monkeypatch):
+    asked = []
+    monkeypatch.setitem(sys.modules, "kagglehub", types.SimpleNamespace(model_download=asked.append))
+    with pytest.raises(UserError) as e:
+        resolve(spec)
+
+    assert str(e.value).startswith(f"{spec}: {words}") and "\n" not in str(e.value), str(e.value)
+    assert stand_in.routes == [] and asked == []
 
 
 def test_a_gated_repository_loads_with_a_token(hub_env, monkeypatch):

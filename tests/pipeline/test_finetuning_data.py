@@ -71,6 +71,21 @@ def test_csv_and_jsonl_tables(tmp_path):
         read_table(csv_path, "review", label_column="stars", label_names=["pos"])
 
 
+def test_an_empty_text_cell_is_a_bad_row_refused_or_skipped_with_a_count(tmp_path):
+    csv_path = write(tmp_path, "d.csv", ["review,stars", "Great,pos", ",neg", '"  ",pos', "Awful,neg"])
+    with pytest.raises(ValueError, match=r"d.csv:3: empty text in column\(s\) \['review'\]"):
+        read_table(csv_path, "review", label_column="stars", label_names=["neg", "pos"])
+    result = read_table(csv_path, "review", label_column="stars", label_names=["neg", "pos"], on_error="skip")
+    assert [e.text_a for e in result.examples] == ["Great", "Awful"]
+    assert result.summary() == f"2 examples, 2 skipped (first: {csv_path}:3: empty text in column(s) ['review'])"
+    jsonl = write(tmp_path, "d.jsonl", [json.dumps({"q": "a", "p": "", "y": 0.5})])
+    with pytest.raises(ValueError, match=r"d.jsonl:1: empty text in column\(s\) \['p'\]"):
+        read_table(jsonl, "q", "p", "y")
+    tsv = write(tmp_path, "train.tsv", ["index\tsentence1\tsentence2\tlabel", "0\ta\t \tentailment"])
+    with pytest.raises(ValueError, match=r"train.tsv:2: empty text in column\(s\) \['sentence2'\]"):
+        read_glue(tsv, "rte")
+
+
 def test_text_encoder_layout_and_length_policy():
     tokenizer = small_tokenizer()
     pair = TextExample("a good film", "it was fine", 1, "f.tsv:7")

@@ -1,0 +1,69 @@
+"""finetune's SIGTERM path through the command line, in the test process: the CLI's SIGTERM handler sets the
+stop request, finetune stops at the step it names with that step's checkpoint in `.unfinished-NAME/`, and the
+rerun resumes there, counts the steps it trained, and leaves no `.unfinished-*` behind. (tests/commands/
+test_kill.py sends the real signal to a fresh process, slowly.)"""
+
+import csv
+import signal
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from albert_tf import AlbertBackbone
+import albert_tf.recipes.finetune as recipe
+from cli_helpers import run_cli
+from data_fixtures import VOCAB_SIZE, small_tokenizer
+from helpers import tiny_config
+from input_pipeline import movie_reviews
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    """A tiny model directory, and CSVs of 20 training rows (5 steps of 4) and 8 evaluation rows."""
+    root = tmp_path_factory.mktemp("finetune_sigterm")
+    backbone = AlbertBackbone(tiny_config(vocab_size=VOCAB_SIZE))
+    backbone.save_pretrained(str(root / "model"))
+    small_tokenizer().save(str(root / "model" / "tokenizer"))
+    everything = movie_reviews.rotten_tomatoes_sentences()
+    sentences = [everything[i] for i in np.random.default_rng(0).permutation(len(everything))[:28]]
+    for name, rows in (("train.csv", sentences[:20]), ("eval.csv", sentences[20:])):
+        with open(root / name, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows([("text", "label")] + [(t, "pos" if y else "neg") for t, y in rows])
+    return root
+
+
+def test_sigterm_in_an_epoch_stops_at_the_step_it_names_with_its_checkpoint_and_the_rerun_resumes_there(
+        inputs, tmp_path, monkeypatch):
+    argv = ["finetune", "--task", "classification", "--model", inputs / "model", "--train", inputs / "train.csv",
+            "--eval", inputs / "eval.csv", "--out", tmp_path / "run", "--max-seq-length", "16", "--batch-size", "4",
+            "--epochs", "2", "--truncate"]
+    steps = []
+    on_batch_end = recipe._StopAtStep.on_train_batch_end
+
+    def signalled_at_step_7(self, batch, logs=None):
+        # The signal itself, as a preemption sends it, during step 2 of epoch 2: the CLI's handler takes it.
+        steps.append(batch)
+        if len(steps) == 7:
+            signal.raise_signal(signal.SIGTERM)
+        on_batch_end(self, batch, logs)
+
+    monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", signalled_at_step_7)
+    stopped = run_cli(*argv, expect_rc=143)
+    work = tmp_path / ".unfinished-run"
+    assert stopped.stderr.strip() == (
+        f"albert-tf finetune: stopped by SIGTERM in epoch 2 of 2, at step 2 of 5; the newest checkpoint is "
+        f"{work / recipe.RESUME_DIR / 'ckpt-7'}. The unfinished run is in {work}: rerun the same command to "
+        f"resume it there; it becomes {tmp_path / 'run'} when it ends."), stopped.stderr
+    assert len(steps) == 7 and not (tmp_path / "run").exists()
+    # The checkpoint of the step named: epoch 2, before its step 2 (7 optimizer steps in).
+    reader = tf.train.load_checkpoint(str(work / recipe.RESUME_DIR / "ckpt-7"))
+    assert reader.get_tensor("position/.ATTRIBUTES/VARIABLE_VALUE").tolist() == [2, 2]
+
+    monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", on_batch_end)
+    resumed = run_cli(*argv)
+    assert "Resuming from " in resumed.stdout and ": epoch 2, step 2" in resumed.stdout, resumed.stdout
+    (epoch_2,) = [line for line in resumed.stdout.splitlines() if line.startswith("epoch 2/2: train loss ")]
+    assert "3 steps, resumed at step 2 of 5)" in epoch_2, epoch_2
+    assert (tmp_path / "run" / "best").is_dir()
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".unfinished-")]
