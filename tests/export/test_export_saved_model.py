@@ -124,10 +124,8 @@ def test_xla_export_compiles_its_forward_pass_and_names_the_server_flag(tmp_path
     assert cli.main(export) == 0
     assert not must_compile(os.path.join(base, "2")) and metadata(os.path.join(base, "2"))["compiler"] == "none"
     # bfloat16 is oneDNN's, and a TFLite file has no XLA: each refused in one line.
-    for extra in (["--mixed-precision", "mixed_bfloat16"], ["--format", "tflite"]):
-        argv = export + ["--xla"] + extra
-        if "tflite" in extra:
-            argv = [a if a != "saved_model" else "tflite" for a in argv[:-2]]
+    tflite = ["export", "--model", model_dir, "--format", "tflite", "--out", str(tmp_path / "tflite"), "--xla"]
+    for argv in (export + ["--xla", "--mixed-precision", "mixed_bfloat16"], tflite):
         assert cli.main(argv) == 2
         assert "--xla" in capsys.readouterr().err
 
