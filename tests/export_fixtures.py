@@ -59,6 +59,18 @@ def exported_classifier():
     return base, export_saved_model(classifier(), base, tokenizer=tokenizer(), max_length=MAX_LENGTH)
 
 
+@functools.lru_cache(maxsize=None)
+def exported_regressor():
+    """(base_dir, version_dir) of a tiny regressor's SavedModel, with text signatures."""
+    from albert_tf import AlbertBackbone
+    from albert_tf.export import export_saved_model
+    from albert_tf.models import AlbertRegressor
+
+    base = scratch_dir() + "/regressor"
+    return base, export_saved_model(AlbertRegressor(AlbertBackbone(config())), base, tokenizer=tokenizer(),
+                                    max_length=MAX_LENGTH)
+
+
 def graph_nodes(path):
     """Every node of a SavedModel's graph and function library."""
     from tensorflow.core.protobuf import saved_model_pb2

@@ -127,6 +127,24 @@ def custom_ops(path):
     return sorted(op for op in ops if not hasattr(tf.raw_ops, op))
 
 
+def set_method_names(path, methods):
+    """Sets the SignatureDefs' method names in a saved SavedModel (TF2's saver writes every one as predict).
+
+    TF-Serving's Classify and Regress APIs refuse a signature whose method
+    name is not `tensorflow/serving/classify` (`regress`).
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = os.path.join(path, SAVED_MODEL_FILE)
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(files.read_bytes(pb))
+    for meta_graph in proto.meta_graphs:
+        for name, method in methods.items():
+            if name in meta_graph.signature_def:
+                meta_graph.signature_def[name].method_name = method
+    files.write_bytes(pb, proto.SerializeToString())
+
+
 def check_max_length(interface, max_length):
     limit = interface.config.max_position_embeddings
     if not 3 <= int(max_length) <= limit:
@@ -220,6 +238,7 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # Published whole: TF-Serving never loads a half-written version.
     with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
+        set_method_names(staging, signatures_lib.signature_methods(signatures, interface))
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version, precision=precision, weights=weights)
         files.makedirs(os.path.join(staging, "assets.extra"))

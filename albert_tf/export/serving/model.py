@@ -4,6 +4,7 @@ import os
 from http import HTTPStatus
 
 from albert_tf.export.saved_model import load_saved_model, version_dirs
+from albert_tf.export.signatures import CLASSIFY_METHOD, EXAMPLES_INPUT, REGRESS_METHOD
 from albert_tf.export.serving import codec
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -33,6 +34,7 @@ class ServingModel:
         self.signatures = dict(self._loaded.signatures)
         self.input_specs = {name: fn.structured_input_signature[1] for name, fn in self.signatures.items()}
         self._signature_defs = _signature_defs(path, self.signatures)
+        self.method_names = {name: d["method_name"] for name, d in self._signature_defs.items()}
 
     def status(self):
         """The body of `GET /v1/models/NAME`."""
@@ -59,13 +61,42 @@ class ServingModel:
         import tensorflow as tf
 
         signature_name, arrays, row_format = codec.parse_predict(request, self.input_specs, self.max_batch_size)
+        return codec.encode_outputs(self.run(signature_name, arrays), row_format)
+
+    def classify(self, request):
+        """Answers a decoded classify request as TF-Serving's REST API does: {"results": [[[label, score], ...]]}."""
+        signature_name, examples = codec.parse_examples(request, self.method_names, CLASSIFY_METHOD,
+                                                        self.max_batch_size)
+        outputs = self.run(signature_name, {EXAMPLES_INPUT: _strings(examples)})
+        return codec.encode_classify(outputs["classes"], outputs["scores"])
+
+    def regress(self, request):
+        """Answers a decoded regress request as TF-Serving's REST API does: {"results": [v, ...]}."""
+        signature_name, examples = codec.parse_examples(request, self.method_names, REGRESS_METHOD,
+                                                        self.max_batch_size)
+        return codec.encode_regress(self.run(signature_name, {EXAMPLES_INPUT: _strings(examples)})["outputs"])
+
+    def run(self, signature_name, arrays):
+        """Runs a signature on numpy inputs; returns its outputs as numpy arrays.
+
+        Raises:
+            codec.RequestError: inputs the model's in-graph checks refuse (400), other failures (500).
+        """
+        import tensorflow as tf
+
         try:
             outputs = self.signatures[signature_name](**{n: tf.constant(a) for n, a in arrays.items()})
         except tf.errors.InvalidArgumentError as e:
             raise codec.RequestError(codec.clean_tf_error(e.message)) from e
         except tf.errors.OpError as e:
             raise codec.RequestError(codec.clean_tf_error(e.message), HTTPStatus.INTERNAL_SERVER_ERROR) from e
-        return codec.encode_outputs({n: v.numpy() for n, v in outputs.items()}, row_format)
+        return {n: v.numpy() for n, v in outputs.items()}
+
+
+def _strings(values):
+    import numpy as np
+
+    return np.array(values, dtype=object)
 
 
 def _signature_defs(path, signatures):
