@@ -12,6 +12,7 @@ the longest text; 128 or the model's max_position_embeddings for other models). 
 Docker; production serving is TF-Serving (see docs/deployment.md).
 """
 
+import argparse
 import contextlib
 import errno
 import os
@@ -37,6 +38,9 @@ def add_parser(subparsers):
     parser.add_argument("--port", type=int, default=8501, help="Port (8501 is TF-Serving's REST port; 0: any free).")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="Largest request body.")
     parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request.")
+    parser.add_argument("--enable-model-warmup", action=argparse.BooleanOptionalAction, default=True,
+                        help="Replay the version's assets.extra/tf_serving_warmup_requests before serving, "
+                             "as TF-Serving's --enable_model_warmup does.")
     return parser
 
 
@@ -79,11 +83,12 @@ def _serve(base_path, name, args):
     # Deferred for start-up: the model imports TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf.export.serving import ModelServer, ServingModel
 
-    model = ServingModel(base_path, name, args.max_batch_size)
+    model = ServingModel(base_path, name, args.max_batch_size, warmup=args.enable_model_warmup)
     with _address_errors(args.host, args.port):
         server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
     print(f"Serving {model.name} version {model.version} at {server.url} "
-          f"(signatures: {', '.join(sorted(model.signatures))}); Ctrl-C stops.", flush=True)
+          f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed); "
+          "Ctrl-C stops.", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:

@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
+from albert_tf.export.warmup import write_warmup_file
 from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
@@ -31,8 +32,8 @@ from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
-# TF-Serving ignores assets.extra/ except for warmup records, so export
-# metadata can live there without affecting the server.
+# TF-Serving ignores assets.extra/ except for warmup records (albert_tf.export.warmup writes them),
+# so export metadata can live there without affecting the server.
 METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
 # What a SavedModel loader reads first: written last where a directory is moved file by file.
 SAVED_MODEL_FILE = "saved_model.pb"
@@ -238,9 +239,12 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # Published whole: TF-Serving never loads a half-written version.
     with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
-        set_method_names(staging, signatures_lib.signature_methods(signatures, interface))
+        methods = signatures_lib.signature_methods(signatures, interface)
+        set_method_names(staging, methods)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version, precision=precision, weights=weights)
         files.makedirs(os.path.join(staging, "assets.extra"))
+        # Replayed by TF-Serving (and `albert-tf serve`) at load: the first request is as fast as the next.
+        write_warmup_file(staging, signatures, methods, interface.config.vocab_size, max_length)
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
     return final

@@ -5,6 +5,7 @@ from http import HTTPStatus
 
 from albert_tf.export.saved_model import load_saved_model, version_dirs
 from albert_tf.export.signatures import CLASSIFY_METHOD, EXAMPLES_INPUT, REGRESS_METHOD
+from albert_tf.export.warmup import PREDICT, WARMUP_FILE, read_warmup_file
 from albert_tf.export.serving import codec
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
@@ -17,9 +18,11 @@ class ServingModel:
         base_path: the directory holding numbered versions (`1/`, `2/`, ...).
         name: the model name in request paths; default: the directory's name.
         max_batch_size: most rows a request may hold.
+        warmup: replay the version's `assets.extra/tf_serving_warmup_requests` before answering, as
+            TF-Serving does (its --enable_model_warmup); `warmup_requests` says how many ran.
     """
 
-    def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE):
+    def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE, warmup=True):
         versions = version_dirs(base_path)
         if not versions:
             raise UserError(
@@ -35,6 +38,22 @@ class ServingModel:
         self.input_specs = {name: fn.structured_input_signature[1] for name, fn in self.signatures.items()}
         self._signature_defs = _signature_defs(path, self.signatures)
         self.method_names = {name: d["method_name"] for name, d in self._signature_defs.items()}
+        self.warmup_requests = self._warm_up(path) if warmup else 0
+
+    def _warm_up(self, path):
+        """Runs every warmup request of the version; returns how many. A failing one fails the load, as in TF-Serving."""
+        requests = read_warmup_file(path)
+        for i, (kind, signature_name, inputs) in enumerate(requests):
+            if signature_name not in self.signatures:
+                raise UserError(f"{os.path.join(path, WARMUP_FILE)}: record {i} names the signature "
+                                f"{signature_name!r}, which the model lacks (it has {sorted(self.signatures)}).")
+            arrays = inputs if kind == PREDICT else {EXAMPLES_INPUT: _strings(inputs)}
+            try:
+                self.run(signature_name, arrays)
+            except codec.RequestError as e:
+                raise UserError(f"{os.path.join(path, WARMUP_FILE)}: record {i} ({signature_name}) failed: "
+                                f"{e.message}") from None
+        return len(requests)
 
     def status(self):
         """The body of `GET /v1/models/NAME`."""
