@@ -23,6 +23,7 @@ import os
 import numpy as np
 
 from albert_tf.utils.errors import UserError
+from input_pipeline import features
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 # Batch sizes a warmup request has: one text, and a batch as clients or the batcher send them.
@@ -37,8 +38,15 @@ _WORDS = ("a fine and moving film with great acting but the plot was thin and to
 
 
 def warmup_lengths(max_length):
-    """Sequence lengths a warmup request has: a short text, and the longest the export accepts."""
-    return tuple(sorted({min(16, max_length), max_length}))
+    """Sequence lengths a warmup request has: 16, 32, 64, ... below max_length, and max_length.
+
+    A request's length is its longest row: each length warms the buffers of requests about that long.
+    """
+    lengths, length = {max_length}, 16
+    while length < max_length:
+        lengths.add(length)
+        length *= 2
+    return tuple(sorted(lengths))
 
 
 # -- Wire format --------------------------------------------------------------------------------------
@@ -223,8 +231,6 @@ def _text(length, index):
 
 def _input(name, spec, batch, length, vocab_size):
     """A valid value of one signature input: texts of `length` words, or ids of `length` tokens."""
-    from input_pipeline import features
-
     shape = [batch] + [length if d is None else d for d in spec.shape.as_list()[1:]]
     if spec.dtype.name == "string":
         count = int(np.prod(shape))

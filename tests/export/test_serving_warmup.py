@@ -55,6 +55,8 @@ def test_the_export_holds_a_request_per_signature_batch_size_and_length_tf_servi
     expected |= {(EXAMPLES_SIGNATURE, b, n, pair) for b, n in sizes for pair in (False, True)}
     assert seen == expected and len(logs) == len(expected)
     assert warmup_lengths(MAX_LENGTH) == (16, MAX_LENGTH) and WARMUP_BATCH_SIZES == (1, 8)
+    assert warmup_lengths(128) == (16, 32, 64, 128) and warmup_lengths(100) == (16, 32, 64, 100)
+    assert warmup_lengths(8) == (8,)
 
 
 def test_hand_written_protos_equal_tensorflow_serving_apis_own():
