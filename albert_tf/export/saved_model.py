@@ -24,6 +24,7 @@ from google.protobuf.message import DecodeError
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
+from albert_tf.export.serving import batching
 from albert_tf.export.warmup import write_warmup_file
 from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
@@ -247,4 +248,6 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
         # Replayed by TF-Serving (and `albert-tf serve`) at load: the first request is as fast as the next.
         write_warmup_file(staging, signatures, methods, interface.config.vocab_size, max_length)
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
+    # Beside the versions, where TF-Serving's version polling ignores it (not a number).
+    files.write_text(os.path.join(base_dir, batching.SUGGESTED_FILE), batching.SUGGESTED.to_text())
     return final

@@ -1,5 +1,6 @@
 """`ServingModel`: the highest version of a TF-Serving model directory, answering REST requests."""
 
+import gc
 import os
 from http import HTTPStatus
 
@@ -7,6 +8,7 @@ from albert_tf.export.saved_model import load_saved_model, version_dirs
 from albert_tf.export.signatures import CLASSIFY_METHOD, EXAMPLES_INPUT, REGRESS_METHOD
 from albert_tf.export.warmup import PREDICT, WARMUP_FILE, read_warmup_file
 from albert_tf.export.serving import codec
+from albert_tf.export.serving.batching import Batcher
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -20,9 +22,12 @@ class ServingModel:
         max_batch_size: most rows a request may hold.
         warmup: replay the version's `assets.extra/tf_serving_warmup_requests` before answering, as
             TF-Serving does (its --enable_model_warmup); `warmup_requests` says how many ran.
+        batching: a `batching.BatchingParameters`: concurrent requests run batched, as TF-Serving's
+            --enable_batching runs them; None runs each request alone. `close()` stops its threads.
     """
 
-    def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE, warmup=True):
+    def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE, warmup=True,
+                 batching=None):
         versions = version_dirs(base_path)
         if not versions:
             raise UserError(
@@ -39,6 +44,17 @@ class ServingModel:
         self._signature_defs = _signature_defs(path, self.signatures)
         self.method_names = {name: d["method_name"] for name, d in self._signature_defs.items()}
         self.warmup_requests = self._warm_up(path) if warmup else 0
+        # The loaded model's Python objects live as long as the server: out of the garbage collector's
+        # sight, a full collection no longer walks them in the middle of a request (the first one after
+        # the load met it: 2x the steady latency; bench/results/serving_warmup.md).
+        gc.collect()
+        gc.freeze()
+        self._batcher = Batcher(self._call, batching) if batching is not None else None
+
+    def close(self):
+        """Stops the batching threads, if any."""
+        if self._batcher is not None:
+            self._batcher.close()
 
     def _warm_up(self, path):
         """Runs every warmup request of the version; returns how many. A failing one fails the load, as in TF-Serving."""
@@ -49,7 +65,7 @@ class ServingModel:
                                 f"{signature_name!r}, which the model lacks (it has {sorted(self.signatures)}).")
             arrays = inputs if kind == PREDICT else {EXAMPLES_INPUT: _strings(inputs)}
             try:
-                self.run(signature_name, arrays)
+                self._call(signature_name, arrays)
             except codec.RequestError as e:
                 raise UserError(f"{os.path.join(path, WARMUP_FILE)}: record {i} ({signature_name}) failed: "
                                 f"{e.message}") from None
@@ -101,6 +117,11 @@ class ServingModel:
         Raises:
             codec.RequestError: inputs the model's in-graph checks refuse (400), other failures (500).
         """
+        if self._batcher is not None:
+            return self._batcher.run(signature_name, arrays)
+        return self._call(signature_name, arrays)
+
+    def _call(self, signature_name, arrays):
         import tensorflow as tf
 
         try:

@@ -10,8 +10,9 @@ Every answer, errors included, is JSON ending in a newline, with an
 HTTP/1.x status line; errors are {"error": "one line"}: bad requests (and
 request lines it cannot parse) 400, unknown models, versions or paths 404, a
 known path with the wrong method 405. A failing request never stops the
-server. It serves the version loaded at start (no hot reload, no
-batching, no gRPC: use TF-Serving for production).
+server. It serves the version loaded at start (no hot reload, no gRPC:
+use TF-Serving for production); `ServingModel` batches concurrent requests
+when asked (`batching`).
 
 Uses only the standard library's `http.server` next to TensorFlow.
 """
