@@ -34,8 +34,9 @@ CONFIGS = {
     "max 4, 1 ms": "max_batch_size { value: 4 }\nbatch_timeout_micros { value: 1000 }\nnum_batch_threads { value: 2 }\n"
                    "max_enqueued_batches { value: 64 }\nallowed_batch_sizes: 1\nallowed_batch_sizes: 2\n"
                    "allowed_batch_sizes: 4\n",
-    "max 32, 5 ms": "max_batch_size { value: 32 }\nbatch_timeout_micros { value: 5000 }\nnum_batch_threads { value: 2 }\n"
-                    "max_enqueued_batches { value: 64 }\n",
+    "max 16, 2 ms": "max_batch_size { value: 16 }\nbatch_timeout_micros { value: 2000 }\nnum_batch_threads { value: 2 }\n"
+                    "max_enqueued_batches { value: 64 }\n"
+                    + "".join(f"allowed_batch_sizes: {b}\n" for b in (1, 2, 4, 8, 16)),
 }
 
 

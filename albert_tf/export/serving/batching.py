@@ -259,7 +259,7 @@ class Batcher:
         return merged
 
 
-# What `export` suggests, from bench/results/serving_batching.md (docs/deployment.md#batching).
-SUGGESTED = BatchingParameters(max_batch_size=16, batch_timeout_micros=2000, num_batch_threads=2,
-                               max_enqueued_batches=64, allowed_batch_sizes=(1, 2, 4, 8, 16),
-                               pad_variable_length_inputs=False)
+# What `export` suggests: the batching row of bench/results/serving_batching.md with the most requests/s at 4
+# and 16 clients (it matched no batching there, on 2 cores; docs/deployment.md#batching).
+SUGGESTED = BatchingParameters(max_batch_size=32, batch_timeout_micros=5000, num_batch_threads=2,
+                               max_enqueued_batches=64, allowed_batch_sizes=(), pad_variable_length_inputs=False)
