@@ -68,6 +68,9 @@ setup(
             # The keras-hub preset round trip both ways (tests/export/test_keras_hub_presets.py); it
             # brings kagglehub and kagglesdk and leaves tensorflow, keras and tensorflow-text as they are.
             "keras-hub>=0.20",
+            # tensorflow-serving-api's own PredictionLog classes check the warmup records export writes by
+            # hand (albert_tf/export/warmup.py): it requires TensorFlow >= 2.21, so it is no dependency.
+            "tensorflow-serving-api>=2.20,<2.22",
         ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],
         # Downloads `kaggle://` handles (keras-hub's presets live on Kaggle). An extra: few users need it,

@@ -59,6 +59,18 @@ def exported_classifier():
     return base, export_saved_model(classifier(), base, tokenizer=tokenizer(), max_length=MAX_LENGTH)
 
 
+@functools.lru_cache(maxsize=None)
+def exported_regressor():
+    """(base_dir, version_dir) of a tiny regressor's SavedModel, with text signatures."""
+    from albert_tf import AlbertBackbone
+    from albert_tf.export import export_saved_model
+    from albert_tf.models import AlbertRegressor
+
+    base = scratch_dir() + "/regressor"
+    return base, export_saved_model(AlbertRegressor(AlbertBackbone(config())), base, tokenizer=tokenizer(),
+                                    max_length=MAX_LENGTH)
+
+
 def graph_nodes(path):
     """Every node of a SavedModel's graph and function library."""
     from tensorflow.core.protobuf import saved_model_pb2
@@ -148,3 +160,40 @@ def run_task_library(model_path, texts):
     if done.returncode != 0:
         raise AssertionError(f"the Task Library's BertNLClassifier failed on {model_path}:\n{done.stderr[-4000:]}")
     return json.loads(done.stdout)
+
+
+# What tensorflow/serving's newest build links: TensorFlow's and TensorFlow Text's ops of this minor version.
+TF_SERVING_REQUIREMENTS = ["tensorflow==2.20.*", "tensorflow-text==2.20.*"]
+
+
+@functools.lru_cache(maxsize=None)
+def tf_serving_python():
+    """The python of a venv beside the repository's holding exactly TF_SERVING_REQUIREMENTS, no albert-tf.
+
+    Made once per checkout (pip's cache keeps the wheels); kept while its requirements stand.
+    """
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    venv = os.path.join(repo, ".venv-tf-serving")
+    python = os.path.join(venv, "bin", "python")
+    marker = os.path.join(venv, "requirements.txt")
+    wanted = "\n".join(TF_SERVING_REQUIREMENTS)
+    if not (os.path.exists(marker) and open(marker).read() == wanted):
+        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True, timeout=300)
+        done = subprocess.run([python, "-m", "pip", "install", "-q", *TF_SERVING_REQUIREMENTS],
+                              capture_output=True, text=True, timeout=1800)
+        if done.returncode != 0:
+            raise AssertionError(f"could not install {TF_SERVING_REQUIREMENTS}:\n{done.stderr[-4000:]}")
+        with open(marker, "w") as f:
+            f.write(wanted)
+    return python
+
+
+def run_as_tf_serving(version_dir, requests):
+    """Runs `requests` on an export in the TF-Serving venv through the TF1 session loader (tf_serving_worker.py)."""
+    worker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tf_serving_worker.py")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    done = subprocess.run([tf_serving_python(), worker], input=json.dumps({"path": version_dir, "requests": requests}),
+                          capture_output=True, text=True, timeout=600, env=env, cwd=scratch_dir())
+    if done.returncode != 0:
+        raise AssertionError(f"the TF-Serving venv could not run {version_dir}:\n{done.stderr[-4000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])

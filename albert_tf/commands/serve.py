@@ -12,6 +12,7 @@ the longest text; 128 or the model's max_position_embeddings for other models). 
 Docker; production serving is TF-Serving (see docs/deployment.md).
 """
 
+import argparse
 import contextlib
 import errno
 import os
@@ -37,12 +38,21 @@ def add_parser(subparsers):
     parser.add_argument("--port", type=int, default=8501, help="Port (8501 is TF-Serving's REST port; 0: any free).")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="Largest request body.")
     parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request.")
+    parser.add_argument("--enable-model-warmup", action=argparse.BooleanOptionalAction, default=True,
+                        help="Replay the version's assets.extra/tf_serving_warmup_requests before serving, "
+                             "as TF-Serving's --enable_model_warmup does.")
+    parser.add_argument("--enable-batching", action="store_true",
+                        help="Run concurrent requests batched, as TF-Serving's --enable_batching does.")
+    parser.add_argument("--batching-parameters-file", metavar="FILE",
+                        help="TF-Serving's batching parameters (text proto), e.g. the batching_parameters.txt "
+                             "`export` writes beside the versions; default: TF-Serving's defaults.")
     return parser
 
 
 def run(args):
     if (args.model is None) == (args.model_base_path is None):
         raise UserError("Give what to serve once: BASE_PATH or --model DIR.")
+    batching = _batching_parameters(args)
     # Before loading or exporting the model (seconds): a taken port is known at once.
     _check_address(args.host, args.port)
     source = resolve(args.model or args.model_base_path)
@@ -58,7 +68,7 @@ def run(args):
         model_dir = find_model_dir(path)
         if model_dir is not None:
             path = _export(model_dir, os.path.join(tmp, name))
-        return _serve(path, args.model_name or name, args)
+        return _serve(path, args.model_name or name, args, batching)
 
 
 def _export(model_dir, base_path):
@@ -75,21 +85,39 @@ def _export(model_dir, base_path):
     return base_path
 
 
-def _serve(base_path, name, args):
+def _batching_parameters(args):
+    """The `BatchingParameters` the flags ask for, or None without --enable-batching."""
+    from albert_tf.export.serving.batching import BatchingParameters, parse_batching_parameters
+
+    if args.batching_parameters_file and not args.enable_batching:
+        raise UserError("--batching-parameters-file applies with --enable-batching; add it.")
+    if not args.enable_batching:
+        return None
+    if not args.batching_parameters_file:
+        return BatchingParameters()
+    path = args.batching_parameters_file
+    if not files.isfile(path):
+        raise UserError(f"--batching-parameters-file {path}: no such file.")
+    return parse_batching_parameters(files.read_text(path), f"--batching-parameters-file {path}")
+
+
+def _serve(base_path, name, args, batching=None):
     # Deferred for start-up: the model imports TensorFlow, and the flags are read (their errors reported) before.
     from albert_tf.export.serving import ModelServer, ServingModel
 
-    model = ServingModel(base_path, name, args.max_batch_size)
+    model = ServingModel(base_path, name, args.max_batch_size, warmup=args.enable_model_warmup, batching=batching)
     with _address_errors(args.host, args.port):
         server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
     print(f"Serving {model.name} version {model.version} at {server.url} "
-          f"(signatures: {', '.join(sorted(model.signatures))}); Ctrl-C stops.", flush=True)
+          f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed); "
+          "Ctrl-C stops.", flush=True)
     try:
         server.serve_forever()
     except KeyboardInterrupt:
         pass
     finally:
         server.server_close()
+        model.close()
     return 0
 
 

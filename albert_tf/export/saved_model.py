@@ -30,6 +30,8 @@ from google.protobuf.message import DecodeError
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
+from albert_tf.export.serving import batching
+from albert_tf.export.warmup import write_warmup_file
 from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
@@ -37,8 +39,8 @@ from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
-# TF-Serving ignores assets.extra/ except for warmup records, so export
-# metadata can live there without affecting the server.
+# TF-Serving ignores assets.extra/ except for warmup records (albert_tf.export.warmup writes them),
+# so export metadata can live there without affecting the server.
 METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
 # What a SavedModel loader reads first: written last where a directory is moved file by file.
 SAVED_MODEL_FILE = "saved_model.pb"
@@ -131,6 +133,24 @@ def custom_ops(path):
         ops.update(n.op for n in nodes if n.op not in functions)
     # `tf.raw_ops` holds exactly the ops compiled into TensorFlow itself.
     return sorted(op for op in ops if not hasattr(tf.raw_ops, op))
+
+
+def set_method_names(path, methods):
+    """Sets the SignatureDefs' method names in a saved SavedModel (TF2's saver writes every one as predict).
+
+    TF-Serving's Classify and Regress APIs refuse a signature whose method
+    name is not `tensorflow/serving/classify` (`regress`).
+    """
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = os.path.join(path, SAVED_MODEL_FILE)
+    proto = saved_model_pb2.SavedModel()
+    proto.ParseFromString(files.read_bytes(pb))
+    for meta_graph in proto.meta_graphs:
+        for name, method in methods.items():
+            if name in meta_graph.signature_def:
+                meta_graph.signature_def[name].method_name = method
+    files.write_bytes(pb, proto.SerializeToString())
 
 
 def check_max_length(interface, max_length):
@@ -235,9 +255,15 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # Published whole: TF-Serving never loads a half-written version.
     with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
+        methods = signatures_lib.signature_methods(signatures, interface)
+        set_method_names(staging, methods)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version, precision=precision, weights=weights,
                                    compiler="xla" if xla else "none")
         files.makedirs(os.path.join(staging, "assets.extra"))
+        # Replayed by TF-Serving (and `albert-tf serve`) at load: the first request is as fast as the next.
+        write_warmup_file(staging, signatures, methods, interface.config.vocab_size, max_length)
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
+    # Beside the versions, where TF-Serving's version polling ignores it (not a number).
+    files.write_text(os.path.join(base_dir, batching.SUGGESTED_FILE), batching.SUGGESTED.to_text())
     return final

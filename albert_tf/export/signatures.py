@@ -22,6 +22,13 @@ Signatures:
                       QA: `question`, `context` (batch,); multiple choice:
                       `text` (batch,) and `choices` (batch, num_choices).
     serve_text_pair   `text`, `text_pair` (batch,) (not for QA / multiple choice).
+    serve_examples    classifiers and regressors: serialized tf.Examples (`inputs`,
+                      (batch,)) holding a `text` bytes feature and, in every example
+                      of a batch or in none, `text_pair`. TF-Serving's Classify
+                      (method `tensorflow/serving/classify`: `classes`, `scores`, both
+                      (batch, classes)) and Regress (`tensorflow/serving/regress`:
+                      `outputs`, (batch,)) APIs answer through it, as TF Model
+                      Garden's `serve_examples` reads its text features.
 Any model input besides the backbone inputs (e.g. the pretrainer's
 `mask_positions`) is an input of the text signatures too.
 """
@@ -50,6 +57,13 @@ WINDOWED_KINDS = (CLASSIFIER, REGRESSOR)
 ID_SIGNATURE = "serving_default"
 TEXT_SIGNATURE = "serve_text"
 TEXT_PAIR_SIGNATURE = "serve_text_pair"
+EXAMPLES_SIGNATURE = "serve_examples"
+# SignatureDef method names TF-Serving's APIs check (tensorflow/cc/saved_model/signature_constants.h).
+PREDICT_METHOD = "tensorflow/serving/predict"
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+# The tf.Example features serve_examples reads, and its input (TF-Serving's kClassifyInputs, kRegressInputs).
+TEXT_FEATURE, TEXT_PAIR_FEATURE, EXAMPLES_INPUT = "text", "text_pair", "inputs"
 
 # A QA model's `serve_text` returns answer spans of at most MAX_ANSWER_TOKENS
 # pieces; its question is cut to MAX_QUESTION_TOKENS pieces and the context
@@ -294,7 +308,19 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
         signatures[TEXT_PAIR_SIGNATURE] = serve_text_pair.get_concrete_function(
             text=string("text"), text_pair=string("text_pair"), **extra
         )
+    if interface.kind in (CLASSIFIER, REGRESSOR) and not extra:
+        @tf.function
+        def serve_examples(inputs):
+            return text_outputs.examples(inputs)
+
+        signatures[EXAMPLES_SIGNATURE] = serve_examples.get_concrete_function(string(EXAMPLES_INPUT))
     return signatures
+
+
+def signature_methods(signatures, interface):
+    """Signature name -> the SignatureDef method name TF-Serving's APIs check."""
+    examples_method = CLASSIFY_METHOD if interface.kind == CLASSIFIER else REGRESS_METHOD
+    return {name: examples_method if name == EXAMPLES_SIGNATURE else PREDICT_METHOD for name in signatures}
 
 
 class _TextOutputs:
@@ -329,6 +355,42 @@ class _TextOutputs:
         if "logits" in averaged:
             averaged["probabilities"] = tf.nn.softmax(averaged["logits"], axis=-1)
         return self._postprocess(inputs, averaged)
+
+    def examples(self, serialized):
+        """Serialized tf.Examples -> TF-Serving's Classify (`classes`, `scores`) or Regress (`outputs`) tensors.
+
+        `text_pair`, in every example or in none, makes each a pair; a
+        missing `text`, a feature of the wrong type or `text_pair` in some
+        examples only fails the request (InvalidArgumentError: TF-Serving's 400).
+        """
+        parsed = tf.io.parse_example(serialized, {
+            TEXT_FEATURE: tf.io.FixedLenFeature([], tf.string),
+            TEXT_PAIR_FEATURE: tf.io.VarLenFeature(tf.string),
+        })
+        texts, pairs = parsed[TEXT_FEATURE], parsed[TEXT_PAIR_FEATURE]
+        counts = tf.math.bincount(tf.cast(pairs.indices[:, 0], tf.int32), minlength=tf.size(texts),
+                                  maxlength=tf.size(texts))
+        with_pair = tf.reduce_all(counts == 1)
+        check = tf.debugging.Assert(
+            tf.logical_or(with_pair, tf.reduce_all(counts == 0)),
+            [f"Each example holds one `{TEXT_PAIR_FEATURE}` string, in every example of the request or in none."],
+        )
+        with tf.control_dependencies([check]):
+            texts = tf.identity(texts)
+        outputs = tf.cond(
+            with_pair,
+            # One value per example, in row order: exactly (batch,).
+            lambda: self._scores(self(texts, tf.ensure_shape(pairs.values, [None]), {})),
+            lambda: self._scores(self(texts, None, {})),
+        )
+        if self.interface.kind == REGRESSOR:
+            return {"outputs": outputs}
+        num_classes = self.interface.outputs["logits"][-1]
+        names = self.label_names if self.label_names is not None else tf.strings.as_string(tf.range(num_classes))
+        return {"classes": tf.tile(names[None], [tf.shape(outputs)[0], 1]), "scores": outputs}
+
+    def _scores(self, outputs):
+        return outputs["predictions"] if self.interface.kind == REGRESSOR else outputs["probabilities"]
 
     def choices(self, texts, choices, extra_inputs):
         """texts (batch,), choices (batch, C): pack each (text, choice) pair, then (batch, C, seq)."""

@@ -54,7 +54,7 @@ def test_bf16_export_runs_bfloat16_matmuls_on_constants_within_bfloat16_error_of
     assert metadata(exported_classifier()[1])["precision"] == "float32"
 
     loaded = load_saved_model(path)
-    assert sorted(loaded.signatures) == ["serve_text", "serve_text_pair", "serving_default"]
+    assert sorted(loaded.signatures) == ["serve_examples", "serve_text", "serve_text_pair", "serving_default"]
     texts = list(real_texts()[:8])
     out = {k: v.numpy() for k, v in loaded.signatures["serve_text"](text=tf.constant(texts)).items()}
     packed = pack_texts(tokenizer(), texts, None, MAX_LENGTH)

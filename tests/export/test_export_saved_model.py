@@ -39,7 +39,7 @@ def test_classifier_ids_and_text_signatures_match_keras():
     base, path = exported_classifier()
     assert path == os.path.join(base, "1")
     loaded = tf.saved_model.load(path)
-    assert sorted(loaded.signatures) == ["serve_text", "serve_text_pair", "serving_default"]
+    assert sorted(loaded.signatures) == ["serve_examples", "serve_text", "serve_text_pair", "serving_default"]
     model = classifier()
 
     batch = backbone_batch(config())
@@ -242,7 +242,7 @@ def test_cli_backbone_versions_and_pretrainer_without_tokenizer(tmp_path):
     export = ["export", "--model", model_dir, "--format", "saved_model", "--out", base, "--max-length", "16"]
     assert cli.main(export) == 0
     assert cli.main(export + ["--no-text"]) == 0
-    assert sorted(os.listdir(base)) == ["1", "2"]
+    assert sorted(os.listdir(base)) == ["1", "2", "batching_parameters.txt"]
     assert list(tf.saved_model.load(os.path.join(base, "2")).signatures) == ["serving_default"]
     loaded = tf.saved_model.load(os.path.join(base, "1"))
     assert sorted(loaded.signatures) == ["serve_text", "serve_text_pair", "serving_default"]

@@ -10,8 +10,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from albert_tf.export.serving import ModelServer, ServingModel
-from export_fixtures import MAX_LENGTH, config, exported_classifier, texts_and_pairs
+from albert_tf.export.serving import ModelServer, RequestError, ServingModel
+from albert_tf.export.signatures import CLASSIFY_METHOD, EXAMPLES_SIGNATURE, PREDICT_METHOD, REGRESS_METHOD
+from export_fixtures import MAX_LENGTH, config, exported_classifier, exported_regressor, texts_and_pairs
 from helpers import backbone_batch, max_abs_diff
 
 MAX_BODY_BYTES = 64 * 1024
@@ -139,7 +140,8 @@ def test_every_error_is_json_with_the_right_status(server):
         (server.url, None, "DELETE", 405),
         (server.url + ":predict", None, "GET", 405),
         (server.url + "/metadata", b"{}", "POST", 405),
-        (server.url + ":classify", b"{}", "POST", 404),
+        (server.url + ":explain", b"{}", "POST", 404),
+        (server.url + ":classify", None, "GET", 405),
         (root + "/v2/nothing", None, "GET", 404),
         (root + "/", b"{}", "POST", 404),
     ]
@@ -240,3 +242,82 @@ def test_eight_concurrent_clients_see_no_stalls(server):
         if p99 <= 3 * p50:
             return
     pytest.fail("p99 over 3x p50 in every attempt: " + "; ".join(measured))
+
+
+def test_classify_answers_as_serve_text_does_in_tf_servings_json(server):
+    texts, pairs = texts_and_pairs()
+    for examples, signature, arrays in [
+        ([{"text": t} for t in texts], "serve_text", {"text": np.array(texts, object)}),
+        ([{"text": t, "text_pair": p} for t, p in zip(texts, pairs)], "serve_text_pair",
+         {"text": np.array(texts, object), "text_pair": np.array(pairs, object)}),
+    ]:
+        expected = _direct(signature, **arrays)["probabilities"]
+        status, answer = _request(server.url + ":classify", {"signature_name": EXAMPLES_SIGNATURE, "examples": examples})
+        assert status == 200, answer
+        assert [[label for label, _ in row] for row in answer["results"]] == [["negative", "positive"]] * len(texts)
+        assert max_abs_diff(np.array([[score for _, score in row] for row in answer["results"]]), expected) <= 1e-5
+    # `context` holds features every example shares; b64 strings are bytes features.
+    status, answer = _request(server.url + "/versions/1:classify", {
+        "signature_name": EXAMPLES_SIGNATURE, "context": {"text_pair": "yes"},
+        "examples": [{"text": {"b64": "QSBncmVhdCBtb3ZpZSE="}}]})  # "A great movie!"
+    expected = _direct("serve_text_pair", text=np.array(["A great movie!"], object), text_pair=np.array(["yes"], object))
+    assert status == 200 and max_abs_diff(np.array([[s for _, s in answer["results"][0]]]),
+                                          expected["probabilities"]) <= 1e-5
+
+
+def test_bad_examples_get_400_and_the_server_keeps_serving(server):
+    good = {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": "a fine film"}]}
+    bad_requests = [
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"txt": "a fine film"}]},  # missing feature
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": 3}]},  # int64, not bytes
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": 1.5}]},  # float, not bytes
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": ["two", "texts"]}]},
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": "a", "text_pair": "b"}, {"text": "c"}]},
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": "  "}]},  # empty after whitespace
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": None}]},
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": ["a", 1]}]},
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": ["a fine film"]},
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": []},
+        {"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": "a"}] * 17},  # over max_batch_size
+        {"signature_name": EXAMPLES_SIGNATURE, "instances": ["a fine film"]},
+        {"signature_name": EXAMPLES_SIGNATURE, "context": [], "examples": [{"text": "a"}]},
+        {"examples": [{"text": "a fine film"}]},  # serving_default is a predict signature
+        {"signature_name": "serve_text", "examples": [{"text": "a fine film"}]},
+        {"signature_name": "nope", "examples": [{"text": "a fine film"}]},
+    ]
+    for body in bad_requests:
+        status, answer = _request(server.url + ":classify", body)
+        assert status == 400 and isinstance(answer.get("error"), str), (body, status, answer)
+        assert "\n" not in answer["error"], answer
+        assert _request(server.url + ":classify", good)[0] == 200
+    # A classifier has no regress signature.
+    status, answer = _request(server.url + ":regress", good)
+    assert status == 400 and "method_name to be tensorflow/serving/regress" in answer["error"]
+    assert "Feature: text (data type: string) is required" in _request(server.url + ":classify", bad_requests[0])[1]["error"]
+
+
+def test_regress_answers_as_serve_text_does():
+    model = ServingModel(exported_regressor()[0])
+    texts, pairs = texts_and_pairs()
+    expected = model.run("serve_text_pair", {"text": np.array(texts, object), "text_pair": np.array(pairs, object)})
+    answer = model.regress({"signature_name": EXAMPLES_SIGNATURE,
+                            "examples": [{"text": t, "text_pair": p} for t, p in zip(texts, pairs)]})
+    assert set(answer) == {"results"} and len(answer["results"]) == len(texts)
+    assert max_abs_diff(np.array(answer["results"]), expected["predictions"]) <= 1e-5
+    with pytest.raises(RequestError, match="required but could not be found"):
+        model.regress({"signature_name": EXAMPLES_SIGNATURE, "examples": [{"sentence": "a"}]})
+    with pytest.raises(RequestError, match="method_name to be tensorflow/serving/classify"):
+        model.classify({"signature_name": EXAMPLES_SIGNATURE, "examples": [{"text": "a"}]})
+
+
+def test_examples_signatures_carry_tf_servings_method_names():
+    classifier, regressor = ServingModel(exported_classifier()[0]), ServingModel(exported_regressor()[0])
+    assert classifier.method_names == {"serving_default": PREDICT_METHOD, "serve_text": PREDICT_METHOD,
+                                       "serve_text_pair": PREDICT_METHOD, EXAMPLES_SIGNATURE: CLASSIFY_METHOD}
+    assert regressor.method_names[EXAMPLES_SIGNATURE] == REGRESS_METHOD
+    classify = classifier.metadata()["metadata"]["signature_def"]["signature_def"][EXAMPLES_SIGNATURE]
+    # What TF-Serving's Classify API reads: a string `inputs`, string `classes`, float `scores`.
+    assert classify["inputs"]["inputs"]["dtype"] == "DT_STRING"
+    assert {k: v["dtype"] for k, v in classify["outputs"].items()} == {"classes": "DT_STRING", "scores": "DT_FLOAT"}
+    regress = regressor.metadata()["metadata"]["signature_def"]["signature_def"][EXAMPLES_SIGNATURE]
+    assert {k: v["dtype"] for k, v in regress["outputs"].items()} == {"outputs": "DT_FLOAT"}

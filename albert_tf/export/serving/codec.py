@@ -11,6 +11,14 @@ Strings are JSON strings or {"b64": "..."}.
 
 Response: row format -> {"predictions": [...]}, columnar -> {"outputs": ...};
 with a single output its name is dropped, as TF-Serving does.
+
+Classify and regress (`POST ...:classify`, `...:regress`):
+    {"signature_name": S, "context": {...}, "examples": [{"text": "..."}, ...]}
+Each example is a tf.Example's features: a string (or {"b64": ...}) is a
+bytes feature, an integer an int64 one, a number a float one, a list of
+one kind a feature of that many values; `context`'s features are in every
+example (an example's own win). Responses: classify
+{"results": [[["label", score], ...], ...]}, regress {"results": [v, ...]}.
 """
 
 import base64
@@ -121,6 +129,85 @@ def parse_predict(request, input_specs, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
     return signature_name, arrays, row_format
 
 
+def parse_examples(request, method_names, method, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
+    """Checks a decoded classify or regress request; returns (signature_name, serialized tf.Examples).
+
+    Args:
+        request: the decoded JSON body.
+        method_names: signature name -> its SignatureDef method name.
+        method: the method the API needs, e.g. "tensorflow/serving/classify".
+        max_batch_size: most examples a request may hold.
+
+    Raises:
+        RequestError (400): anything wrong with the request, a signature of another method included.
+    """
+    if not isinstance(request, dict):
+        raise RequestError(f"The request body must be a JSON object. Received: {type(request).__name__}")
+    unknown = sorted(set(request) - {"signature_name", "examples", "context"})
+    if unknown:
+        raise RequestError(f"Unknown request keys {unknown}; expected 'signature_name', 'context' and 'examples'.")
+    signature_name = request.get("signature_name", "serving_default")
+    if not isinstance(signature_name, str) or signature_name not in method_names:
+        raise RequestError(
+            f"Serving signature name: {json.dumps(signature_name)} not found in signature def. "
+            f"Available: {sorted(method_names)}"
+        )
+    if method_names[signature_name] != method:
+        api = method.rsplit("/", 1)[-1]
+        raise RequestError(f"Expected {api} signature method_name to be {method}. Was: {method_names[signature_name]}"
+                           f" (signature {signature_name}; the {api} signatures: "
+                           f"{sorted(n for n, m in method_names.items() if m == method)})")
+    examples, context = request.get("examples"), request.get("context", {})
+    if not isinstance(examples, list) or not examples:
+        raise RequestError("'examples' must be a non-empty list of JSON objects, one per tf.Example.")
+    if not isinstance(context, dict):
+        raise RequestError("'context' must be a JSON object of features.")
+    if len(examples) > max_batch_size:
+        raise RequestError(
+            f"The request has {len(examples)} examples; at most max_batch_size={max_batch_size} are accepted.")
+    serialized = []
+    for i, example in enumerate(examples):
+        if not isinstance(example, dict):
+            raise RequestError(f"Failed to process element: {i} of 'examples' list. Expected a JSON object of "
+                               f"features. Received the value {_shown(example)}")
+        serialized.append(to_example({**context, **example}, i))
+    return signature_name, serialized
+
+
+def to_example(features, index=0):
+    """A JSON object of features -> a serialized tf.Example (TF-Serving's REST mapping)."""
+    from tensorflow.core.example import example_pb2
+
+    example = example_pb2.Example()
+    for name, value in features.items():
+        values = value if isinstance(value, list) else [value]
+        feature = example.features.feature[name]
+        where = f"Feature `{name}` of element {index} of 'examples'"
+        if all(isinstance(v, str) or (isinstance(v, dict) and set(v) == {"b64"}) for v in values):
+            feature.bytes_list.value.extend(_to_bytes(v, name) for v in values)
+        elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
+            if any(not -2**63 <= v < 2**63 for v in values):
+                raise RequestError(f"{where} holds an integer outside the int64 range.")
+            feature.int64_list.value.extend(values)
+        elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
+            feature.float_list.value.extend(values)
+        else:
+            raise RequestError(f"{where} must be a string, {{\"b64\": ...}}, a number or a list of one kind of "
+                               f"them. Received the value {_shown(value)}")
+    return example.SerializeToString()
+
+
+def encode_classify(classes, scores):
+    """Classify outputs (batch, classes) of labels (bytes) and scores -> {"results": [[[label, score], ...], ...]}."""
+    return {"results": [[[label, score] for label, score in zip(row_labels, row_scores)]
+                        for row_labels, row_scores in zip(_to_json(classes), _to_json(scores))]}
+
+
+def encode_regress(outputs):
+    """Regress outputs (batch,) or (batch, 1) -> {"results": [v, ...]}."""
+    return {"results": [float(v) for v in outputs.reshape(-1)]}
+
+
 def encode_outputs(outputs, row_format):
     """A signature's outputs (name -> numpy array, batch first) -> the response body."""
     outputs = {name: _to_json(value) for name, value in outputs.items()}
@@ -187,7 +274,8 @@ def clean_tf_error(message):
     "x > 0" whose values are all shown names the rows that failed it.
     """
     match = re.search(r"assertion failed: (.*?)(?:\n|$)", message)
-    text = match.group(1).strip() if match else message.split("\n\t [[")[0].strip()
+    # Other errors: the op's own line, without the "Graph execution error: Detected at node ..." lines before it.
+    text = match.group(1).strip() if match else message.split("\n\t [[")[0].strip().splitlines()[-1].strip()
     parts = re.findall(r"\[([^\[\]]*)\]", text)
     if not text.startswith("[") or not parts:
         return text

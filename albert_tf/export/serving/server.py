@@ -3,13 +3,16 @@
     GET  /v1/models/NAME                       version status
     GET  /v1/models/NAME[/versions/V]/metadata signature defs
     POST /v1/models/NAME[/versions/V]:predict  see `codec`
+    POST /v1/models/NAME[/versions/V]:classify (a classifier's serve_examples)
+    POST /v1/models/NAME[/versions/V]:regress  (a regressor's serve_examples)
 
 Every answer, errors included, is JSON ending in a newline, with an
 HTTP/1.x status line; errors are {"error": "one line"}: bad requests (and
 request lines it cannot parse) 400, unknown models, versions or paths 404, a
 known path with the wrong method 405. A failing request never stops the
-server. It serves the version loaded at start (no hot reload, no
-batching, no gRPC: use TF-Serving for production).
+server. It serves the version loaded at start (no hot reload, no gRPC:
+use TF-Serving for production); `ServingModel` batches concurrent requests
+when asked (`batching`).
 
 Uses only the standard library's `http.server` next to TensorFlow.
 """
@@ -28,7 +31,7 @@ DEFAULT_MAX_BODY_BYTES = 16 * 1024 * 1024
 LISTEN_BACKLOG = 128
 _PATH = re.compile(r"^/v1/models/(?P<name>[^/:]+)(?:/versions/(?P<version>\d+))?(?P<rest>/metadata|:\w+)?$")
 # Methods each kind of path answers; anything else is 405.
-_ALLOWED = {None: "GET", "/metadata": "GET", ":predict": "POST"}
+_ALLOWED = {None: "GET", "/metadata": "GET", ":predict": "POST", ":classify": "POST", ":regress": "POST"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -100,7 +103,7 @@ class _Handler(BaseHTTPRequestHandler):
         rest = match.group("rest")
         if rest not in _ALLOWED:
             raise RequestError(
-                f"Malformed request: {method} {self.path} (supported: status, /metadata and :predict)",
+                f"Malformed request: {method} {self.path} (supported: status, /metadata, :predict, :classify and :regress)",
                 HTTPStatus.NOT_FOUND,
             )
         model = self.server.model
@@ -118,7 +121,8 @@ class _Handler(BaseHTTPRequestHandler):
             return model.status()
         if rest == "/metadata":
             return model.metadata()
-        return model.predict(decode_json(self._read_body()))
+        request = decode_json(self._read_body())
+        return {":predict": model.predict, ":classify": model.classify, ":regress": model.regress}[rest](request)
 
     def _read_body(self):
         length = self.headers.get("Content-Length")
