@@ -93,8 +93,6 @@ class ServingModel:
             codec.RequestError: for anything wrong with the request, including
                 inputs the model's in-graph checks refuse.
         """
-        import tensorflow as tf
-
         signature_name, arrays, row_format = codec.parse_predict(request, self.input_specs, self.max_batch_size)
         return codec.encode_outputs(self.run(signature_name, arrays), row_format)
 
