@@ -49,7 +49,7 @@ ROWS = {
     "saved_model": "albert-tf SavedModel serving_default (weights as constants)",
     "saved_model-bf16": "albert-tf SavedModel bf16 serving_default (weights as constants)",
     "saved_model-variables": "albert-tf SavedModel float32 serving_default, weights as variables",
-    "saved_model-xla": "albert-tf SavedModel float32 serving_default, forward compiled by XLA",
+    "saved_model-xla": "albert-tf SavedModel float32 serving_default, forward compiled by XLA (`export --xla`)",
     "tflite-none": "albert-tf TFLite float32",
     "tflite-float16": "albert-tf TFLite float16 weights",
     "tflite-dynamic": "albert-tf TFLite dynamic-range int8",
@@ -62,7 +62,8 @@ ROWS = {
 # The float32 rows: the ratios are to the fastest of them.
 FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "saved_model-variables", "saved_model-xla", "tflite-none", "hf",
                "keras-hub")
-# Float32 SavedModels `export` does not write: serving_default's forward pass in another form, to compare.
+# Float32 SavedModels in other forms than export's default: Keras' call on variables (to compare), and the
+# forward pass compiled by XLA (`export --xla`, opt-in: a server needs --xla_cpu_compilation_enabled=true).
 SERVING_FORMS = ("saved_model-variables", "saved_model-xla")
 # Rows a CPU without bf16 units would only run emulated (not timed there).
 BF16_ROWS = ("keras-bf16", "keras-bf16-frozen", "saved_model-bf16")
@@ -78,21 +79,21 @@ def export_serving_form(model, base_dir, form):
     """Writes `model` as version 1 of a float32 SavedModel whose serving_default runs the forward pass as `form`.
 
     "saved_model-variables": Keras' own call of the model on its weights as variables (what float32
-    `export` wrote before it froze them and traced them in `optimizer_forms`);
-    "saved_model-xla": the model's call in a `tf.function(jit_compile=True)`, its weights variables.
-    Only the id signature, as `export_saved_model` builds it around that forward pass.
+    `export` wrote before it froze them and traced them in `optimizer_forms`), only the id signature, as
+    `export_saved_model` builds it around that forward pass; "saved_model-xla": what `export --xla` writes.
     """
     import tensorflow as tf
 
+    from albert_tf.export import export_saved_model
     from albert_tf.export import signatures as signatures_lib
 
+    if form == "saved_model-xla":
+        export_saved_model(model, base_dir, max_length=SEQ, version=1, xla=True)
+        return
     interface = signatures_lib.describe_model(model)
     module = tf.Module()
-    forward = None
-    if form == "saved_model-xla":
-        forward = tf.function(lambda batch: model(batch, training=False), jit_compile=True)
     module.model_variables = [v.value for v in model.variables]
-    signatures = signatures_lib.build_signatures(model, interface, None, SEQ, forward=forward)
+    signatures = signatures_lib.build_signatures(model, interface, None, SEQ)
     tf.saved_model.save(module, os.path.join(base_dir, "1"), signatures=signatures)
 
 
