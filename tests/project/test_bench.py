@@ -445,3 +445,38 @@ def test_serving_gaps_times_the_models_matmuls_as_constants_and_leaves_out_one_k
     with script["left_out"]("transpose"):
         assert tuple(attention.ops.transpose(np.zeros((2, 3, 4)), (1, 0, 2)).shape) == (3, 2, 4)
     assert (attention.ops, inference.layer_norm_as_fused_batch_norm) == saved
+
+
+ROWS_SCRIPT = '''
+import sys
+
+sys.path.insert(0, {bench!r})
+from benchlib.rows import row_parser, serve_row, time_rows
+
+
+def runner(key, workdir, threads, batch):
+    with open(f"{{workdir}}/{{key}}.started", "w") as f:
+        f.write(f"{{threads}} {{batch}}")
+    return lambda: None
+
+
+args = row_parser("rows", ["a", "b"], rounds=2, warmup=1, steps_help="calls").parse_args()
+if args.worker:
+    serve_row(runner, args)
+else:
+    print(time_rows(__file__, args.only or ["a", "b"], args, {workdir!r}))
+'''
+
+
+def test_a_rows_script_times_each_row_in_a_worker_of_its_own_with_the_flags_it_was_given(tmp_path):
+    # export_latency.py and serving_gaps.py: the parent's flags reach every worker, one process per row.
+    import subprocess
+
+    script = tmp_path / "rows.py"
+    script.write_text(ROWS_SCRIPT.format(bench=BENCH_DIR, workdir=str(tmp_path)))
+    done = subprocess.run([sys.executable, str(script), "--threads", "3", "--batch", "2", "--steps", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    results = eval(done.stdout.strip().splitlines()[-1])
+    assert sorted(results) == ["a", "b"] and all(len(rounds) == 2 for rounds in results.values())
+    assert {p.read_text() for p in tmp_path.glob("*.started")} == {"3 2"} and len(list(tmp_path.glob("*.started"))) == 2
