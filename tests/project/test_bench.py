@@ -480,3 +480,32 @@ def test_a_rows_script_times_each_row_in_a_worker_of_its_own_with_the_flags_it_w
     results = eval(done.stdout.strip().splitlines()[-1])
     assert sorted(results) == ["a", "b"] and all(len(rounds) == 2 for rounds in results.values())
     assert {p.read_text() for p in tmp_path.glob("*.started")} == {"3 2"} and len(list(tmp_path.glob("*.started"))) == 2
+
+
+def _cited_results():
+    """{page: results file names its links point to} for README.md and every page under docs/."""
+    repo = os.path.dirname(BENCH_DIR)
+    pages = [os.path.join(repo, "README.md"), *glob.glob(os.path.join(repo, "docs", "**", "*.md"), recursive=True)]
+    cited = {}
+    for page in pages:
+        with open(page) as f:
+            targets = re.findall(r"\]\(([^)#\s]*bench/results/[^)#\s]*)\)", f.read())
+        cited[os.path.relpath(page, repo)] = [os.path.normpath(os.path.join(os.path.dirname(page), t)) for t in targets]
+    return cited
+
+
+def test_every_link_from_the_readme_and_docs_to_results_resolves():
+    cited = _cited_results()
+    broken = [f"{page}: {path}" for page, paths in cited.items() for path in paths if not os.path.exists(path)]
+    assert sum(map(len, cited.values())) >= 10 and not broken, broken
+
+
+def test_the_results_index_holds_only_what_the_readme_and_docs_cite():
+    """A results file nothing links to any longer leaves the tree (git history keeps it)."""
+    cited = {path for paths in _cited_results().values() for path in paths}
+    repo = os.path.dirname(BENCH_DIR)
+    for page in [os.path.join(repo, "README.md"), *glob.glob(os.path.join(repo, "docs", "**", "*.md"), recursive=True)]:
+        with open(page) as f:  # a path in the text cites too
+            cited |= {os.path.join(repo, "bench", "results", n) for n in re.findall(r"bench/results/([\w.-]+\.md)", f.read())}
+    indexed = _index_links(os.path.join(BENCH_DIR, "results", "README.md"))
+    assert sorted(os.path.basename(p) for p in indexed - cited) == []
