@@ -78,30 +78,50 @@ def _compile_multipliers(multipliers):
     return [(re.compile(pattern), float(factor)) for pattern, factor in pairs]
 
 
-class _ScaledRates:
-    """Per-variable learning-rate factors: `learning_rate_multipliers={regex: factor}` over `variable.path`.
+class _PathRules:
+    """What Lamb and AdamW decide per variable from `variable.path`, fixed in `build()`.
 
-    A variable whose path matches a pattern takes the first match's factor
-    times the schedule's rate (LAMB: the whole step, its decay included;
-    AdamW: the Adam step, not the decoupled decay). The factors are fixed per
-    variable in `build()`, like the weight-decay exclusions.
+    `exclude_from_weight_decay` (regex strings: a matching variable is not
+    decayed) and `learning_rate_multipliers` ({regex: factor}: a matching
+    variable takes the first match's factor times the schedule's rate; LAMB:
+    the whole step, its decay included; AdamW: the Adam step, not the
+    decoupled decay). Both constructor arguments are kept as given for
+    `get_config()`, and the base class's `exclude_from_weight_decay()` call,
+    a second source of exclusions, is refused.
     """
 
-    def _init_multipliers(self, learning_rate_multipliers):
+    def _init_path_rules(self, exclude_from_weight_decay, learning_rate_multipliers):
+        self._weight_decay_patterns = _compile_patterns("exclude_from_weight_decay", exclude_from_weight_decay)
+        self._exclude_from_weight_decay_arg = list(exclude_from_weight_decay)
         self._multiplier_patterns = _compile_multipliers(learning_rate_multipliers)
         self._learning_rate_multipliers_arg = dict(learning_rate_multipliers or {})
 
-    def _build_multipliers(self, var_list):
+    def exclude_from_weight_decay(self, var_list=None, var_names=None):
+        raise ValueError(
+            f"{type(self).__name__} takes its exclusions from the constructor argument "
+            "`exclude_from_weight_decay`. Received a call with: "
+            f"var_list={var_list!r}, var_names={var_names!r}"
+        )
+
+    def _excluded_from_weight_decay(self, variable):
+        return _matches_any(self._weight_decay_patterns, variable)
+
+    def build(self, var_list):
+        if self.built:
+            return
         self._rate_factors = tuple(
             next((factor for pattern, factor in self._multiplier_patterns if pattern.search(v.path)), 1.0)
             for v in var_list
         )
+        super().build(var_list)
 
     def _scaled_rate(self, variable, learning_rate):
         factor = self._rate_factors[self._get_variable_index(variable)]
         return learning_rate if factor == 1.0 else learning_rate * factor
 
-    def _multipliers_config(self, config):
+    def get_config(self):
+        config = super().get_config()
+        config["exclude_from_weight_decay"] = self._exclude_from_weight_decay_arg
         config["learning_rate_multipliers"] = dict(self._learning_rate_multipliers_arg)
         return config
 
@@ -122,7 +142,7 @@ class _DenseGradients:
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class Lamb(_ScaledRates, _DenseGradients, keras.optimizers.Optimizer):
+class Lamb(_PathRules, _DenseGradients, keras.optimizers.Optimizer):
     """LAMB exactly as ALBERT's `lamb_optimizer.py` (google-research/albert).
 
     For each variable `w` with gradient `g`:
@@ -191,14 +211,11 @@ class Lamb(_ScaledRates, _DenseGradients, keras.optimizers.Optimizer):
             )
         kwargs.setdefault("name", "lamb")
         super().__init__(learning_rate=learning_rate, weight_decay=None, **kwargs)
-        self._init_multipliers(learning_rate_multipliers)
+        self._init_path_rules(exclude_from_weight_decay, learning_rate_multipliers)
         self.beta_1 = beta_1
         self.beta_2 = beta_2
         self.epsilon = epsilon
         self.weight_decay_rate = weight_decay_rate
-        self._weight_decay_patterns = _compile_patterns(
-            "exclude_from_weight_decay", exclude_from_weight_decay
-        )
         self._layer_adaptation_patterns = (
             self._weight_decay_patterns
             if exclude_from_layer_adaptation is None
@@ -206,17 +223,12 @@ class Lamb(_ScaledRates, _DenseGradients, keras.optimizers.Optimizer):
                 "exclude_from_layer_adaptation", exclude_from_layer_adaptation
             )
         )
-        # Kept as given so that `get_config()` returns the arguments verbatim.
-        self._exclude_from_weight_decay_arg = list(exclude_from_weight_decay)
+        # Kept as given so that `get_config()` returns the argument verbatim.
         self._exclude_from_layer_adaptation_arg = (
             None
             if exclude_from_layer_adaptation is None
             else list(exclude_from_layer_adaptation)
         )
-
-    def exclude_from_weight_decay(self, var_list=None, var_names=None):
-        # The base method configures the base `weight_decay`, unused here.
-        _refuse_exclusion_call(self, var_list, var_names)
 
     def build(self, var_list):
         """Creates the m and v slots and fixes each variable's exclusions.
@@ -240,14 +252,13 @@ class Lamb(_ScaledRates, _DenseGradients, keras.optimizers.Optimizer):
         # trace time instead of matching strings inside the graph.
         self._use_weight_decay_flags = tuple(
             self.weight_decay_rate > 0
-            and not _matches_any(self._weight_decay_patterns, variable)
+            and not self._excluded_from_weight_decay(variable)
             for variable in var_list
         )
         self._use_layer_adaptation_flags = tuple(
             not _matches_any(self._layer_adaptation_patterns, variable)
             for variable in var_list
         )
-        self._build_multipliers(var_list)
 
     def update_step(self, gradient, variable, learning_rate):
         """Applies one LAMB update to `variable`.
@@ -295,17 +306,16 @@ class Lamb(_ScaledRates, _DenseGradients, keras.optimizers.Optimizer):
                 "beta_2": self.beta_2,
                 "epsilon": self.epsilon,
                 "weight_decay_rate": self.weight_decay_rate,
-                "exclude_from_weight_decay": self._exclude_from_weight_decay_arg,
                 "exclude_from_layer_adaptation": (
                     self._exclude_from_layer_adaptation_arg
                 ),
             }
         )
-        return self._multipliers_config(config)
+        return config
 
 
 @keras.saving.register_keras_serializable(package="albert_tf")
-class AdamW(_ScaledRates, _DenseGradients, keras.optimizers.AdamW):
+class AdamW(_PathRules, _DenseGradients, keras.optimizers.AdamW):
     """Keras AdamW whose weight-decay exclusions match `variable.path`.
 
     Adam with bias correction and decoupled weight decay
@@ -353,15 +363,7 @@ class AdamW(_ScaledRates, _DenseGradients, keras.optimizers.AdamW):
             epsilon=epsilon,
             **kwargs,
         )
-        self._weight_decay_patterns = _compile_patterns(
-            "exclude_from_weight_decay", exclude_from_weight_decay
-        )
-        self._exclude_from_weight_decay_arg = list(exclude_from_weight_decay)
-        self._init_multipliers(learning_rate_multipliers)
-
-    def exclude_from_weight_decay(self, var_list=None, var_names=None):
-        # `build()` owns the exclusion set; a second source would overwrite it.
-        _refuse_exclusion_call(self, var_list, var_names)
+        self._init_path_rules(exclude_from_weight_decay, learning_rate_multipliers)
 
     def build(self, var_list):
         """Fixes the excluded variables, then creates the Adam slots.
@@ -371,32 +373,15 @@ class AdamW(_ScaledRates, _DenseGradients, keras.optimizers.AdamW):
         """
         if self.built:
             return
-        excluded = [
-            variable
-            for variable in var_list
-            if _matches_any(self._weight_decay_patterns, variable)
-        ]
+        excluded = [variable for variable in var_list if self._excluded_from_weight_decay(variable)]
         # The base class keys exclusions by variable identity, which survives
         # the TF backend handing it replica-local copies under a strategy.
-        super().exclude_from_weight_decay(var_list=excluded)
+        # (Called on the base: `_PathRules` refuses the call from anyone else.)
+        keras.optimizers.Optimizer.exclude_from_weight_decay(self, var_list=excluded)
         super().build(var_list)
-        self._build_multipliers(var_list)
 
     def update_step(self, gradient, variable, learning_rate):
         super().update_step(gradient, variable, self._scaled_rate(variable, learning_rate))
-
-    def get_config(self):
-        config = super().get_config()
-        config["exclude_from_weight_decay"] = self._exclude_from_weight_decay_arg
-        return self._multipliers_config(config)
-
-
-def _refuse_exclusion_call(optimizer, var_list, var_names):
-    raise ValueError(
-        f"{type(optimizer).__name__} takes its exclusions from the constructor argument "
-        "`exclude_from_weight_decay`. Received a call with: "
-        f"var_list={var_list!r}, var_names={var_names!r}"
-    )
 
 
 def build_optimizer(name, *, learning_rate, warmup_steps, total_steps, weight_decay, clip_norm=0.0,

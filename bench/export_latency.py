@@ -26,7 +26,6 @@ dynamic-range int8 TFLite against float32 TFLite and the fastest float peer.
     python bench/export_latency.py [--steps 30] [--rounds 3] [--batch 1] [--threads N] [--tokenizer DIR]
 """
 
-import argparse
 import os
 import statistics
 import sys
@@ -38,7 +37,8 @@ from albert_tf.precision import bf16_units
 from benchlib.flops import albert_flops
 from benchlib.machine import ceiling_share, cpu_flags, machine_line, measure_ceilings
 from benchlib.synthetic import backbone_arrays, move_off_initial_values
-from benchlib.timing import alternate, ratio_stats, serve_calls
+from benchlib.rows import row_parser, serve_row, tensorflow_threads, tflite_signature, time_rows
+from benchlib.timing import ratio_stats
 
 SEQ = 128
 ROWS = {
@@ -131,13 +131,7 @@ def prepare(workdir, tokenizer_dir, bf16=False, forms=(), batch=1):
 
 def runner(key, workdir, threads, batch=1):
     """A zero-argument function that runs row `key` once on `batch` rows."""
-    import tensorflow as tf
-
-    # TensorFlow's rows: `threads` per op, and its own default pool for running
-    # ops side by side (one thread per core), as TF-Serving's default flags and
-    # `predict` leave it. One thread there ran the SavedModel about 15% slower in
-    # most processes on a 2-core machine.
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf = tensorflow_threads(threads)
     x = backbone_arrays(batch, SEQ)
     if key in ("keras", "keras-xla", "keras-bf16", "keras-bf16-frozen"):
         from albert_tf.models.pretrained import with_dtype_policy
@@ -165,11 +159,8 @@ def runner(key, workdir, threads, batch=1):
         batch = {k: tf.constant(v) for k, v in x.items()}
         return lambda: signature(**batch)["pooled_output"].numpy()
     if key.startswith("tflite-"):
-        from ai_edge_litert.interpreter import Interpreter
-
-        interpreter = Interpreter(model_path=os.path.join(workdir, key, "model.tflite"), num_threads=threads)
-        runner = interpreter.get_signature_runner("serving_default")
-        return lambda: runner(**x)
+        signature = tflite_signature(os.path.join(workdir, key, "model.tflite"), threads)
+        return lambda: signature(**x)
     if key == "hf":
         import torch
         from transformers import AlbertConfig, AlbertModel
@@ -205,21 +196,12 @@ def runner(key, workdir, threads, batch=1):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--steps", type=int, default=30, help="timed runs per round")
-    parser.add_argument("--rounds", type=int, default=3, help="turns of timing every row")
-    parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--batch", type=int, default=1, help="rows per call (seq 128)")
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
+    parser = row_parser(__doc__, ROWS, rounds=3, warmup=5, steps_help="timed runs per round")
     parser.add_argument("--tokenizer", help="A 30000-piece tokenizer dir: adds the calibrated rows "
                         "(int8, int8-mixed, 16x8; calibrated on IMDB text).")
-    parser.add_argument("--only", nargs="+", choices=sorted(ROWS), help="rows to time")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--workdir", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        serve_calls(runner(args.worker, args.workdir, args.threads, args.batch), args.warmup, args.steps)
-        return
+        return serve_row(runner, args)
 
     ceilings = measure_ceilings()
     with tempfile.TemporaryDirectory() as workdir:
@@ -230,10 +212,7 @@ def main():
         print(f"Exported ALBERT-base in {time.time() - start:.0f}s", file=sys.stderr)
         keys = [k for k in (args.only or ROWS)
                 if (k not in CALIBRATED or args.tokenizer) and (k not in BF16_ROWS or has_bf16)]
-        results = alternate(__file__, keys, args.rounds, [
-            "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
-            "--steps", str(args.steps), "--batch", str(args.batch),
-        ])
+        results = time_rows(__file__, keys, args, workdir)
 
     peers = [k for k in keys if k in FLOAT_PEERS]
     flops = albert_flops(768, 12, 3072, 128, 30000, args.batch, SEQ)

@@ -21,7 +21,6 @@ its own cost to every op, which this bench avoids.
     python bench/serving_gaps.py [--batch 1] [--steps 30] [--rounds 5] [--warmup 3]
 """
 
-import argparse
 import contextlib
 import os
 import statistics
@@ -29,7 +28,8 @@ import tempfile
 
 from benchlib.machine import machine_line, measure_ceilings
 from benchlib.synthetic import backbone_arrays, move_off_initial_values
-from benchlib.timing import alternate, ratio_stats, serve_calls
+from benchlib.rows import row_parser, serve_row, tensorflow_threads, tflite_signature, time_rows
+from benchlib.timing import ratio_stats
 
 SEQ = 128
 HIDDEN, INTERMEDIATE, EMBEDDING, LAYERS = 768, 3072, 128, 12
@@ -131,9 +131,8 @@ def tflite_runner(model_content, array, threads):
 def runner(key, workdir, threads, batch):
     """A zero-argument function that runs row `key` once."""
     import numpy as np
-    import tensorflow as tf
 
-    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf = tensorflow_threads(threads)
     if key.startswith("matmuls-"):
         chain = matmul_chain(batch)
         rows = np.random.default_rng(1).normal(0, 1, (batch * SEQ, EMBEDDING)).astype("float32")
@@ -143,11 +142,8 @@ def runner(key, workdir, threads, batch):
         return tflite_runner(converter.convert(), rows, threads)
     x = backbone_arrays(batch, SEQ)
     if key == "tflite":
-        from ai_edge_litert.interpreter import Interpreter
-
-        interpreter = Interpreter(model_path=os.path.join(workdir, "tflite", "model.tflite"), num_threads=threads)
-        run = interpreter.get_signature_runner("serving_default")
-        return lambda: run(**x)
+        signature = tflite_signature(os.path.join(workdir, "tflite", "model.tflite"), threads)
+        return lambda: signature(**x)
     from albert_tf import FrozenForward
     from albert_tf.loading import load_pretrained
 
@@ -169,28 +165,15 @@ def prepare(workdir, batch):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch", type=int, default=1, help="rows per call (seq 128)")
-    parser.add_argument("--steps", type=int, default=30, help="timed calls per round")
-    parser.add_argument("--rounds", type=int, default=5, help="turns of timing every row")
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=os.cpu_count())
-    parser.add_argument("--only", nargs="+", choices=sorted(ROWS), help="rows to time (default: all)")
-    parser.add_argument("--worker", help=argparse.SUPPRESS)
-    parser.add_argument("--workdir", help=argparse.SUPPRESS)
-    args = parser.parse_args()
+    args = row_parser(__doc__, ROWS, rounds=5, warmup=3, steps_help="timed calls per round").parse_args()
     if args.worker:
-        serve_calls(runner(args.worker, args.workdir, args.threads, args.batch), args.warmup, args.steps)
-        return
+        return serve_row(runner, args)
 
     ceilings = measure_ceilings()
     keys = args.only or list(ROWS)
     with tempfile.TemporaryDirectory() as workdir:
         prepare(workdir, args.batch)
-        results = alternate(__file__, keys, args.rounds, [
-            "--workdir", workdir, "--threads", str(args.threads), "--warmup", str(args.warmup),
-            "--steps", str(args.steps), "--batch", str(args.batch),
-        ])
+        results = time_rows(__file__, keys, args, workdir)
     median = {key: statistics.median(r["ms"] for r in results[key]) for key in keys}
     print(f"\nALBERT-base float32, batch {args.batch}, seq {SEQ}, {args.threads} threads, median of {args.steps} calls "
           f"per round, {args.rounds} rounds in turns. {machine_line(ceilings)}\n")

@@ -23,7 +23,7 @@ preset is read wherever a model directory is, with no keras-hub.
 """
 
 from albert_tf.commands.flags import add_command
-from albert_tf.commands.outputs import add_overwrite_flag
+from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.utils import files
@@ -63,31 +63,31 @@ def run(args):
         raise UserError("--config is only used with --from tf1.")
     if args.tokenizer is not None and args.to_format is None:
         raise UserError("--tokenizer is only used with --to hf or --to keras-hub.")
-    files.check_new_output(args.out, args.overwrite)
-    # A hub handle downloads (once) after the cheap checks above.
-    source = resolve(src)
-    src = source.path
-    # Deferred for start-up: the converters import TensorFlow, and the flags are read (their errors reported) before.
-    from albert_tf import convert
+    if args.from_format == "tf1" and args.config is None:
+        raise UserError("--from tf1 needs --config (the checkpoint's albert_config.json).")
+    # Checked here, before a hub handle downloads and TensorFlow loads, and
+    # published once: the converters write plainly into the staging directory.
+    with files.publish_output(args.out, args.overwrite, ENTRY_FILES) as staging:
+        source = resolve(src)
+        src = source.path
+        # Deferred for start-up: the converters import TensorFlow, after the flags are read (their errors reported).
+        from albert_tf import convert
 
-    # The converters publish args.out whole themselves (`files.publish`).
-    if args.to_format is not None:
-        model_dir = resolve_model_dir(src)
-        tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
+        if args.to_format is not None:
+            model_dir = resolve_model_dir(src)
+            tokenizer = find_tokenizer(model_dir, args.tokenizer, required=False)
+        if args.to_format == "keras-hub":
+            convert.convert_to_keras_hub(model_dir, staging, tokenizer=tokenizer)
+        elif args.to_format == "hf":
+            model = convert.convert_to_hf(model_dir, staging, tokenizer=tokenizer, source=source)
+        elif args.from_format == "hf":
+            report = convert.convert_from_hf(src, staging, source=source)
+        else:
+            report = convert.convert_from_tf1(src, args.config, staging)
     if args.to_format == "keras-hub":
-        convert.convert_to_keras_hub(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite)
         note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"
         print(f"Wrote keras-hub AlbertBackbone preset to {args.out}{note}")
         return 0
-    if args.to_format == "hf":
-        model = convert.convert_to_hf(model_dir, args.out, tokenizer=tokenizer, overwrite=args.overwrite,
-                                      source=source)
-    elif args.from_format == "hf":
-        report = convert.convert_from_hf(src, args.out, overwrite=args.overwrite, source=source)
-    else:
-        if args.config is None:
-            raise UserError("--from tf1 needs --config (the checkpoint's albert_config.json).")
-        report = convert.convert_from_tf1(src, args.config, args.out, overwrite=args.overwrite)
     if args.to_format == "hf":
         kind = "AlbertForPreTraining" if hasattr(model, "mlm_head") else "AlbertModel"
         note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"

@@ -63,11 +63,9 @@ def convert_from_hf(src_dir, out_dir, overwrite=False, source=None):
     Returns:
         A `checkpoint_weights.ConversionReport`.
     """
-    files.check_new_output(out_dir, overwrite, "out_dir")
-    report = load_hf(src_dir)
-    tokenizer = hf_tokenizer(src_dir)
-
     with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        report = load_hf(src_dir)
+        tokenizer = hf_tokenizer(src_dir)
         save_pretrained(report.model, staging)
         if tokenizer is not None:
             tokenizer.save(os.path.join(staging, TOKENIZER_DIR))
@@ -160,12 +158,10 @@ def to_hf(model, out_dir, tokenizer=None, overwrite=False, source=None):
             type, or a non-empty `out_dir` without `overwrite`; nothing is
             written then.
     """
-    files.check_new_output(out_dir, overwrite, "out_dir")
-    tensors = hf_tensors(model)
-    config = hf_config(model)
-    tokenizer_files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
-
     with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        tensors = hf_tensors(model)
+        config = hf_config(model)
+        tokenizer_files = {} if tokenizer is None else hf_tokenizer_files(tokenizer, config["max_position_embeddings"])
         files.write_text(os.path.join(staging, CONFIG_FILE), json.dumps(config, indent=2, sort_keys=True) + "\n")
         # transformers refuses safetensors files without a known "format".
         files.write_bytes(os.path.join(staging, SAFETENSORS_FILE), save(tensors, metadata={"format": "pt"}))
@@ -180,7 +176,8 @@ def convert_to_hf(src_dir, out_dir, tokenizer=None, overwrite=False, source=None
 
     `tokenizer` (an `AlbertTokenizer`) is written along when given; `source` as in `to_hf`.
     """
-    files.check_new_output(out_dir, overwrite, "out_dir")
-    model = load_pretrained(src_dir)
-    to_hf(model, out_dir, tokenizer, overwrite, source)
+    with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        model = load_pretrained(src_dir)
+        # Written plainly into the staging directory.
+        to_hf(model, staging, tokenizer, source=source)
     return model

@@ -55,21 +55,20 @@ def save_keras_hub_preset(model, tokenizer, directory, overwrite=False, print_fn
             the tokenizer's preprocessing), or keras-hub not installed;
             nothing is written then.
     """
-    files.check_new_output(directory, overwrite, "directory")
-    backbone = _backbone_to_write(model, print_fn)
-    kwargs = keras_hub_config(backbone.config)
-    if backbone.config.sharing == "none":
-        backbone = _groups_of_one(backbone)
-    proto = None if tokenizer is None else _vocabulary(tokenizer, backbone.config.vocab_size)
-    keras_hub = _import_keras_hub()
-    theirs = keras_hub.models.AlbertBackbone(**kwargs)
-    _copy_weights(backbone, theirs)
-    with tempfile.TemporaryDirectory() as local:
-        # keras-hub writes local files; the preset is then published whole (and to a URL) from there.
-        theirs.save_to_preset(local)
-        if proto is not None:
-            keras_hub.models.AlbertTokenizer(proto=proto).save_to_preset(local)
-        with files.publish_output(directory, overwrite, ENTRY_FILES, "directory") as staging:
+    with files.publish_output(directory, overwrite, ENTRY_FILES, "directory") as staging:
+        backbone = _backbone_to_write(model, print_fn)
+        kwargs = keras_hub_config(backbone.config)
+        if backbone.config.sharing == "none":
+            backbone = _groups_of_one(backbone)
+        proto = None if tokenizer is None else _vocabulary(tokenizer, backbone.config.vocab_size)
+        keras_hub = _import_keras_hub()
+        theirs = keras_hub.models.AlbertBackbone(**kwargs)
+        _copy_weights(backbone, theirs)
+        with tempfile.TemporaryDirectory() as local:
+            # keras-hub writes local files; they are copied into the staging directory (local or a URL).
+            theirs.save_to_preset(local)
+            if proto is not None:
+                keras_hub.models.AlbertTokenizer(proto=proto).save_to_preset(local)
             _copy_tree(local, staging)
 
 
@@ -78,9 +77,10 @@ def convert_to_keras_hub(src_dir, out_dir, tokenizer=None, overwrite=False, prin
 
     See `save_keras_hub_preset`; `tokenizer` (an `AlbertTokenizer`) is written along when given.
     """
-    files.check_new_output(out_dir, overwrite, "out_dir")
-    model = load_pretrained(src_dir)
-    save_keras_hub_preset(model, tokenizer, out_dir, overwrite, print_fn)
+    with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        model = load_pretrained(src_dir)
+        # Written plainly into the staging directory.
+        save_keras_hub_preset(model, tokenizer, staging, print_fn=print_fn)
     return model
 
 

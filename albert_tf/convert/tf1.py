@@ -97,9 +97,8 @@ def convert_from_tf1(ckpt_prefix, config, out_dir, print_fn=print, overwrite=Fal
     Returns:
         A `checkpoint_weights.ConversionReport`.
     """
-    files.check_new_output(out_dir, overwrite, "out_dir")
-    report = load_tf1(ckpt_prefix, config, print_fn)
     with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
+        report = load_tf1(ckpt_prefix, config, print_fn)
         save_pretrained(report.model, staging)
     return report
 

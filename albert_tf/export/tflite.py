@@ -221,7 +221,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         "byte_fallback, as the sentencepiece library does), pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
         "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
-    with files.publish_output(out_dir, overwrite, (MODEL_FILE,), "out_dir") as staging:
+    # Checked at the start (before the conversion): published, not checked again.
+    with files.publish(out_dir, (MODEL_FILE,), name="out_dir") as staging:
         if tokenizer is not None:
             tokenizer.write(staging)
         files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))

@@ -46,7 +46,6 @@ def export_web(model, out_dir, *, tokenizer, mediapipe_dir=None, overwrite=False
     if tokenizer is None:
         raise UserError("--format web needs the model's tokenizer (MediaPipe tokenizes the typed text with it): "
                         "pass --tokenizer DIR.")
-    files.check_new_output(out_dir, overwrite, "out_dir")
     with files.publish_output(out_dir, overwrite, (PAGE_FILE,), "out_dir") as staging:
         export_tflite(model, os.path.join(staging, MODEL_DIR), tokenizer=tokenizer, metadata=True, **tflite_options)
         write_page(staging, mediapipe_dir)

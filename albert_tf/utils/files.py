@@ -17,6 +17,10 @@ every other file beside them, and a directory without them is incomplete.
 
 `publish` is how every output is written whole, at a path or a URL, and
 `publish_output` how a command writes one that must be new (or --overwrite).
+Inside a staging path the enclosing `publish` will put in place whole, they
+write plainly: a library function given a staging path (a converter called by
+a command, `write_text` of a file in a model directory being published)
+neither checks nor publishes a second time.
 """
 
 import builtins
@@ -25,6 +29,7 @@ import errno
 import os
 import shutil
 import tempfile
+import threading
 import uuid
 
 from albert_tf.utils.errors import UserError
@@ -96,7 +101,10 @@ def _as_os_errors(path):
 
 
 def write_bytes(path, data):
-    """Writes file `path` whole (`publish`): a reader sees the old file or the new one, never half of it."""
+    """Writes file `path` whole (`publish`): a reader sees the old file or the new one, never half of it.
+
+    Inside a staging path (`in_staging`) it writes plainly: the enclosing `publish` makes it whole.
+    """
     with publish(path, directory=False) as staging, open_file(staging, "wb") as f:
         f.write(data)
 
@@ -226,6 +234,26 @@ def move(source, target, entry_files=()):
 STAGING_PREFIX = ".staging-"
 PREVIOUS_PREFIX = ".previous-"
 
+# The staging paths of the `publish` blocks running in this process (any thread).
+_staging = set()
+_staging_lock = threading.Lock()
+
+
+def _place(path):
+    """`path` as `_staging` holds it: absolute for a local path, as written for a URL."""
+    return normpath(path) if is_url(path) else os.path.abspath(path)
+
+
+def in_staging(path):
+    """Whether `path` is, or is under, the staging path of a `publish` block running in this process.
+
+    Such a path is new and this process's own, and the enclosing block puts
+    it in place whole: it needs no check and no publishing of its own.
+    """
+    place = _place(path)
+    with _staging_lock:
+        return any(place == s or place.startswith(s + "/") for s in _staging)
+
 
 @contextlib.contextmanager
 def publish(target, entry_files=(), directory=True, name=None):
@@ -259,6 +287,11 @@ def publish(target, entry_files=(), directory=True, name=None):
             written: a read-only or unwritable directory, a file where a
             directory is needed.
     """
+    if in_staging(target):  # The enclosing block publishes it whole.
+        if directory:
+            makedirs(target)
+        yield target
+        return
     target = normpath(target)
     parent, base = os.path.split(target)
     suffix = f"{base}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -269,11 +302,16 @@ def publish(target, entry_files=(), directory=True, name=None):
             makedirs(staging)
         else:  # created here, so that an unwritable place fails before the block's work
             open_file(staging, "wb").close()
+    with _staging_lock:
+        _staging.add(_place(staging))
     try:
         yield staging
     except BaseException:
         _delete(staging)
         raise
+    finally:
+        with _staging_lock:
+            _staging.discard(_place(staging))
     _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
 
 
@@ -299,9 +337,14 @@ def check_new_output(path, overwrite, name="--out", directory=True):
         name: the flag (`--out`) or argument (`out_dir`) that named it, for the messages.
         directory: whether the output is a directory (else a file).
 
+    A path inside a running `publish` block's staging path is new by
+    construction (`in_staging`): nothing to check.
+
     Raises:
         UserError: one line naming `name` and `path`.
     """
+    if in_staging(path):
+        return
     how = "pass --overwrite" if name.startswith("-") else "pass overwrite=True"
     if directory and isfile(path):
         raise UserError(f"{name} {path} is a file, expected a directory.")

@@ -231,20 +231,50 @@ def test_output_dir_must_be_new_or_empty(tmp_path):
     assert os.listdir(tmp_path / "out") == ["keep.txt"]
 
 
-def test_convert_stages_once_and_overwrite_replaces_the_old_directory(tmp_path, monkeypatch):
+def count_checks_and_publishes(monkeypatch):
+    """{"checks": n, "publishes": n}, counted from now on: the outputs' checks (`check_writable`) and the
+    renames that put outputs in place (`move` of a directory, `replace` of a file)."""
     from albert_tf.utils import files
 
-    model = random_pretrainer()
-    model.save_pretrained(tmp_path / "ours")
+    counts = {"checks": 0, "publishes": 0}
+
+    def counted(key, function):
+        def wrapper(*args, **kwargs):
+            counts[key] += 1
+            return function(*args, **kwargs)
+        return wrapper
+
+    monkeypatch.setattr(files, "check_writable", counted("checks", files.check_writable))
+    monkeypatch.setattr(files, "move", counted("publishes", files.move))
+    monkeypatch.setattr(files, "replace", counted("publishes", files.replace))
+    return counts
+
+
+def test_convert_checks_and_publishes_its_output_once(tmp_path, monkeypatch):
+    from albert_tf.convert import convert_to_hf
+
+    random_pretrainer().save_pretrained(tmp_path / "ours")
+    counts = count_checks_and_publishes(monkeypatch)
+    argv = ["convert", "--to", "hf", "--model", str(tmp_path / "ours"), "--out", str(tmp_path / "hf")]
+    assert main(argv) == 0
+    # The command checks --out before the converter runs, and the converter writes into its staging directory.
+    assert counts == {"checks": 1, "publishes": 1}
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
+    assert sorted(os.listdir(tmp_path)) == ["hf", "ours"]
+
+    counts.update(checks=0, publishes=0)
+    convert_to_hf(str(tmp_path / "ours"), str(tmp_path / "hf2"))
+    assert counts == {"checks": 1, "publishes": 1}
+    assert sorted(os.listdir(tmp_path / "hf2")) == ["config.json", "model.safetensors"]
+
+
+def test_convert_refuses_a_non_empty_out_and_overwrite_replaces_it(tmp_path):
+    random_pretrainer().save_pretrained(tmp_path / "ours")
     (tmp_path / "hf").mkdir()
     (tmp_path / "hf" / "old.txt").write_text("old")
     argv = ["convert", "--to", "hf", "--model", str(tmp_path / "ours"), "--out", str(tmp_path / "hf")]
-    assert main(argv) == 2 and (tmp_path / "hf" / "old.txt").is_file()  # not empty: refused
-    published, publish = [], files.publish
-    monkeypatch.setattr(files, "publish", lambda target, *a, **k: (published.append(target), publish(target, *a, **k))[1])
+    assert main(argv) == 2 and (tmp_path / "hf" / "old.txt").is_file()
     assert main([*argv, "--overwrite"]) == 0
-    # One staging directory, renamed into place (its files are each written whole inside it).
-    assert [target for target in published if ".staging-" not in target] == [str(tmp_path / "hf")]
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "model.safetensors"]
     assert sorted(os.listdir(tmp_path)) == ["hf", "ours"]
 

@@ -445,3 +445,67 @@ def test_serving_gaps_times_the_models_matmuls_as_constants_and_leaves_out_one_k
     with script["left_out"]("transpose"):
         assert tuple(attention.ops.transpose(np.zeros((2, 3, 4)), (1, 0, 2)).shape) == (3, 2, 4)
     assert (attention.ops, inference.layer_norm_as_fused_batch_norm) == saved
+
+
+ROWS_SCRIPT = '''
+import sys
+
+sys.path.insert(0, {bench!r})
+from benchlib.rows import row_parser, serve_row, time_rows
+
+
+def runner(key, workdir, threads, batch):
+    with open(f"{{workdir}}/{{key}}.started", "w") as f:
+        f.write(f"{{threads}} {{batch}}")
+    return lambda: None
+
+
+args = row_parser("rows", ["a", "b"], rounds=2, warmup=1, steps_help="calls").parse_args()
+if args.worker:
+    serve_row(runner, args)
+else:
+    print(time_rows(__file__, args.only or ["a", "b"], args, {workdir!r}))
+'''
+
+
+def test_a_rows_script_times_each_row_in_a_worker_of_its_own_with_the_flags_it_was_given(tmp_path):
+    # export_latency.py and serving_gaps.py: the parent's flags reach every worker, one process per row.
+    import subprocess
+
+    script = tmp_path / "rows.py"
+    script.write_text(ROWS_SCRIPT.format(bench=BENCH_DIR, workdir=str(tmp_path)))
+    done = subprocess.run([sys.executable, str(script), "--threads", "3", "--batch", "2", "--steps", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    results = eval(done.stdout.strip().splitlines()[-1])
+    assert sorted(results) == ["a", "b"] and all(len(rounds) == 2 for rounds in results.values())
+    assert {p.read_text() for p in tmp_path.glob("*.started")} == {"3 2"} and len(list(tmp_path.glob("*.started"))) == 2
+
+
+def _cited_results():
+    """{page: results file names its links point to} for README.md and every page under docs/."""
+    repo = os.path.dirname(BENCH_DIR)
+    pages = [os.path.join(repo, "README.md"), *glob.glob(os.path.join(repo, "docs", "**", "*.md"), recursive=True)]
+    cited = {}
+    for page in pages:
+        with open(page) as f:
+            targets = re.findall(r"\]\(([^)#\s]*bench/results/[^)#\s]*)\)", f.read())
+        cited[os.path.relpath(page, repo)] = [os.path.normpath(os.path.join(os.path.dirname(page), t)) for t in targets]
+    return cited
+
+
+def test_every_link_from_the_readme_and_docs_to_results_resolves():
+    cited = _cited_results()
+    broken = [f"{page}: {path}" for page, paths in cited.items() for path in paths if not os.path.exists(path)]
+    assert sum(map(len, cited.values())) >= 10 and not broken, broken
+
+
+def test_the_results_index_holds_only_what_the_readme_and_docs_cite():
+    """A results file nothing links to any longer leaves the tree (git history keeps it)."""
+    cited = {path for paths in _cited_results().values() for path in paths}
+    repo = os.path.dirname(BENCH_DIR)
+    for page in [os.path.join(repo, "README.md"), *glob.glob(os.path.join(repo, "docs", "**", "*.md"), recursive=True)]:
+        with open(page) as f:  # a path in the text cites too
+            cited |= {os.path.join(repo, "bench", "results", n) for n in re.findall(r"bench/results/([\w.-]+\.md)", f.read())}
+    indexed = _index_links(os.path.join(BENCH_DIR, "results", "README.md"))
+    assert sorted(os.path.basename(p) for p in indexed - cited) == []
