@@ -41,6 +41,9 @@ setup(
         # transformers, which many users have anyway. >=2.4: the version the tests run (its errors and
         # cache layout are what hub.py reads).
         "huggingface_hub>=2.4,<3",
+        # huggingface_hub 2's HTTP client: its ConnectError and TimeoutException are how an unreachable Hub shows,
+        # told apart from the Hub's own answers before any download (albert_tf/hub.py).
+        "httpx2>=2.16",
     ],
     extras_require={
         # A Cloud TPU VM: TensorFlow's TPU build and a libtpu it loads, at the

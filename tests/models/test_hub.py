@@ -57,7 +57,7 @@ def test_a_shard_index_naming_a_path_outside_the_repository_is_refused(hub_env, 
     index["weight_map"] = {name: "../../model-00001-of-00003.safetensors" for name in index["weight_map"]}
     monkeypatch.setitem(commit, "model.safetensors.index.json", json.dumps(index).encode())
 
-    with pytest.raises(UserError, match=r"model.safetensors.index.json names the shard '../../model-00001"):
+    with pytest.raises(UserError, match=r"model.safetensors.index.json: its weight_map names the shard '../../model-00001"):
         resolve(f"hf://{SHARDED}")
 
 
