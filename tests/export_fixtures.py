@@ -131,19 +131,7 @@ TASK_LIBRARY_REQUIREMENTS = ["tflite-support==0.4.4", "numpy<2", "libusb-package
 
 def task_library_python():
     """(python, env) of a venv beside the repository's holding the TFLite Task Library."""
-    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    venv = os.path.join(repo, ".venv-task-library")
-    python = os.path.join(venv, "bin", "python")
-    marker = os.path.join(venv, "requirements.txt")
-    wanted = "\n".join(TASK_LIBRARY_REQUIREMENTS)
-    if not (os.path.exists(marker) and open(marker).read() == wanted):
-        subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True, timeout=300)
-        done = subprocess.run([python, "-m", "pip", "install", "-q", *TASK_LIBRARY_REQUIREMENTS],
-                              capture_output=True, text=True, timeout=600)
-        if done.returncode != 0:
-            raise AssertionError(f"could not install the TFLite Task Library:\n{done.stderr[-4000:]}")
-        with open(marker, "w") as f:
-            f.write(wanted)
+    python = venv_python(".venv-task-library", TASK_LIBRARY_REQUIREMENTS, timeout=600)
     libusb = subprocess.run([python, "-c", "import libusb_package, os; print(os.path.dirname(libusb_package.__file__))"],
                             capture_output=True, text=True, check=True).stdout.strip()
     if not os.path.exists(os.path.join(libusb, "libusb-1.0.so.0")):  # the soname the Task Library asks for
@@ -168,21 +156,27 @@ TF_SERVING_REQUIREMENTS = ["tensorflow==2.20.*", "tensorflow-text==2.20.*"]
 
 @functools.lru_cache(maxsize=None)
 def tf_serving_python():
-    """The python of a venv beside the repository's holding exactly TF_SERVING_REQUIREMENTS, no albert-tf.
+    """The python of a venv beside the repository's holding exactly TF_SERVING_REQUIREMENTS, no albert-tf."""
+    return venv_python(".venv-tf-serving", TF_SERVING_REQUIREMENTS, timeout=1800)
 
-    Made once per checkout (pip's cache keeps the wheels); kept while its requirements stand.
+
+def venv_python(name, requirements, timeout):
+    """The python of the venv `name` beside the repository's, holding `requirements` (and no albert-tf).
+
+    Made once per checkout (pip's cache keeps the wheels) and kept while its requirements stand; a failed
+    install fails the test.
     """
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    venv = os.path.join(repo, ".venv-tf-serving")
+    venv = os.path.join(repo, name)
     python = os.path.join(venv, "bin", "python")
     marker = os.path.join(venv, "requirements.txt")
-    wanted = "\n".join(TF_SERVING_REQUIREMENTS)
+    wanted = "\n".join(requirements)
     if not (os.path.exists(marker) and open(marker).read() == wanted):
         subprocess.run([sys.executable, "-m", "venv", "--clear", venv], check=True, timeout=300)
-        done = subprocess.run([python, "-m", "pip", "install", "-q", *TF_SERVING_REQUIREMENTS],
-                              capture_output=True, text=True, timeout=1800)
+        done = subprocess.run([python, "-m", "pip", "install", "-q", *requirements],
+                              capture_output=True, text=True, timeout=timeout)
         if done.returncode != 0:
-            raise AssertionError(f"could not install {TF_SERVING_REQUIREMENTS}:\n{done.stderr[-4000:]}")
+            raise AssertionError(f"could not install {requirements}:\n{done.stderr[-4000:]}")
         with open(marker, "w") as f:
             f.write(wanted)
     return python
