@@ -178,7 +178,7 @@ def choose_precision(job, precision, hidden_size, *, compile_step="auto", strate
         weights led there; "forward" (XLA, on shape buckets: see
         `albert_tf.inference.CompiledPredictions`) in float32 on CPUs where it
         runs Eigen (AVX2 alone), where XLA's forward pass measured 1.44x
-        faster than the frozen graph (bench/results/model_speed_avx2.md).
+        faster than the frozen graph (bench/results/serving_forms_avx2.md).
       - "export": the serving graph, without XLA, for this machine's CPU,
         which stands for the serving machine's.
 
