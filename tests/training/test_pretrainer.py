@@ -100,5 +100,5 @@ def test_load_pretrained_rejects_mismatched_weights(tmp_path):
     (tmp_path / "a" / "model.weights.h5").write_bytes((tmp_path / "b" / "model.weights.h5").read_bytes())
     with pytest.raises(ValueError, match="do not match"):
         load_pretrained(str(tmp_path / "a"))
-    with pytest.raises(ValueError, match="missing"):
+    with pytest.raises(ValueError, match="nothing: no such directory"):
         load_pretrained(str(tmp_path / "nothing"))
