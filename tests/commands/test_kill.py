@@ -1,37 +1,41 @@
 """Every long command, killed at moments spread over its run, in a fresh process: SIGTERM and SIGKILL.
 
-A killed process is the subject here, so each run is a fresh `python -m
-albert_tf.cli` (plain `subprocess.Popen`). For each command an uninterrupted
-run is recorded first (its output lines and their times); the moments are
-taken from it: after its first, middle and next-to-last output line, or, for
-a command that prints one line at its end, at 40%, 70% and 90% of its time.
-After each kill:
+A killed process is the subject here, so each kill is a fresh `python -m
+albert_tf.cli` (plain `subprocess.Popen`). A kill lands in a phase of the
+run: the test waits for a line the command prints once that phase has begun,
+with work (and, for SIGTERM, safe points) still ahead of it, then signals;
+for a command that prints only at its end, at 40%, 70% or 90% of the time of
+its uninterrupted run (one fresh run, timed). After each kill:
 
 - nothing half-written is readable as valid: the command's own loader reads
   --out whole, or --out is absent;
-- SIGTERM ends a command that stops on it (`STOPS_ON_SIGTERM`) with one line and
-  exit 143, or the command had already finished (exit 0);
-- the same command run again ends the run, saying "Resum..." where it resumed and
-  "Starting a new run" where nothing was checkpointed;
+- SIGTERM in pretraining (pretrain, the demo) or in a fine-tuning epoch ends
+  the command with exit 143 and one line naming the step it stopped at, and
+  that step's checkpoint is on disk; in the demo's tokenizer, one line naming
+  what it kept; where the moment is a time, the command stops on it (exit 143,
+  one line), or had not yet started or had already ended;
+- the same command run again ends the run, saying "Resum..." where it resumed
+  (from the step the stop named) and "Starting a new run" where nothing was
+  checkpointed;
 - the result equals the uninterrupted run's: the weights where resuming is
   promised (pretrain, finetune, demo), the files where a rerun starts clean.
 
-Tiny configs, XLA off (--compile-step none). SIGKILL at all three moments of
-the 8 commands (train-tokenizer, create-data, pretrain on raw text and on
-records, finetune, export saved_model and tflite, demo): 24 kills, each
-leaving a different state (nothing yet, a run under way, its end being
-written). SIGTERM at the early and late moments of the 6 that stop on it: 12
-(the middle one leaves what the early one does, a stop at a step boundary,
-with more steps), and at the middle moment of the 2 exports, which end on it
-at once as SIGKILL ends them: 2. 38 kills in all. Each property also has a
-fast in-process test (test_finetune_resume.py, test_preemption.py,
-test_faults.py, test_demo.py, test_error_protocol.py,
+Tiny configs, XLA off (--compile-step none; finetune and the exports run
+without it by default). SIGKILL at three moments of each of the 8 commands
+(train-tokenizer, create-data, pretrain on raw text and on records, finetune,
+export saved_model and tflite, demo), each leaving a different state (nothing
+yet, a run under way, its end being written): 24. SIGTERM in pretraining
+(pretrain twice, the demo), in each of finetune's 3 epochs, in the demo's
+tokenizer, and in the middle of the 4 commands timed: 11. 35 kills, and 4
+timed runs: 39 processes. The reruns and the other uninterrupted runs are in
+the test process. Each property also has a fast in-process test
+(test_finetune_sigterm.py, test_demo_sigterm.py, test_finetune_resume.py,
+test_preemption.py, test_faults.py, test_demo.py, test_error_protocol.py,
 test_reruns_and_damaged_data.py).
 """
 
-import json
 import os
-import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -61,7 +65,32 @@ DEMO = ["--vocab-size", "300", "--tokenizer-documents", "100", "--documents", "1
         "--warmup-fraction", "0.25", "--checkpoint-every", "4", "--log-every", "1", "--eval-examples", "20",
         "--baseline-batches", "2", "--steps", "12", "--compile-step", "none"]
 SIGNALS = {"SIGTERM": signal.SIGTERM, "SIGKILL": signal.SIGKILL}
-MOMENTS = ("early", "middle", "late")
+_TIMED = {"early": 0.4, "middle": 0.7, "late": 0.9}
+_PRETRAINING = {"start": "Starting a new run", "pretraining": r"step +5/12 ", "end": "step 12/12 "}
+# Where a kill lands: the line of the command's output that starts it (a regex), or a fraction of the time of
+# the command's uninterrupted run, for the commands that print only at their end.
+MOMENTS = {
+    "train-tokenizer": _TIMED,
+    "create-data": _TIMED,
+    "pretrain-text": _PRETRAINING,
+    "pretrain-records": _PRETRAINING,
+    "finetune": {"epoch1": "Starting a new run", "epoch2": "epoch 1/3: ", "epoch3": "epoch 2/3: ",
+                 "end": "epoch 3/3: "},
+    "export-saved_model": _TIMED,
+    "export-tflite": _TIMED,
+    "demo": {"tokenizer": "Training a 300-piece tokenizer", "pretraining": r"step +5/12 ",
+             "evaluation": "Saved the pretrained model"},
+}
+_AT_A_STEP = r"at step (?P<step>\d+) of 12; the newest checkpoint is (?P<path>\S+)\. "
+# What a SIGTERM at a moment with work ahead must say after "stopped by SIGTERM " (step and path: the checkpoint).
+SIGTERM_STOPS = {
+    ("pretrain-text", "pretraining"): _AT_A_STEP,
+    ("pretrain-records", "pretraining"): _AT_A_STEP,
+    **{("finetune", f"epoch{epoch}"): rf"in epoch {epoch} of 3, at step (?P<step>\d+) of 30; the newest checkpoint "
+                                       r"is (?P<path>\S+)\. " for epoch in (1, 2, 3)},
+    ("demo", "tokenizer"): "before tokenizing the pretraining reviews; kept its tokenizer ",
+    ("demo", "pretraining"): _AT_A_STEP,
+}
 
 
 def commands(root):
@@ -92,7 +121,8 @@ def root(tmp_path_factory):
     (root / "reviews.txt").write_text("\n\n".join("\n".join(d) for d in documents) + "\n")
     rows = movie_reviews.rotten_tomatoes_sentences()
     order = np.random.default_rng(0).permutation(len(rows))
-    for name, part in (("train.csv", order[:48]), ("eval.csv", order[48:64])):
+    # 30 steps of 4 an epoch: a fine-tuning epoch lasts long enough for a signal sent at its start to land in it.
+    for name, part in (("train.csv", order[:120]), ("eval.csv", order[120:136])):
         (root / name).write_text("text,label\n" + "".join(
             f"\"{rows[i][0].replace(chr(34), '')}\",{('neg', 'pos')[rows[i][1]]}\n" for i in part))
     table = commands(root)
@@ -122,31 +152,28 @@ def _lines_with_times(process):
     return lines, time.perf_counter() - start
 
 
-def _moment(baseline, which):
-    """What to wait for: ("line", index) of the baseline's output, or ("seconds", s) when it prints one line."""
-    lines, seconds = baseline
-    if len(lines) >= 4:
-        return "line", {"early": 0, "middle": len(lines) // 2, "late": len(lines) - 2}[which]
-    return "seconds", seconds * {"early": 0.4, "middle": 0.7, "late": 0.9}[which]
+def _kill_at(argv, cwd, at, signum):
+    """Runs `argv`, sends `signum` once it printed a line that `at` (a regex) matches, or `at` seconds in.
 
-
-def _kill_at(argv, cwd, moment, signum):
-    """Runs `argv`, sends `signum` at `moment`; returns (exit code, output)."""
+    Returns:
+        (exit code, output).
+    """
     process = _start(argv, cwd)
-    kind, at = moment
     seen = []
-    if kind == "seconds":
+    if isinstance(at, str):
+        for line in process.stdout:
+            seen.append(line)
+            if re.match(at, line):
+                process.send_signal(signum)
+                break
+        else:
+            raise AssertionError(f"{argv[0]} ended before a line that matches {at!r}:\n{''.join(seen)}")
+        seen += list(process.stdout)
+    else:
         timer = threading.Timer(at, lambda: process.poll() is None and process.send_signal(signum))
         timer.start()
         seen = [line for line in process.stdout]
         timer.cancel()
-    else:
-        for line in process.stdout:
-            seen.append(line)
-            if len(seen) > at:
-                process.send_signal(signum)
-                break
-        seen += list(process.stdout)
     process.wait(timeout=600)
     return process.returncode, "".join(seen)
 
@@ -216,19 +243,46 @@ def _assert_same(name, got, want):
         assert got == want, name
 
 
+# Uninterrupted runs the `root` fixture made, with the same flags.
+_MADE_BY_ROOT = {"pretrain-text": "pretrain-run", "finetune": "finetuned"}
+
+
 @pytest.fixture(scope="module")
 def baseline(root):
-    """`baseline(name)`: ((lines with times, seconds), result) of the command's uninterrupted run, fresh, made once."""
+    """`baseline(name)`: (timed, result) of the command's uninterrupted run, made once.
+
+    timed: for a command whose moments are times, (its lines with their times, seconds), from a fresh process;
+    else None (the run is in the test process, or the `root` fixture's).
+    """
     found = {}
 
     def of(name):
         if name not in found:
             out = root / "baseline" / name
-            timed = _lines_with_times(_start(_with_out(commands(root)[name], out), root))
+            argv = _with_out(commands(root)[name], out)
+            timed = None
+            if not isinstance(next(iter(MOMENTS[name].values())), str):
+                timed = _lines_with_times(_start(argv, root))
+            elif name in _MADE_BY_ROOT:
+                out = root / _MADE_BY_ROOT[name]
+            else:
+                run_cli(*argv, cwd=root)
             found[name] = (timed, _result(name, str(out)))
         return found[name]
 
     return of
+
+
+def _assert_checkpoint_of_the_step(name, which, stop, out):
+    """Fails unless `stop` (the stop line's match) names a checkpoint on disk of the step it names, in `which`."""
+    step, reader = int(stop["step"]), tf.train.load_checkpoint(stop["path"])
+    if name == "finetune":
+        epoch = int(which.removeprefix("epoch"))
+        assert stop["path"].startswith(os.path.join(os.path.dirname(out), ".unfinished-out", "")), stop["path"]
+        assert reader.get_tensor("position/.ATTRIBUTES/VARIABLE_VALUE").tolist() == [epoch, step]
+    else:  # from the step of the line waited for ("step  5/12"; the loop asks after printing it) on
+        assert stop["path"] == os.path.join(out, "checkpoints", f"ckpt-{step}") and 5 <= step < 12, stop["path"]
+        assert reader.get_tensor("step/.ATTRIBUTES/VARIABLE_VALUE") == step
 
 
 STOPS_ON_SIGTERM = {"train-tokenizer", "create-data", "pretrain-text", "pretrain-records", "finetune", "demo"}
@@ -237,44 +291,56 @@ RESUMES = {"pretrain-text", "pretrain-records", "finetune", "demo"}
 IN_PLACE = {"pretrain-text", "pretrain-records", "demo"}
 
 
-def kills():
-    """(command, signal, moment) of every kill (the module's docstring says why these)."""
-    for name in commands(pathlib.Path(".")):
-        for signal_name in SIGNALS:
-            if signal_name == "SIGKILL":
-                moments = MOMENTS
-            else:
-                moments = ("early", "late") if name in STOPS_ON_SIGTERM else ("middle",)
-            yield from ((name, signal_name, which) for which in moments)
+# SIGKILL at every moment but finetune's third epoch (it leaves what the second does); SIGTERM where
+# SIGTERM_STOPS says what it must say, and in the middle of each command whose moments are times.
+KILLS = [(name, "SIGKILL", which) for name, moments in MOMENTS.items() for which in moments if
+         (name, which) != ("finetune", "epoch3")]
+KILLS += [(name, "SIGTERM", which) for name, which in SIGTERM_STOPS]
+KILLS += [(name, "SIGTERM", "middle") for name, moments in MOMENTS.items() if moments is _TIMED]
 
 
-@pytest.mark.parametrize("name,signal_name,which", list(kills()), ids=["-".join(kill) for kill in kills()])
+@pytest.mark.parametrize("name,signal_name,which", KILLS, ids=["-".join(kill) for kill in KILLS])
 def test_a_command_killed_at_any_moment_leaves_nothing_half_written_and_its_rerun_ends_as_an_uninterrupted_run(
         root, baseline, name, signal_name, which, tmp_path):
     argv = _with_out(commands(root)[name], tmp_path / "out")
     timed, expected = baseline(name)
-    code, output = _kill_at(argv, root, _moment(timed, which), SIGNALS[signal_name])
+    at = MOMENTS[name][which]
+    code, output = _kill_at(argv, root, at if timed is None else timed[1] * at, SIGNALS[signal_name])
     _readable_or_absent(name, str(tmp_path / "out"))
+    said = [line for line in output.splitlines()
+            if line.startswith(f"albert-tf {argv[0]}:") and not line.startswith(f"albert-tf {argv[0]}: warning:")]
+    stop = None
+    if signal_name == "SIGTERM" and (name, which) in SIGTERM_STOPS:
+        # Sent with work ahead: it stops there, on one line that names where, with what it names on disk.
+        assert code == 143 and len(said) == 1 and "Traceback" not in output, output
+        stop = re.match(rf"albert-tf {argv[0]}: stopped by SIGTERM {SIGTERM_STOPS[name, which]}", said[0])
+        assert stop, said[0]
+        if "step" in stop.groupdict():
+            _assert_checkpoint_of_the_step(name, which, stop, str(tmp_path / "out"))
+    else:
+        # A signal after the command's work ended (its last line printed) meets the default action, or none.
+        ended = timed is not None and len(
+            [line for line in output.splitlines() if "stopped by SIGTERM" not in line]) >= len(timed[0])
+        # A signal in start-up, before `albert-tf` took SIGTERM over (its first tenths of a second: a
+        # timed command's earliest moment), meets the default action; nothing had started.
+        in_start_up = code == -signal.SIGTERM and not output.strip() and not os.path.exists(tmp_path / "out")
+        if signal_name == "SIGTERM" and name in STOPS_ON_SIGTERM and not ended and not in_start_up:
+            assert code == 143 and len(said) == 1 and "stopped by SIGTERM" in said[0], output
+            assert "Traceback" not in output, output
+        else:
+            assert code == -SIGNALS[signal_name] or (code == 0 and ended), output
     # Published whole (read above): a kill after the publish, before the process ended, found the work done.
     finished = code == 0 or (name not in IN_PLACE and os.path.exists(tmp_path / "out"))
-    # A signal after the command's work ended (its last line printed) meets the default SIGTERM action.
-    ended = len([line for line in output.splitlines() if "stopped by SIGTERM" not in line]) >= len(timed[0])
-    # A signal in start-up, before `albert-tf` took SIGTERM over (its first tenths of a second: a
-    # one-line command's earliest moment), meets the default action; nothing had started.
-    in_start_up = code == -signal.SIGTERM and not output.strip() and not os.path.exists(tmp_path / "out")
-    if code != 0 and signal_name == "SIGTERM" and name in STOPS_ON_SIGTERM and not ended and not in_start_up:
-        said = [line for line in output.splitlines()
-                if line.startswith(f"albert-tf {argv[0]}:") and not line.startswith(f"albert-tf {argv[0]}: warning:")]
-        assert code == 143 and len(said) == 1 and "stopped by SIGTERM" in said[0], output
-        assert "Traceback" not in output, output
-    elif code != 0:
-        assert code == -SIGNALS[signal_name], output
     checkpointed = any(n.startswith("ckpt-") and n.endswith(".index") for _, _, names in os.walk(tmp_path)
                        for n in names)
 
     rerun = run_cli(*argv, *(["--overwrite"] if finished and name not in IN_PLACE else []), cwd=root)
     if not finished and name in RESUMES:  # it says which it does
         assert ("Resum" if checkpointed else "Starting a new run") in rerun.stdout, rerun.stdout
+    if stop is not None and "step" in stop.groupdict():  # from the step the stop named
+        resumed = (f"Resuming from {stop['path']}: epoch {which.removeprefix('epoch')}, step {stop['step']}"
+                   if name == "finetune" else f"Resumed from {stop['path']} at step {stop['step']}.")
+        assert resumed in rerun.stdout, rerun.stdout
     _readable_or_absent(name, str(tmp_path / "out"))
     if expected is not None:
         _assert_same(name, _result(name, str(tmp_path / "out")), expected)

@@ -82,7 +82,9 @@ def plain_proto():
 def test_albert_tf_to_keras_hub_gives_the_same_outputs_and_ids(shape, tmp_path):
     config = tiny_config(vocab_size=VOCAB_SIZE, **shape)
     ours = randomized(AlbertBackbone(config))
-    tokenizer = english_tokenizer()
+    # Its preprocessing lives only in tokenizer.json: the writer must build it into vocabulary.spm.
+    tokenizer = AlbertTokenizer(plain_proto(), Preprocessing())
+    assert not tokenizer.carries_preprocessing and tokenizer.can_embed_preprocessing
     save_keras_hub_preset(ours, tokenizer, str(tmp_path / "preset"))
 
     assert_same_outputs(ours, keras_hub.models.AlbertBackbone.from_preset(str(tmp_path / "preset")), config)
