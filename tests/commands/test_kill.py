@@ -86,7 +86,7 @@ _AT_A_STEP = r"at step (?P<step>\d+) of 12; the newest checkpoint is (?P<path>\S
 SIGTERM_STOPS = {
     ("pretrain-text", "pretraining"): _AT_A_STEP,
     ("pretrain-records", "pretraining"): _AT_A_STEP,
-    **{("finetune", f"epoch{epoch}"): rf"in epoch {epoch} of 3, at step (?P<step>\d+) of 30; the newest checkpoint "
+    **{("finetune", f"epoch{epoch}"): rf"in epoch {epoch} of 3, at step (?P<step>\d+) of 120; the newest checkpoint "
                                        r"is (?P<path>\S+)\. " for epoch in (1, 2, 3)},
     ("demo", "tokenizer"): "before tokenizing the pretraining reviews; kept its tokenizer ",
     ("demo", "pretraining"): _AT_A_STEP,
@@ -121,8 +121,9 @@ def root(tmp_path_factory):
     (root / "reviews.txt").write_text("\n\n".join("\n".join(d) for d in documents) + "\n")
     rows = movie_reviews.rotten_tomatoes_sentences()
     order = np.random.default_rng(0).permutation(len(rows))
-    # 30 steps of 4 an epoch: a fine-tuning epoch lasts long enough for a signal sent at its start to land in it.
-    for name, part in (("train.csv", order[:120]), ("eval.csv", order[120:136])):
+    # 120 steps of 4 an epoch (about 2 s on 2 busy cores): a signal sent when the line before an epoch shows
+    # lands in that epoch, with room for the test to read the line and send it under the suite's load.
+    for name, part in (("train.csv", order[:480]), ("eval.csv", order[480:496])):
         (root / name).write_text("text,label\n" + "".join(
             f"\"{rows[i][0].replace(chr(34), '')}\",{('neg', 'pos')[rows[i][1]]}\n" for i in part))
     table = commands(root)
