@@ -5,6 +5,7 @@ within one pytest process.
 """
 
 import atexit
+import csv
 import functools
 import json
 import os
@@ -12,6 +13,8 @@ import shutil
 import subprocess
 import sys
 import tempfile
+
+import numpy as np
 
 from helpers import tiny_config
 from cli_helpers import run_program
@@ -48,6 +51,53 @@ def classifier():
     from albert_tf.models import AlbertClassifier
 
     return AlbertClassifier(AlbertBackbone(config()), num_classes=2, label_names=LABELS)
+
+
+# A random model's outputs hardly move between texts (classifier()'s probabilities spread by 0.02 over
+# MEDIAPIPE_TEXTS): a tokenization difference could hide in them. A model that another runtime reads
+# raw text with must spread by this much over the test's texts.
+SPREAD = 0.1
+
+
+def assert_spread(outputs, texts):
+    """Fails unless `outputs`, one number per text, spread by at least SPREAD."""
+    spread = max(outputs) - min(outputs)
+    assert spread >= SPREAD, f"outputs spread by {spread:.4f} only, not {SPREAD}: {dict(zip(texts, outputs))}"
+
+
+def spread_apart(model, packed, std=1.5):
+    """Rescales a random model's head, in place, so each output has mean 0 and std `std` over `packed`.
+
+    Its backbone still tells the texts apart; only the head's tiny initial weights squeeze that into
+    near-constant outputs, and scaling alone would saturate a softmax on their common offset.
+
+    Args:
+        model: an AlbertClassifier or AlbertRegressor (a `head` Dense layer).
+        packed: the test's texts, packed (`albert_tf.export.pack_texts`).
+    """
+    kernel, bias = model.head.get_weights()  # (hidden, units), (units,)
+    outputs = model(packed)
+    unbiased = np.asarray(outputs.get("logits", outputs.get("predictions"))).reshape(-1, kernel.shape[1]) - bias
+    scale = std / unbiased.std(0)  # (units,)
+    model.head.set_weights([kernel * scale, -unbiased.mean(0) * scale])
+    return model
+
+
+def write_synthetic_reviews(directory, labels, n=160):
+    """train.csv and eval.csv (4:1) in `directory`: short texts whose label a tiny model learns from their
+    adjectives in a few epochs (on 64 real sentences its probabilities still spread by less than 0.03)."""
+    words = {0: ["dull", "boring", "lifeless", "awful", "tedious", "bland", "stupid", "ugly"],
+             1: ["great", "wonderful", "charming", "delightful", "brilliant", "moving", "funny", "beautiful"]}
+    nouns = ["film", "movie", "story", "cast", "script", "ending", "plot", "actor"]
+    templates = ["a {a} {n}", "the {n} was {a}", "{a} and {b}", "what a {a} {n} !", "such a {a} , {b} {n}"]
+    rng = np.random.default_rng(0)
+    rows = []
+    for i in range(n):
+        a, b = rng.choice(words[i % 2], 2, replace=False)
+        rows.append((rng.choice(templates).format(a=a, b=b, n=rng.choice(nouns)), labels[i % 2]))
+    for name, part in [("train.csv", rows[: n * 4 // 5]), ("eval.csv", rows[n * 4 // 5 :])]:
+        with open(os.path.join(directory, name), "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows([("text", "label"), *part])
 
 
 @functools.lru_cache(maxsize=None)

@@ -14,8 +14,8 @@ from ai_edge_litert.interpreter import Interpreter
 from albert_tf import AlbertBackbone, AlbertPretrainer
 from albert_tf.export import export_tflite, pack_texts, tflite_metadata
 from export_fixtures import (
-    LABELS, MAX_LENGTH, MEDIAPIPE_TEXTS, classifier, config, real_texts, run_mediapipe, run_task_library, scratch_dir,
-    texts_and_pairs, tokenizer,
+    LABELS, MAX_LENGTH, MEDIAPIPE_TEXTS, assert_spread, classifier, config, real_texts, run_mediapipe, run_task_library,
+    scratch_dir, spread_apart, texts_and_pairs, tokenizer,
 )
 from helpers import max_abs_diff, pretraining_batch
 
@@ -105,22 +105,25 @@ def test_no_metadata_keeps_every_output(tmp_path):
 @pytest.mark.slow
 def test_mediapipe_text_classifier_matches_litert_on_albert_tf_ids(tmp_path):
     """MediaPipe tokenizes raw text with the zipped spiece.model; the same file fed albert-tf's ids agrees."""
-    from albert_tf.models import AlbertRegressor
+    from albert_tf.models import AlbertClassifier, AlbertRegressor
 
-    path = export_tflite(classifier(), str(tmp_path / "classifier"), tokenizer=tokenizer(), max_length=MAX_LENGTH)
     texts = MEDIAPIPE_TEXTS + [real_texts()[4]]  # and one longer than max_length: cut from the end
-    runner = Interpreter(model_path=path).get_signature_runner("serving_default")
     packed = pack_texts(tokenizer(), texts, None, MAX_LENGTH, pad_to=MAX_LENGTH)
-    for text, result in zip(texts, run_mediapipe(path, texts)):
+    model = spread_apart(AlbertClassifier(AlbertBackbone(config()), num_classes=2, label_names=LABELS), packed)
+    path = export_tflite(model, str(tmp_path / "classifier"), tokenizer=tokenizer(), max_length=MAX_LENGTH)
+    runner = Interpreter(model_path=path).get_signature_runner("serving_default")
+    expected = [runner(**{k: v[[row]] for k, v in packed.items()})["probabilities"][0] for row in range(len(texts))]
+    assert_spread([p[0] for p in expected], texts)
+    for text, result, probabilities in zip(texts, run_mediapipe(path, texts), expected):
         (head,) = result
-        expected = runner(**{k: v[[texts.index(text)]] for k, v in packed.items()})["probabilities"][0]
         assert head["head"] == "probability"
         assert [head["scores"][str(i)][0] for i in range(2)] == LABELS
-        assert max(abs(head["scores"][str(i)][1] - expected[i]) for i in range(2)) <= 1e-6, text
+        assert max(abs(head["scores"][str(i)][1] - probabilities[i]) for i in range(2)) <= 1e-6, text
 
-    regressor = AlbertRegressor(AlbertBackbone(config()))
+    regressor = spread_apart(AlbertRegressor(AlbertBackbone(config())), packed)
     path = export_tflite(regressor, str(tmp_path / "regressor"), tokenizer=tokenizer(), max_length=MAX_LENGTH)
     expected = np.asarray(regressor(packed)["predictions"])
+    assert_spread(list(expected), texts)
     for row, result in enumerate(run_mediapipe(path, texts)):
         (head,) = result
         assert abs(head["scores"]["0"][1] - expected[row]) <= 1e-5
@@ -265,6 +268,7 @@ def _converted_tokenizer_export():
     assert not original.carries_preprocessing
     model = AlbertClassifier(AlbertBackbone(tiny_config(vocab_size=original.vocab_size, embedding_size=4)),
                              num_classes=2, label_names=LABELS)
+    spread_apart(model, pack_texts(original, MEDIAPIPE_TEXTS, None, MAX_LENGTH, pad_to=MAX_LENGTH))
     return original, model, export_tflite(model, scratch_dir() + "/converted", tokenizer=original,
                                           max_length=MAX_LENGTH)
 
@@ -287,8 +291,10 @@ def test_mediapipe_scores_raw_text_with_a_converted_tokenizer_as_litert_on_alber
     original, _, path = _converted_tokenizer_export()
     runner = Interpreter(model_path=path).get_signature_runner("serving_default")
     packed = pack_texts(original, MEDIAPIPE_TEXTS, None, MAX_LENGTH, pad_to=MAX_LENGTH)
+    expected = [runner(**{k: v[[row]] for k, v in packed.items()})["probabilities"][0]
+                for row in range(len(MEDIAPIPE_TEXTS))]
+    assert_spread([p[0] for p in expected], MEDIAPIPE_TEXTS)
     for row, result in enumerate(run_mediapipe(path, MEDIAPIPE_TEXTS)):
         (head,) = result
-        expected = runner(**{k: v[[row]] for k, v in packed.items()})["probabilities"][0]
         scores = [head["scores"][str(i)][1] for i in range(2)]
-        assert max(abs(s - e) for s, e in zip(scores, expected)) <= 1e-6, MEDIAPIPE_TEXTS[row]
+        assert max(abs(s - e) for s, e in zip(scores, expected[row])) <= 1e-6, MEDIAPIPE_TEXTS[row]
