@@ -214,8 +214,8 @@ def choose_precision(job, precision, hidden_size, *, compile_step="auto", strate
         choice = resolve_precision(precision, "none", hidden_size, device, flags=flags)
         if device != "cpu" or choice.precision != "float32" or (onednn_enabled() if onednn is None else onednn):
             return choice
-        return dataclasses.replace(choice, compile_step="forward", reason=f"{choice.reason}; TensorFlow runs no "
-                                   "oneDNN here, where XLA's forward pass measured faster")
+        return dataclasses.replace(choice, compile_step="forward", reason=f"{choice.reason}; TensorFlow runs Eigen's "
+                                   "kernels here, where XLA's forward pass measured faster")
     # Imported on use, as in `device_kind`: the rule and the commands' --help need no TensorFlow.
     import tensorflow as tf
 

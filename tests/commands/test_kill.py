@@ -211,8 +211,9 @@ def _readable_or_absent(name, out):
     elif name == "export-saved_model":
         from albert_tf.export.saved_model import load_saved_model
 
+        # Every version directory loads (batching_parameters.txt stands beside them).
         for version in os.listdir(out):
-            if not version.startswith("."):
+            if version.isdigit():
                 load_saved_model(os.path.join(out, version))
     elif name == "export-tflite":
         # The TFLite file published whole (the writes branch).
