@@ -9,8 +9,9 @@ CPU has bf16 units the `export --mixed-precision mixed_bfloat16` form, loaded wi
 `tf.saved_model.load` and called through its signature as TF-Serving runs
 it; two float32 forms `export` does not write, to compare: weights as
 variables, and the forward pass compiled by XLA), TFLite float32 / float16 / dynamic-range int8 (and full int8, int8-mixed
-and 16x8 with --tokenizer: they calibrate on real text), HF transformers
-AlbertModel (PyTorch) and keras-hub AlbertBackbone. Random
+and 16x8 with --tokenizer: they calibrate on real text), TFLite float32 on one
+thread (as TF-Serving's `--prefer_tflite_model` runs each request), HF transformers
+AlbertModel (PyTorch) and keras-hub AlbertBackbone (with and without XLA). Random
 weights, every one moved off its initial value as training moves it: a graph
 with the weights frozen in drops an all-zero bias (the initializer's), and
 with it the fusion of the FFN's matmul, bias and GELU into one op, so an
@@ -51,6 +52,7 @@ ROWS = {
     "saved_model-variables": "albert-tf SavedModel float32 serving_default, weights as variables",
     "saved_model-xla": "albert-tf SavedModel float32 serving_default, forward compiled by XLA (`export --xla`)",
     "tflite-none": "albert-tf TFLite float32",
+    "tflite-session": "albert-tf TFLite float32, one thread (TF-Serving's `--prefer_tflite_model`)",
     "tflite-float16": "albert-tf TFLite float16 weights",
     "tflite-dynamic": "albert-tf TFLite dynamic-range int8",
     "tflite-int8": "albert-tf TFLite full int8",
@@ -58,10 +60,15 @@ ROWS = {
     "tflite-16x8": "albert-tf TFLite 16x8 (int16 activations)",
     "hf": "HF transformers AlbertModel (PyTorch)",
     "keras-hub": "keras-hub AlbertBackbone (tf.function)",
+    "keras-hub-xla": "keras-hub AlbertBackbone (tf.function, XLA)",
 }
 # The float32 rows: the ratios are to the fastest of them.
-FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "saved_model-variables", "saved_model-xla", "tflite-none", "hf",
-               "keras-hub")
+FLOAT_PEERS = ("keras", "keras-xla", "saved_model", "saved_model-variables", "saved_model-xla", "tflite-none",
+               "tflite-session", "hf", "keras-hub", "keras-hub-xla")
+# TF-Serving's TfLiteSession (`--prefer_tflite_model`, a model.tflite beside saved_model.pb) builds each
+# interpreter with one thread and XNNPACK, the builtin resolver's default delegate, and answers concurrent
+# requests from a pool of them (`--num_tflite_pools`, one per CPU by default): a request runs on one core.
+TFLITE_SESSION_THREADS = 1
 # Float32 SavedModels in other forms than export's default: Keras' call on variables (to compare), and the
 # forward pass compiled by XLA (`export --xla`, opt-in: a server needs --xla_cpu_compilation_enabled=true).
 SERVING_FORMS = ("saved_model-variables", "saved_model-xla")
@@ -158,6 +165,9 @@ def runner(key, workdir, threads, batch=1):
         signature = load_saved_model(os.path.join(base, str(version_dirs(base)[-1]))).signatures["serving_default"]
         batch = {k: tf.constant(v) for k, v in x.items()}
         return lambda: signature(**batch)["pooled_output"].numpy()
+    if key == "tflite-session":
+        signature = tflite_signature(os.path.join(workdir, "tflite-none", "model.tflite"), TFLITE_SESSION_THREADS)
+        return lambda: signature(**x)
     if key.startswith("tflite-"):
         signature = tflite_signature(os.path.join(workdir, key, "model.tflite"), threads)
         return lambda: signature(**x)
@@ -183,14 +193,14 @@ def runner(key, workdir, threads, batch=1):
                 return model(**batch).pooler_output
 
         return run
-    if key == "keras-hub":
+    if key in ("keras-hub", "keras-hub-xla"):
         import keras_hub
 
         model = keras_hub.models.AlbertBackbone(
             vocabulary_size=30000, num_layers=12, num_heads=12, embedding_dim=128, hidden_dim=768,
             intermediate_dim=3072, dropout=0.0, max_sequence_length=512,
         )
-        fn = tf.function(lambda batch: model(batch, training=False))
+        fn = tf.function(lambda batch: model(batch, training=False), jit_compile=key == "keras-hub-xla")
         return lambda: fn(x)["pooled_output"].numpy()
     raise ValueError(f"Unknown row {key!r}. Valid: {sorted(ROWS)}")
 

@@ -34,8 +34,8 @@ import os
 
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag
-from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, QUANTIZE_MODES,
-                                      XLA_SERVER_FLAG)
+from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, ONEDNN_SERVER_ENV,
+                                      QUANTIZE_MODES, XLA_SERVER_FLAG)
 from albert_tf.export.web_site import MEDIAPIPE_PACKAGE, MEDIAPIPE_VERSION, find_mediapipe, how_to_get_mediapipe
 from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
@@ -197,8 +197,9 @@ def run(args):
         if args.xla:
             print(f"Serve it with tensorflow_model_server {XLA_SERVER_FLAG}: without it the first request fails.")
         elif precision == "float32" and not onednn_enabled():
-            print(f"Notice: TensorFlow runs no oneDNN on this CPU, where the forward pass compiled by XLA (--xla; "
-                  f"a server then needs {XLA_SERVER_FLAG}) measured faster; see docs/deployment.md.")
+            print(f"Notice: TensorFlow runs no oneDNN on this CPU. Exported and served with {ONEDNN_SERVER_ENV} in "
+                  f"the environment, this form measured faster on such CPUs, and --xla's form (served with "
+                  f"{XLA_SERVER_FLAG}) as fast; see docs/deployment.md.")
         return 0
     if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
         _check_mediapipe_can_follow(model_dir.path, run, tokenizer, max_windows, truncate_from)

@@ -15,3 +15,6 @@ QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
 CALIBRATED_MODES = ("int8", "int8-mixed", "16x8")
 # What a TF-Serving server needs to run an export whose forward pass XLA must compile (`export --xla`).
 XLA_SERVER_FLAG = "--xla_cpu_compilation_enabled=true"
+# What a server's environment needs to run a float32 export on oneDNN's kernels where TensorFlow leaves them
+# off (x86 CPUs without AVX-512); docs/deployment.md has the measurements.
+ONEDNN_SERVER_ENV = "TF_ENABLE_ONEDNN_OPTS=1"
