@@ -1,20 +1,15 @@
 """The fine-tuning loop: AdamW with warmup, evaluation every epoch, best checkpoint kept.
 
-Output directory:
-    best/            the best epoch's task model (`save_pretrained` layout),
-                     with its tokenizer in best/tokenizer/
-    tokenizer/       the tokenizer it was trained with
-    finetune.json    the resolved `FinetuneConfig`, label names, per-epoch
-                     metrics and the best epoch: enough to rebuild and rerun;
-                     "interrupted" when Ctrl-C stopped the run after an epoch
-                     finished
-    resume/          while the run is unfinished: checkpoints of model,
-                     optimizer (its step, moments, loss scale), the dropout
-                     seeds and the data position (epoch and batch), written at
-                     every epoch's end and at a stop request; a call on the
-                     same directory with the same settings resumes from the
-                     newest, mid-epoch, to the weights an unstopped run ends
-                     with. Removed when the run ends.
+The output directory (its layout drawn in `albert_tf.utils.layout`) holds
+best/, the best epoch's task model with its tokenizer; tokenizer/; and
+finetune.json, the resolved `FinetuneConfig`, label names, per-epoch metrics
+and the best epoch: enough to rebuild and rerun; "interrupted" when Ctrl-C
+stopped the run after an epoch finished. While the run is unfinished, resume/
+holds checkpoints of model, optimizer (its step, moments, loss scale), the
+dropout seeds and the data position (epoch and batch), written at every
+epoch's end and at a stop request; a call on the same directory with the
+same settings resumes from the newest, mid-epoch, to the weights an unstopped
+run ends with. It is removed when the run ends.
 
 Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
 (where `fit` does not run) with `CustomLoop`, which takes the same steps.
@@ -35,7 +30,7 @@ import tensorflow as tf
 
 from albert_tf.distribute import any_worker, clip_after_all_reduce, is_chief, num_workers
 from albert_tf.loading import load_pretrained
-from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
+from albert_tf.model_dirs import ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.optimizers import build_optimizer
@@ -48,10 +43,8 @@ from albert_tf.training import checkpoints
 from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
+from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, finetune_run_dir
 from input_pipeline.finetuning import make_dataset
-
-RUN_FILE = "finetune.json"
-RESUME_DIR = "resume"
 
 
 def check_lengths(config, backbone, tokenizer):
@@ -425,7 +418,7 @@ def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluat
     }
     if interrupted:
         run["interrupted"] = interrupted
-    files.write_text(os.path.join(out_dir, RUN_FILE), json.dumps(run, indent=2))
+    files.write_text(os.path.join(out_dir, FINETUNE_RUN_FILE), json.dumps(run, indent=2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,20 +440,14 @@ class RunSettings:
     reads_pairs: bool = False
 
 
-def run_out_dir(directory):
-    """The `finetune --out` directory of `directory`: the run above it where it is a run's `best/`, else itself."""
-    path = files.normpath(directory)
-    return os.path.dirname(path) if os.path.basename(path) == BEST_DIR else path
-
-
 def run_settings(model_dir):
     """The `RunSettings` of the fine-tuning run whose `best/` is `model_dir`; the defaults for any other directory.
 
     Args:
         model_dir: a model directory (local path or URL).
     """
-    out_dir = run_out_dir(model_dir)
-    path = os.path.join(out_dir, RUN_FILE)
+    out_dir = finetune_run_dir(model_dir)
+    path = os.path.join(out_dir, FINETUNE_RUN_FILE)
     if out_dir == files.normpath(model_dir) or not files.isfile(path):
         return RunSettings()
     config = json.loads(files.read_text(path)).get("config", {})
@@ -475,12 +462,12 @@ def load_run(directory):
     Args:
         directory: the `finetune --out` directory, or its `best/`.
     """
-    directory = run_out_dir(directory)
+    directory = finetune_run_dir(directory)
     if not files.isdir(directory):
         raise UserError(f"{directory}: no such directory.")
-    path = os.path.join(directory, RUN_FILE)
+    path = os.path.join(directory, FINETUNE_RUN_FILE)
     if not files.isfile(path):
-        raise UserError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
+        raise UserError(f"{directory} is not a fine-tuning output directory: {FINETUNE_RUN_FILE} is missing.")
     try:
         run = json.loads(files.read_text(path))
     except json.JSONDecodeError as e:
