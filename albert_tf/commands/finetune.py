@@ -40,6 +40,7 @@ import os
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
+from albert_tf.commands.early_checks import out_checked_early
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.hub import resolve, write_source
 from albert_tf.model_dirs import TOKENIZER_DIR, find_tokenizer, resolve_model_dir
@@ -103,9 +104,10 @@ def run(args):
     replicas = strategy.num_replicas_in_sync
     where = f" on {replicas} replica{'s' * (replicas > 1)} ({strategy_name})" if strategy_name != "default" else ""
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
-    # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone.
+    # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone. The chief of
+    # several workers checks --out here, where it first knows it is the chief; on one machine, before it ran.
     chief = is_chief(strategy)
-    if chief:
+    if chief and not out_checked_early("finetune", args):
         files.check_new_output(args.out, args.overwrite)
     work = unfinished_dir(args.out)
     try:

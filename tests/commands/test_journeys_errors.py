@@ -175,6 +175,7 @@ def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
                                           "written.jsonl"],
         "--model missing: no such directory": ["export", "--model", "missing", "--format", "tflite", "--out", "o"],
         "--out full is not empty  ": ["export", "--model", "model", "--format", "tflite", "--out", "full"],
+        "--out full is not empty   ": ["export", "--model", "model", "--format", "web", "--out", "full"],
         **_FLAG_ERRORS,
     }
     probe = (
