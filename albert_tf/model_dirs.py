@@ -32,6 +32,7 @@ import os
 
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import BEST_DIR, FINAL_DIR, RUN_MODEL_DIRS, run_dir_of
 from input_pipeline import spiece_normalizer
 from input_pipeline.tokenizer import CONFIG_FILE as TOKENIZER_JSON
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
@@ -45,8 +46,6 @@ WEIGHTS_FILE = "model.weights.h5"
 # `files.move` writes these last where a directory cannot be renamed at once.
 ENTRY_FILES = (SPIECE_FILE, CONFIG_FILE, MODEL_FILE)
 TOKENIZER_DIR = "tokenizer"
-FINAL_DIR = "final"
-BEST_DIR = "best"
 
 # HuggingFace transformers' `save_pretrained` directories (config.json is shared).
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
@@ -195,7 +194,7 @@ def resolve_model_dir(path):
             raise UserError(f"{path}: is a file, expected a model directory (or a run directory holding one).")
         raise UserError(f"{path}: no such directory.")
     model = _model_dir(path, names)
-    for sub in (BEST_DIR, FINAL_DIR):
+    for sub in RUN_MODEL_DIRS:
         if model is None and sub in names:
             model = _model_dir(os.path.join(path, sub), listing(os.path.join(path, sub)))
     if model is None:
@@ -214,9 +213,9 @@ def tokenizer_candidates(path):
     the run's `tokenizer/` when `path` is a run's `final/` or `best/`.
     """
     candidates = [path, os.path.join(path, TOKENIZER_DIR)]
-    parent = os.path.dirname(files.normpath(path))
-    if os.path.basename(files.normpath(path)) in (FINAL_DIR, BEST_DIR):
-        candidates.append(os.path.join(parent, TOKENIZER_DIR))
+    run_dir = run_dir_of(path)
+    if run_dir is not None:
+        candidates.append(os.path.join(run_dir, TOKENIZER_DIR))
     return candidates
 
 

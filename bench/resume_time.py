@@ -24,6 +24,7 @@ sys.path.insert(0, BENCH_DIR)
 
 from benchlib import machine, synthetic  # noqa: E402
 from albert_tf.utils import files  # noqa: E402
+from albert_tf.utils.layout import DATA_METADATA_FILE  # noqa: E402
 from input_pipeline import PretrainingDataConfig, make_pretraining_dataset, tfrecord_files  # noqa: E402
 from input_pipeline.pretraining import tfrecord_shards  # noqa: E402
 
@@ -48,7 +49,7 @@ def write_synthetic_records(out_dir, config, num_shards, shard_examples, vocab_s
         "seed": 0,
         "config": json.loads(config.to_json()),
     }
-    files.write_text(os.path.join(out_dir, tfrecord_shards.METADATA_FILE), json.dumps(metadata, indent=2))
+    files.write_text(os.path.join(out_dir, DATA_METADATA_FILE), json.dumps(metadata, indent=2))
 
 
 def first_batch_seconds(data_dir, batch_size, step):

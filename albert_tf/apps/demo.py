@@ -36,10 +36,10 @@ from albert_tf.training import (
     ppmi_svd_init,
     read_log,
 )
-from albert_tf.training.run_directory import CHECKPOINT_DIR
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews, make_pretraining_dataset
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
+from albert_tf.utils.layout import CHECKPOINT_DIR
 from input_pipeline.pretraining.dataset import pretraining_dataset_fn
 
 METRICS_FILE = "metrics.json"

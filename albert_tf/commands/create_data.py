@@ -16,6 +16,7 @@ from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.commands.reports import report_corpus_notes, report_pairs
 from albert_tf.model_dirs import TOKENIZER_DIR, load_tokenizer
 from albert_tf.utils import files
+from albert_tf.utils.layout import DATA_METADATA_FILE
 from input_pipeline import Corpus, PretrainingDataConfig, write_pretraining_tfrecords
 from input_pipeline.corpus import FORMATS
 
@@ -32,7 +33,7 @@ def add_parser(subparsers):
     add_split_sentences_flag(parser)
     parser.add_argument("--tokenizer", required=True, metavar="DIR", help="A train-tokenizer output directory.")
     parser.add_argument("--out", required=True, metavar="DIR", help="Output directory (TFRecord shards, "
-                        "metadata.json, tokenizer/).")
+                        f"{DATA_METADATA_FILE}, {TOKENIZER_DIR}/).")
     add_overwrite_flag(parser)
     add_config_flags(parser, PretrainingDataConfig)
     parser.add_argument("--dupe-factor", type=int, default=10, help="Passes over the corpus, each masked anew.")

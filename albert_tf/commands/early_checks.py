@@ -43,7 +43,7 @@ FLAGS = {
     "predict": {"--input": FILE, "--model": DIR, "--output": OUT},
     "export": {"--calibration-text": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
 }
-# Flags whose values decide whether --out is checked (`_writes_out`).
+# Flags whose values decide whether --out is checked (`out_checked_early`).
 _CONTEXT_FLAGS = {"finetune": ("--strategy",), "export": ("--format",)}
 
 
@@ -76,17 +76,21 @@ def check_paths(command, argv):
                 model_dirs.resolve_model_dir(value)
             except ValueError as e:
                 raise UserError(f"{flag} {e}") from None
-        elif kind == OUT and value != "-" and _writes_out(command, args):
+        elif kind == OUT and value != "-" and out_checked_early(command, args):
             files.check_new_output(value, args.overwrite, flag, directory=command != "predict")
         elif kind == OUT and value != "-" or kind == RUN:
             files.check_writable(value, flag, inside=True)  # a run directory, or versions under --out
 
 
-def _writes_out(command, args):
-    """Whether the command refuses a non-empty `flag` as a whole."""
+def out_checked_early(command, args):
+    """Whether `check_paths` refuses a non-empty output of `command` as a whole, before it runs.
+
+    The command checks its output itself only where this says no: the check
+    is made once. `args`: the command line, read here or by the command.
+    """
     if command == "finetune" and args.strategy == "multi_worker":
         return False  # Only the chief writes --out, and before TensorFlow no worker knows whether it is the chief.
-    if command == "export" and args.format != "tflite":
+    if command == "export" and args.format not in ("tflite", "web"):
         return False  # A SavedModel goes into a new numbered version directory under --out.
     return True
 

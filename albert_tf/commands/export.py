@@ -154,8 +154,8 @@ def run(args):
         raise UserError(f"--xla runs float32 only (XLA's CPU backend does not use bfloat16 units); drop "
                         f"--mixed-precision {args.mixed_precision} or --xla.")
     if args.format == "web":
-        files.check_new_output(args.out, args.overwrite)
-        # Looked for before the model loads, so that a wrong --mediapipe costs no conversion.
+        # Looked for before the model loads, so that a wrong --mediapipe costs no conversion (--out was checked
+        # before the command ran: `early_checks`).
         mediapipe_dir, mediapipe_version = find_mediapipe(args.mediapipe)
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")

@@ -40,19 +40,19 @@ import os
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
 )
+from albert_tf.commands.early_checks import out_checked_early
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
 from albert_tf.hub import resolve, write_source
-from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from albert_tf.model_dirs import TOKENIZER_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
 from albert_tf.utils import files
 from albert_tf.utils.errors import INTERRUPTED, RunStopped
+from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, unfinished_dir
 
 # SIGTERM checkpoints the step reached into the unfinished run (`finetune`'s `stop_requested`).
 STOPS_ON_SIGTERM = True
-# The unfinished run beside --out, which a rerun of the same command resumes.
-UNFINISHED_PREFIX = ".unfinished-"
 
 
 def add_parser(subparsers):
@@ -66,8 +66,8 @@ def add_parser(subparsers):
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (default: the model's own).")
     parser.add_argument("--train", required=True, metavar="FILE", help="Training data.")
     parser.add_argument("--eval", required=True, metavar="FILE", help="Evaluation (dev) data.")
-    parser.add_argument("--out", required=True, metavar="DIR", help="Output directory (best/, tokenizer/, "
-                        "finetune.json).")
+    parser.add_argument("--out", required=True, metavar="DIR", help=f"Output directory ({BEST_DIR}/, {TOKENIZER_DIR}/, "
+                        f"{FINETUNE_RUN_FILE}).")
     add_overwrite_flag(parser)
     add_config_flags(parser, FinetuneConfig, exclude=("task",))
     add_strategy_flags(parser, STRATEGY_NAMES, note=" multi_worker: run the command on every machine, TF_CONFIG "
@@ -82,7 +82,7 @@ def run(args):
     # reported) before.
     from albert_tf.distribute import is_chief
     from albert_tf.models import AlbertBackbone
-    from albert_tf.recipes.finetune import RESUME_DIR, finetune
+    from albert_tf.recipes.finetune import finetune
 
     config = FinetuneConfig(task=args.task, **config_kwargs(FinetuneConfig, args, exclude=("task",)))
     # First: --logical-cpus must precede any other TensorFlow work, and a missing TPU is known in seconds.
@@ -104,9 +104,10 @@ def run(args):
     replicas = strategy.num_replicas_in_sync
     where = f" on {replicas} replica{'s' * (replicas > 1)} ({strategy_name})" if strategy_name != "default" else ""
     print(f"Fine-tuning {args.task} from {init} ({backbone.count_params():,} backbone parameters){where}")
-    # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone.
+    # A worker other than the chief writes nothing (finetune's own rule): it leaves --out alone. The chief of
+    # several workers checks --out here, where it first knows it is the chief; on one machine, before it ran.
     chief = is_chief(strategy)
-    if chief:
+    if chief and not out_checked_early("finetune", args):
         files.check_new_output(args.out, args.overwrite)
     work = unfinished_dir(args.out)
     try:
@@ -121,7 +122,7 @@ def run(args):
         elif stop.why == INTERRUPTED and stop.saved:
             _publish(work, args.out, source)
             stop.path = args.out
-            stop.then = (f"finetune.json marks it \"interrupted\". Use it as it is (albert-tf predict --model "
+            stop.then = (f"{FINETUNE_RUN_FILE} marks it \"interrupted\". Use it as it is (albert-tf predict --model "
                          f"{args.out}), or rerun with --overwrite to train all {config.epochs} epochs.")
         elif stop.why == INTERRUPTED:
             files.rmtree(work, ignore_errors=True)
@@ -139,12 +140,6 @@ def run(args):
     saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
         f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
-
-
-def unfinished_dir(out):
-    """Where the run of `--out OUT` is written until it ends: OUT's parent's .unfinished-NAME."""
-    parent, name = os.path.split(files.normpath(out))
-    return os.path.join(parent, UNFINISHED_PREFIX + name)
 
 
 def _publish(work, out, source):

@@ -8,12 +8,15 @@ output and an old one as it was.
 """
 
 from albert_tf import model_dirs
+from albert_tf.utils import layout
 
 # What readers of each command's output look for first, written last at a URL:
 # a model directory's (model_dirs.ENTRY_FILES), create-data's metadata.json,
 # finetune's finetune.json, a SavedModel's saved_model.pb and a TFLite export's
-# model.tflite (names only: their modules would load TensorFlow into every command).
-ENTRY_FILES = model_dirs.ENTRY_FILES + ("metadata.json", "finetune.json", "saved_model.pb", "model.tflite")
+# model.tflite.
+ENTRY_FILES = model_dirs.ENTRY_FILES + (
+    layout.DATA_METADATA_FILE, layout.FINETUNE_RUN_FILE, layout.SAVED_MODEL_FILE, layout.TFLITE_MODEL_FILE,
+)
 
 
 def add_overwrite_flag(parser, flag="--out"):

@@ -18,7 +18,6 @@ disagrees with the model is refused. training_config.json records the model
 
 import dataclasses
 import json
-import os
 
 import numpy as np
 
@@ -37,8 +36,9 @@ import input_pipeline
 from input_pipeline import Corpus, PretrainingDataConfig, TokenizedCorpus, read_metadata
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import DATA_METADATA_FILE, TRAIN_LOG_FILE, is_create_data_dir
 from input_pipeline.pretraining.examples import PairStats, instances_of_documents
-from input_pipeline.pretraining.tfrecord_shards import METADATA_FILE, check_records
+from input_pipeline.pretraining.tfrecord_shards import check_records
 
 # Raw text: the documents whose first-epoch examples the label balance is counted on.
 _PAIR_STATS_DOCUMENTS = 10_000
@@ -81,7 +81,7 @@ def add_parser(subparsers):
     data.add_argument("--task", choices=("sop", "nsp"), help="Raw text only (default sop).")
     data.add_argument("--eval-data", nargs="+", metavar="PATH",
                       help="Held-out data, as --data takes it (same tokenizer and sequence settings): its masked-LM "
-                           "and SOP accuracy every --eval-every steps, on the progress line, train_log.jsonl and "
+                           f"and SOP accuracy every --eval-every steps, on the progress line, {TRAIN_LOG_FILE} and "
                            "TensorBoard.")
     data.add_argument("--data-service", metavar="grpc://HOST:PORT",
                       help="Make the batches on the workers of this tf.data service dispatcher "
@@ -157,9 +157,9 @@ def run(args):
     return 0
 
 
-def _is_create_data_dir(paths):
-    """Whether --data's (or --eval-data's) `paths` name one create-data directory (its metadata.json), not raw text."""
-    return len(paths) == 1 and files.isfile(os.path.join(paths[0], METADATA_FILE))
+def _names_create_data(paths):
+    """Whether --data's (or --eval-data's) `paths` name one create-data directory, not raw text."""
+    return len(paths) == 1 and is_create_data_dir(paths[0])
 
 
 def _damaged_shard(args):
@@ -168,7 +168,7 @@ def _damaged_shard(args):
     TensorFlow's DataLossError names no file; every record is read again to find it (about 1 s per GB on a local disk).
     """
     for paths in (args.data, args.eval_data or []):
-        if _is_create_data_dir(paths):
+        if _names_create_data(paths):
             try:
                 check_records(paths[0])
             except UserError as e:
@@ -189,7 +189,7 @@ def _load_data(args, model_tokenizer=None):
         tokenizer = model_tokenizer
     raw_only = {"max_seq_length": args.max_seq_length, "max_predictions_per_seq": args.max_predictions_per_seq,
                 "task": args.task}
-    if _is_create_data_dir(args.data):
+    if _names_create_data(args.data):
         metadata = read_metadata(args.data[0])
         data_config = metadata["config"]
         for name, value in raw_only.items():
@@ -218,7 +218,7 @@ def _load_data(args, model_tokenizer=None):
                         "or text files (or directories of them) with --tokenizer.")
     if tokenizer is None:
         raise UserError(
-            f"--data {' '.join(args.data)} is raw text (not a create-data directory with metadata.json): "
+            f"--data {' '.join(args.data)} is raw text (not a create-data directory with {DATA_METADATA_FILE}): "
             "pass --tokenizer DIR to tokenize it."
         )
     data_config = PretrainingDataConfig(**{k: v for k, v in raw_only.items() if v is not None})
@@ -234,7 +234,7 @@ def _load_data(args, model_tokenizer=None):
 def _eval_dataset_fn(args, data_config, vocab_size, tokenizer):
     """The `dataset_fn` of --eval-data, made like the training data's, with `_EVAL_SEED`."""
     paths = " ".join(args.eval_data)
-    if _is_create_data_dir(args.eval_data):
+    if _names_create_data(args.eval_data):
         metadata = read_metadata(args.eval_data[0])
         if metadata["vocab_size"] != vocab_size or metadata["config"] != data_config:
             raise UserError(

@@ -23,9 +23,10 @@ from albert_tf.commands.flags import add_command
 from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.hub import resolve
-from albert_tf.model_dirs import BEST_DIR, FINAL_DIR, find_model_dir, find_tokenizer
+from albert_tf.model_dirs import find_model_dir, find_tokenizer
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import run_dir_of
 
 
 def add_parser(subparsers):
@@ -60,7 +61,7 @@ def run(args):
     if files.isfile(path):
         raise UserError(f"{path}: is a file, expected a directory of SavedModel versions (1/, 2/, ...) or a model "
                         "or run directory.")
-    name = os.path.basename(os.path.dirname(path) if os.path.basename(path) in (FINAL_DIR, BEST_DIR) else path)
+    name = os.path.basename(run_dir_of(path) or path)
     if source.repo is not None:
         # The repository's name (hf: ORG/NAME) or the variation (kaggle), not the download's directory name.
         name = source.repo.split("/")[1 if source.hub == "hf" else 3]

@@ -37,13 +37,12 @@ from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import SAVED_MODEL_FILE
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
 # TF-Serving ignores assets.extra/ except for warmup records (albert_tf.export.warmup writes them),
 # so export metadata can live there without affecting the server.
 METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
-# What a SavedModel loader reads first: written last where a directory is moved file by file.
-SAVED_MODEL_FILE = "saved_model.pb"
 
 
 def resolve_export_precision(precision, hidden_size, flags=None):
@@ -95,7 +94,7 @@ def load_saved_model(path):
     import tensorflow_text  # noqa: F401 - registers the ops; nothing else is used
 
     if not files.isfile(os.path.join(path, SAVED_MODEL_FILE)):
-        raise UserError(f"{path} is not a SavedModel directory: it has no saved_model.pb.")
+        raise UserError(f"{path} is not a SavedModel directory: it has no {SAVED_MODEL_FILE}.")
     try:
         return tf.saved_model.load(path)
     except (OSError, tf.errors.OpError, DecodeError) as e:  # a corrupt or truncated saved_model.pb or variables

@@ -1,20 +1,15 @@
 """The fine-tuning loop: AdamW with warmup, evaluation every epoch, best checkpoint kept.
 
-Output directory:
-    best/            the best epoch's task model (`save_pretrained` layout),
-                     with its tokenizer in best/tokenizer/
-    tokenizer/       the tokenizer it was trained with
-    finetune.json    the resolved `FinetuneConfig`, label names, per-epoch
-                     metrics and the best epoch: enough to rebuild and rerun;
-                     "interrupted" when Ctrl-C stopped the run after an epoch
-                     finished
-    resume/          while the run is unfinished: checkpoints of model,
-                     optimizer (its step, moments, loss scale), the dropout
-                     seeds and the data position (epoch and batch), written at
-                     every epoch's end and at a stop request; a call on the
-                     same directory with the same settings resumes from the
-                     newest, mid-epoch, to the weights an unstopped run ends
-                     with. Removed when the run ends.
+The output directory (its layout drawn in `albert_tf.utils.layout`) holds
+best/, the best epoch's task model with its tokenizer; tokenizer/; and
+finetune.json, the resolved `FinetuneConfig`, label names, per-epoch metrics
+and the best epoch: enough to rebuild and rerun; "interrupted" when Ctrl-C
+stopped the run after an epoch finished. While the run is unfinished, resume/
+holds checkpoints of model, optimizer (its step, moments, loss scale), the
+dropout seeds and the data position (epoch and batch), written at every
+epoch's end and at a stop request; a call on the same directory with the
+same settings resumes from the newest, mid-epoch, to the weights an unstopped
+run ends with. It is removed when the run ends.
 
 Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
 (where `fit` does not run) with `CustomLoop`, which takes the same steps.
@@ -35,23 +30,22 @@ import tensorflow as tf
 
 from albert_tf.distribute import any_worker, clip_after_all_reduce, is_chief, num_workers
 from albert_tf.loading import load_pretrained
-from albert_tf.model_dirs import BEST_DIR, ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
+from albert_tf.model_dirs import ENTRY_FILES, TOKENIZER_DIR, find_tokenizer
 from albert_tf.models import AlbertBackbone
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.optimizers import build_optimizer
 from albert_tf.precision import choose_precision
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.custom_loop import CustomLoop, needs_custom_loop
+from albert_tf.recipes.encoded import Encoded
 from albert_tf.recipes.registry import RECIPES, get_recipe
 from albert_tf.recipes.sentence import SentenceRecipe
 from albert_tf.training import checkpoints
 from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
+from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, finetune_run_dir
 from input_pipeline.finetuning import make_dataset
-
-RUN_FILE = "finetune.json"
-RESUME_DIR = "resume"
 
 
 def check_lengths(config, backbone, tokenizer):
@@ -121,6 +115,34 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         raise ValueError(f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}")
     check_lengths(config, backbone, tokenizer)
     strategy = strategy or tf.distribute.get_strategy()
+    config, backbone = _resolve_settings(config, backbone, strategy, log)
+    recipe = get_recipe(config.task)
+    if isinstance(recipe, SentenceRecipe):  # the heads that read one vector per example
+        log(f"pooling {config.pooling}")
+    keras.utils.set_random_seed(config.seed)
+    data = _read_data(recipe, config, tokenizer, train_path, eval_path, log)
+    model, steps_per_epoch, loop = _build_under(strategy, config, recipe, backbone, data, log)
+    # Non-chief workers of a cluster train and evaluate as the chief does, and write nothing.
+    writes = is_chief(strategy)
+    state = _ResumeState(model, strategy, out_dir, writes,
+                         settings={"config": config.to_dict(), "train": str(train_path), "eval": str(eval_path),
+                                   "labels": data.label_names, "backbone": backbone.config.to_dict()})
+    if writes:
+        files.makedirs(out_dir)
+        tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
+    run = _Run(config, recipe, data, model, steps_per_epoch, loop, state, tokenizer, out_dir, writes, log, verbose)
+    progress, start = state.restore(log)
+    stops = StopRequests(strategy, stop_requested, preemption_notice, out_dir)
+    try:
+        _train_epochs(run, progress, start, stops)
+    finally:
+        stops.close()
+    state.remove()
+    return {"history": progress.history, "best_epoch": progress.best_epoch, "best": progress.best}
+
+
+def _resolve_settings(config, backbone, strategy, log):
+    """(config with every "auto" resolved, backbone under the precision chosen); logs what was chosen."""
     with strategy.scope():
         # False only in the default (no-op) strategy's scope.
         distributed = tf.distribute.has_strategy()
@@ -135,11 +157,20 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     if config.fixed_shapes:
         log(f"fixed shapes: batches of ({config.batch_size}, {config.max_seq_length}); the partial last training "
             "batch is dropped")
-    recipe = get_recipe(config.task)
-    if isinstance(recipe, SentenceRecipe):  # the heads that read one vector per example
-        log(f"pooling {config.pooling}")
-    keras.utils.set_random_seed(config.seed)
+    return config, backbone
 
+
+@dataclasses.dataclass(frozen=True)
+class _Data:
+    """The task's label names, and its training and evaluation examples."""
+
+    label_names: list
+    train: Encoded
+    evaluation: Encoded
+
+
+def _read_data(recipe, config, tokenizer, train_path, eval_path, log):
+    """The `_Data` of the two files, encoded for the model; refuses a file with no example left."""
     label_names = recipe.label_names(train_path, config)
     train = recipe.encode(train_path, tokenizer, config, label_names)
     evaluation = recipe.encode(eval_path, tokenizer, config, label_names)
@@ -147,97 +178,164 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         log(f"{name}: " + "; ".join(encoded.notes))
     if not train.inputs or not evaluation.inputs:
         raise UserError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
+    return _Data(label_names, train, evaluation)
 
+
+def _build_under(strategy, config, recipe, backbone, data, log):
+    """(compiled task model, steps per epoch, `CustomLoop` or None where Keras `fit` trains) under `strategy`."""
     custom = needs_custom_loop(strategy)
     if custom and not config.fixed_shapes:
         raise UserError(f"`fixed_shapes` must be on under {type(strategy).__name__}: its step splits each "
                          "batch across the workers by shape. Received: fixed_shapes=False")
     with strategy.scope():
-        model, steps_per_epoch = _build(config, recipe, backbone, label_names, len(train.inputs), log)
-    loop = CustomLoop(model, strategy, config.batch_size) if custom else None
-    # Non-chief workers of a cluster train and evaluate as the chief does, and write nothing.
-    writes = is_chief(strategy)
-    state = _ResumeState(model, strategy, out_dir, writes,
-                         settings={"config": config.to_dict(), "train": str(train_path), "eval": str(eval_path),
-                                   "labels": label_names, "backbone": backbone.config.to_dict()})
+        model, steps_per_epoch = _build(config, recipe, backbone, data.label_names, len(data.train.inputs), log)
+    return model, steps_per_epoch, CustomLoop(model, strategy, config.batch_size) if custom else None
 
-    def epoch_dataset(epoch, skip=0):
-        # One dataset per epoch, for a new order each: see make_dataset's `shuffle`.
-        dataset = make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True,
-                               seed=config.seed + epoch - 1, bucket=config.bucket and not config.fixed_shapes,
-                               label_pad=recipe.label_pad, pad_to=config.pad_to,
-                               remainder="drop" if config.fixed_shapes else "keep")
-        return dataset.skip(skip)
 
-    if writes:
-        files.makedirs(out_dir)
-        tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
-    main_metric = recipe.metrics[0]
-    run = state.restore(log)  # {"epoch", "batch", "loss_sum", "history", "best", "best_epoch"}
-    history, best, best_epoch = run["history"], run["best"], run["best_epoch"]
-    stops = StopRequests(strategy, stop_requested, preemption_notice, out_dir)
-    stop = _StopAtStep(stops)
-    finished = history[-1]["epoch"] if history else 0
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """What every epoch of one `finetune` call reads: its settings, data and model, and where it writes."""
+
+    config: FinetuneConfig
+    recipe: object
+    data: _Data
+    model: keras.Model
+    steps_per_epoch: int
+    loop: CustomLoop | None
+    state: "_ResumeState"
+    tokenizer: object
+    out_dir: str
+    writes: bool  # the chief alone writes out_dir
+    log: object
+    verbose: int
+
+
+@dataclasses.dataclass
+class _Progress:
+    """The finished epochs: their records, the best one's scores and number, and the last one's number."""
+
+    history: list
+    best: dict | None = None
+    best_epoch: int | None = None
+    finished: int = 0
+
+
+def _train_epochs(run, progress, start, stops):
+    """Trains from `start` (epoch, batch and loss so far) to the last epoch, keeping the best in `progress`.
+
+    Raises `RunStopped` as `finetune` says: at a stop request (`stops`, a
+    `StopRequests`) with the checkpoint to resume from, at Ctrl-C with the
+    best finished epoch kept.
+    """
+    config, stop = run.config, _StopAtStep(stops)
     try:
-        for epoch in range(run["epoch"], config.epochs + 1):
-            skip = run["batch"] if epoch == run["epoch"] else 0
-            loss_sum = run["loss_sum"] if epoch == run["epoch"] else 0.0
-            start = time.perf_counter()
-            stop.batches = 0
-            if loop is None:
-                fit = model.fit(epoch_dataset(epoch, skip), epochs=epoch, initial_epoch=epoch - 1, shuffle=False,
-                                verbose=verbose, callbacks=[stop])
-                batches, trained = stop.batches, model
-                loss_sum += float(fit.history["loss"][-1]) * batches if batches else 0.0
-            else:
-                mean, batches = loop.train_epoch(lambda: epoch_dataset(epoch, skip), stop.agreed)
-                trained = loop.local_model()
-                loss_sum += mean * batches
-            done = skip + batches
-            if stop.stopped and done < steps_per_epoch:
-                saved = state.save(epoch, done, loss_sum, history, best, best_epoch)
-                raise RunStopped(PREEMPTED, f"in epoch {epoch} of {config.epochs}, at step {done} of "
-                                            f"{steps_per_epoch}", step=done, saved=CHECKPOINT, path=saved,
-                                 cause=stops.cause)
-            train_seconds = time.perf_counter() - start
-            scores = recipe.evaluate(trained, evaluation, config)
-            record = {"epoch": epoch, "train_loss": loss_sum / max(done, 1), "train_seconds": round(train_seconds, 2),
-                      **scores}
-            history.append(record)
-            improved = best is None or scores[main_metric] > best[main_metric]
-            if improved:
-                if writes:
-                    _save_best(trained, tokenizer, out_dir)
-                best, best_epoch = scores, epoch
-            if writes:
-                _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation)
-            finished = epoch
-            # A rerun after a kill from here on starts at the next epoch.
-            saved = state.save(epoch + 1, 0, 0.0, history, best, best_epoch) if epoch < config.epochs else None
-            # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
-            # The steps this call trained: a resumed epoch trained only the rest of it.
-            steps = f"{batches} steps" + (f", resumed at step {skip} of {steps_per_epoch}" if skip else "")
-            log(f"epoch {epoch}/{config.epochs}: train loss {record['train_loss']:.4f}, "
-                + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
-                + f" ({train_seconds:.1f}s train, {steps})" + (" *best*" if improved else ""))
+        for epoch in range(start["epoch"], config.epochs + 1):
+            resumed = epoch == start["epoch"]
+            trained = _train_epoch(run, epoch, start["batch"] if resumed else 0,
+                                   start["loss_sum"] if resumed else 0.0, stop)
+            if stop.stopped and trained.done < run.steps_per_epoch:
+                saved = run.state.save(epoch, trained.done, trained.loss_sum, progress)
+                raise RunStopped(PREEMPTED, f"in epoch {epoch} of {config.epochs}, at step {trained.done} of "
+                                            f"{run.steps_per_epoch}", step=trained.done, saved=CHECKPOINT,
+                                 path=saved, cause=stops.cause)
+            saved = _finish_epoch(run, progress, trained)
             if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
                 raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
                                  path=saved, cause=stops.cause)
     except KeyboardInterrupt:
-        if best_epoch is not None and writes:
-            # An epoch stopped while its best/ was being written is not finished.
-            kept = [r for r in history if r["epoch"] <= max(finished, best_epoch)]
-            _write_run(out_dir, config, label_names, kept, best_epoch, train, evaluation,
-                       interrupted={"epoch": finished + 1, "epochs": config.epochs})
-        state.remove()
-        kept = None if best_epoch is None else f"the best finished epoch, {best_epoch} ({main_metric} " \
-                                               f"{best[main_metric]:.4f})"
-        raise RunStopped(INTERRUPTED, f"in epoch {finished + 1} of {config.epochs}", saved=kept,
-                         path=out_dir if kept else None) from None
-    finally:
-        stops.close()
-    state.remove()
-    return {"history": history, "best_epoch": best_epoch, "best": best}
+        kept = _keep_finished_epochs(run, progress)
+        raise RunStopped(INTERRUPTED, f"in epoch {progress.finished + 1} of {config.epochs}", saved=kept,
+                         path=run.out_dir if kept else None) from None
+
+
+@dataclasses.dataclass(frozen=True)
+class _TrainedEpoch:
+    """One epoch's training in this call: its number, the step it resumed at (`skip`), the steps this call took
+    (`batches`), the loss summed over the epoch's steps so far, the model trained and the seconds it took."""
+
+    epoch: int
+    skip: int
+    batches: int
+    loss_sum: float
+    model: keras.Model
+    seconds: float
+
+    @property
+    def done(self):
+        """The epoch's steps trained, by this call and before it."""
+        return self.skip + self.batches
+
+
+def _train_epoch(run, epoch, skip, loss_sum, stop):
+    """Trains `epoch` from its step `skip` to its end or a stop request (`stop`, a `_StopAtStep`): a `_TrainedEpoch`.
+
+    `loss_sum`: the loss summed over the steps before `skip`.
+    """
+    start = time.perf_counter()
+    stop.batches = 0
+    if run.loop is None:
+        fit = run.model.fit(_epoch_dataset(run, epoch, skip), epochs=epoch, initial_epoch=epoch - 1, shuffle=False,
+                            verbose=run.verbose, callbacks=[stop])
+        batches, trained = stop.batches, run.model
+        loss_sum += float(fit.history["loss"][-1]) * batches if batches else 0.0
+    else:
+        mean, batches = run.loop.train_epoch(lambda: _epoch_dataset(run, epoch, skip), stop.agreed)
+        trained = run.loop.local_model()
+        loss_sum += mean * batches
+    return _TrainedEpoch(epoch, skip, batches, loss_sum, trained, time.perf_counter() - start)
+
+
+def _epoch_dataset(run, epoch, skip=0):
+    """The training batches of `epoch` after its first `skip`: a new order each epoch (see make_dataset's `shuffle`)."""
+    config, train = run.config, run.data.train
+    dataset = make_dataset(train.inputs, train.labels, config.batch_size, shuffle=True,
+                           seed=config.seed + epoch - 1, bucket=config.bucket and not config.fixed_shapes,
+                           label_pad=run.recipe.label_pad, pad_to=config.pad_to,
+                           remainder="drop" if config.fixed_shapes else "keep")
+    return dataset.skip(skip)
+
+
+def _finish_epoch(run, progress, trained):
+    """Scores the `_TrainedEpoch`, writes its outputs (best/ when it is the best, finetune.json) and checkpoints
+    the next epoch's start; returns that checkpoint's path (None after the last epoch)."""
+    config, epoch, main_metric = run.config, trained.epoch, run.recipe.metrics[0]
+    scores = run.recipe.evaluate(trained.model, run.data.evaluation, config)
+    record = {"epoch": epoch, "train_loss": trained.loss_sum / max(trained.done, 1),
+              "train_seconds": round(trained.seconds, 2), **scores}
+    progress.history.append(record)
+    improved = progress.best is None or scores[main_metric] > progress.best[main_metric]
+    if improved:
+        if run.writes:
+            _save_best(trained.model, run.tokenizer, run.out_dir)
+        progress.best, progress.best_epoch = scores, epoch
+    if run.writes:
+        _write_run(run, progress.history, progress.best_epoch)
+    progress.finished = epoch
+    # A rerun after a kill from here on starts at the next epoch.
+    saved = run.state.save(epoch + 1, 0, 0.0, progress) if epoch < config.epochs else None
+    # Logged once the epoch's outputs are written: a Ctrl-C after this line keeps the epoch.
+    # The steps this call trained: a resumed epoch trained only the rest of it.
+    steps = f"{trained.batches} steps" + (
+        f", resumed at step {trained.skip} of {run.steps_per_epoch}" if trained.skip else "")
+    run.log(f"epoch {epoch}/{config.epochs}: train loss {record['train_loss']:.4f}, "
+            + ", ".join(f"{k} {v:.4f}" for k, v in scores.items() if isinstance(v, float))
+            + f" ({trained.seconds:.1f}s train, {steps})" + (" *best*" if improved else ""))
+    return saved
+
+
+def _keep_finished_epochs(run, progress):
+    """After Ctrl-C: marks the run "interrupted" in finetune.json and drops its checkpoints; returns what
+    was kept (the best finished epoch, for `RunStopped.saved`), or None when no epoch finished."""
+    if progress.best_epoch is not None and run.writes:
+        # An epoch stopped while its best/ was being written is not finished.
+        kept = [r for r in progress.history if r["epoch"] <= max(progress.finished, progress.best_epoch)]
+        _write_run(run, kept, progress.best_epoch,
+                   interrupted={"epoch": progress.finished + 1, "epochs": run.config.epochs})
+    run.state.remove()
+    if progress.best_epoch is None:
+        return None
+    main_metric = run.recipe.metrics[0]
+    return f"the best finished epoch, {progress.best_epoch} ({main_metric} {progress.best[main_metric]:.4f})"
 
 
 class _StopAtStep(keras.callbacks.Callback):
@@ -290,13 +388,16 @@ class _ResumeState:
         )
 
     def restore(self, log):
-        """The run's position: where a newest readable checkpoint left it, else the start.
+        """The run's finished epochs (`_Progress`) and its position ({"epoch", "batch", "loss_sum"}): where a
+        newest readable checkpoint left them, else the start.
 
         Raises:
             UserError: the workers of a cluster found different positions
                 (each its own unfinished run, on disks of their own).
         """
         run = self._restore(log)
+        history = run["history"]
+        progress = _Progress(history, run["best"], run["best_epoch"], finished=history[-1]["epoch"] if history else 0)
         steps = int(self._optimizer.iterations.numpy())  # 0 on a start
         if num_workers(self._strategy) > 1:
             mean = self._strategy.reduce(
@@ -305,7 +406,7 @@ class _ResumeState:
                 raise UserError(f"The workers resume from different steps ({self.directory} differs between "
                                 "them): put --out on storage every worker reads (gs://), or move the unfinished "
                                 "run away on every worker to start over.")
-        return run
+        return progress, {k: run[k] for k in ("epoch", "batch", "loss_sum")}
 
     def _restore(self, log):
         start = {"epoch": 1, "batch": 0, "loss_sum": 0.0, "history": [], "best": None, "best_epoch": None}
@@ -333,12 +434,12 @@ class _ResumeState:
         except Exception:  # a damaged checkpoint: `restore_newest_readable` reports it and falls back
             return None
 
-    def save(self, epoch, batch, loss_sum, history, best, best_epoch):
-        """Checkpoints the position before `batch` of `epoch`; returns the checkpoint's path."""
+    def save(self, epoch, batch, loss_sum, progress):
+        """Checkpoints the position before `batch` of `epoch` and the `_Progress`; returns the checkpoint's path."""
         self._position.assign([epoch, batch])
         self._loss_sum.assign(loss_sum)
-        self._record.assign(json.dumps({"settings": self._settings, "history": history, "best": best,
-                                        "best_epoch": best_epoch}))
+        self._record.assign(json.dumps({"settings": self._settings, "history": progress.history, "best": progress.best,
+                                        "best_epoch": progress.best_epoch}))
         # Named by the optimizer's step, which grows with every save.
         step = int(self._optimizer.iterations.numpy())
         if self._writes:
@@ -415,17 +516,18 @@ def _uncompiled(model):
         model.optimizer, model.compiled = optimizer, compiled
 
 
-def _write_run(out_dir, config, label_names, history, best_epoch, train, evaluation, interrupted=None):
-    run = {
-        "config": config.to_dict(),
-        "label_names": label_names,
-        "data": {"train": train.notes, "eval": evaluation.notes},
+def _write_run(run, history, best_epoch, interrupted=None):
+    """Writes the `_Run`'s finetune.json: its settings, data notes, the epochs in `history` and the best one."""
+    record = {
+        "config": run.config.to_dict(),
+        "label_names": run.data.label_names,
+        "data": {"train": run.data.train.notes, "eval": run.data.evaluation.notes},
         "history": history,
         "best_epoch": best_epoch,
     }
     if interrupted:
-        run["interrupted"] = interrupted
-    files.write_text(os.path.join(out_dir, RUN_FILE), json.dumps(run, indent=2))
+        record["interrupted"] = interrupted
+    files.write_text(os.path.join(run.out_dir, FINETUNE_RUN_FILE), json.dumps(record, indent=2))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -447,20 +549,14 @@ class RunSettings:
     reads_pairs: bool = False
 
 
-def run_out_dir(directory):
-    """The `finetune --out` directory of `directory`: the run above it where it is a run's `best/`, else itself."""
-    path = files.normpath(directory)
-    return os.path.dirname(path) if os.path.basename(path) == BEST_DIR else path
-
-
 def run_settings(model_dir):
     """The `RunSettings` of the fine-tuning run whose `best/` is `model_dir`; the defaults for any other directory.
 
     Args:
         model_dir: a model directory (local path or URL).
     """
-    out_dir = run_out_dir(model_dir)
-    path = os.path.join(out_dir, RUN_FILE)
+    out_dir = finetune_run_dir(model_dir)
+    path = os.path.join(out_dir, FINETUNE_RUN_FILE)
     if out_dir == files.normpath(model_dir) or not files.isfile(path):
         return RunSettings()
     config = json.loads(files.read_text(path)).get("config", {})
@@ -475,12 +571,12 @@ def load_run(directory):
     Args:
         directory: the `finetune --out` directory, or its `best/`.
     """
-    directory = run_out_dir(directory)
+    directory = finetune_run_dir(directory)
     if not files.isdir(directory):
         raise UserError(f"{directory}: no such directory.")
-    path = os.path.join(directory, RUN_FILE)
+    path = os.path.join(directory, FINETUNE_RUN_FILE)
     if not files.isfile(path):
-        raise UserError(f"{directory} is not a fine-tuning output directory: {RUN_FILE} is missing.")
+        raise UserError(f"{directory} is not a fine-tuning output directory: {FINETUNE_RUN_FILE} is missing.")
     try:
         run = json.loads(files.read_text(path))
     except json.JSONDecodeError as e:

@@ -21,9 +21,8 @@ import tensorflow as tf
 from tensorflow.core.framework import summary_pb2
 
 from albert_tf.utils import files
+from albert_tf.utils.layout import TENSORBOARD_DIR, TRAIN_LOG_FILE
 
-LOG_FILE = "train_log.jsonl"
-TENSORBOARD_DIR = "tensorboard"
 RESUMED = "resumed"  # the key of a resume record
 # Printed in this order; every one is also a TensorBoard scalar.
 METRICS = ("loss", "mlm_loss", "sop_loss", "mlm_accuracy", "sop_accuracy", "grad_norm")
@@ -47,7 +46,7 @@ class ProgressLogger:
         self.log_every = log_every
         self.enabled = enabled
         self.print_fn = print_fn
-        self.log_path = os.path.join(run_dir, LOG_FILE)
+        self.log_path = os.path.join(run_dir, TRAIN_LOG_FILE)
         self._writer = tf.summary.create_file_writer(os.path.join(run_dir, TENSORBOARD_DIR)) if enabled else None
         self._reset_window()
 
@@ -128,7 +127,7 @@ def read_log(run_dir):
     A resume record drops the records after its step written before it, and
     is not returned itself. A last line cut short by a kill is skipped.
     """
-    path = os.path.join(run_dir, LOG_FILE)
+    path = os.path.join(run_dir, TRAIN_LOG_FILE)
     if not files.isfile(path):
         return []
     records = []

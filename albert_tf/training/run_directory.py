@@ -4,15 +4,7 @@ A rerun must train the same model on the same data with the same
 optimization; only the fields in `RESUMABLE_CHANGES` may differ, and
 anything else is refused before a file is written. `final/` survives a kill
 at any moment (see `checkpoints`): a rerun rebuilds a missing or stale one.
-
-Run directory layout:
-    config.json            the `AlbertConfig`
-    training_config.json   the `TrainerConfig` and the caller's run info (data, strategy)
-    tokenizer/             the tokenizer, when one is given
-    checkpoints/           ckpt-STEP.* (model, optimizer, step) and a copy of config.json
-    tensorboard/           summaries of the progress metrics
-    train_log.jsonl        the progress records
-    final/                 `save_pretrained` of the trained `AlbertPretrainer` with its tokenizer, and the step it holds
+The directory's layout is drawn, and its names defined, in `albert_tf.utils.layout`.
 """
 
 import dataclasses
@@ -20,17 +12,13 @@ import json
 import os
 
 from albert_tf.config import AlbertConfig
-from albert_tf.model_dirs import ENTRY_FILES, FINAL_DIR, TOKENIZER_DIR, WEIGHTS_FILE
+from albert_tf.model_dirs import CONFIG_FILE, ENTRY_FILES, TOKENIZER_DIR, WEIGHTS_FILE
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.training import checkpoints
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import CHECKPOINT_DIR, FINAL_DIR, FINAL_STEP_FILE, TRAINING_CONFIG_FILE
 
-CONFIG_FILE = "config.json"
-TRAINING_CONFIG_FILE = "training_config.json"
-CHECKPOINT_DIR = "checkpoints"
-# In final/: the step its weights were saved at, so a rerun can tell a current final/ from a stale one.
-FINAL_STEP_FILE = "trainer_step.json"
 # TrainerConfig fields a resumed run may change: the schedule (extend a run,
 # or lower the learning rate after a divergence) and bookkeeping. Anything
 # else would continue the checkpoint under a different recipe. "jit_compile"

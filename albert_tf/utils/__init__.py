@@ -9,4 +9,6 @@ pipeline and the CLI's start-up import them freely:
   `ram://`), and `publish`, which makes an output appear whole or not at all.
 - `lazy`: PEP 562 lazy public names for package `__init__` modules.
 - `config_base`: the dataclass configs' JSON and flag documentation.
+- `layout`: the names of the files and directories the outputs hold (runs,
+  create-data, exports), and the paths built from them.
 """

@@ -32,9 +32,9 @@ from input_pipeline.pretraining.examples import (
     make_example,
 )
 from albert_tf.utils.errors import PREEMPTED, RunStopped, UserError
+from albert_tf.utils.layout import DATA_METADATA_FILE, is_create_data_dir
 from input_pipeline.tokenizer import AlbertTokenizer
 
-METADATA_FILE = "metadata.json"
 SHARD_PATTERN = "pretraining-{:05d}.tfrecord"
 # Stored as int64 lists of max_seq_length / max_predictions_per_seq values.
 INT_FEATURES = (
@@ -120,7 +120,7 @@ def write_pretraining_tfrecords(
         "seed": seed,
         "config": json.loads(config.to_json()),
     }
-    files.write_text(os.path.join(output_dir, METADATA_FILE), json.dumps(metadata, indent=2))
+    files.write_text(os.path.join(output_dir, DATA_METADATA_FILE), json.dumps(metadata, indent=2))
     return {**{k: metadata[k] for k in ("num_examples", "num_shards", "num_documents")}, "pair_stats": pair_stats}
 
 
@@ -207,20 +207,21 @@ def read_metadata(data_dir):
         UserError: one line naming the unreadable metadata.json, or the
             missing or truncated shard.
     """
-    path = os.path.join(data_dir, METADATA_FILE)
-    if not files.isfile(path):
-        raise UserError(f"{data_dir!r} has no {METADATA_FILE}; is it a create-data output directory?")
+    path = os.path.join(data_dir, DATA_METADATA_FILE)
+    if not is_create_data_dir(data_dir):
+        raise UserError(f"{data_dir!r} has no {DATA_METADATA_FILE}; is it a create-data output directory?")
     try:
         metadata = json.loads(files.read_text(path))
         metadata["config"] = PretrainingDataConfig(**metadata["config"])
         shard_paths = [os.path.join(data_dir, SHARD_PATTERN.format(i)) for i in range(metadata["num_shards"])]
     except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
-        raise UserError(f"{path} is not a readable {METADATA_FILE} ({type(e).__name__}: {e}); rerun create-data.") from None
+        raise UserError(f"{path} is not a readable {DATA_METADATA_FILE} ({type(e).__name__}: {e}); "
+                        "rerun create-data.") from None
     for shard, expected in zip(shard_paths, metadata.get("shard_bytes", [None] * len(shard_paths))):
         if not files.isfile(shard):
             raise UserError(f"{shard} is missing: {data_dir} is incomplete; rerun create-data.")
         if expected is not None and files.size(shard) != expected:
-            raise UserError(f"{shard} has {files.size(shard)} bytes where {METADATA_FILE} says {expected} "
+            raise UserError(f"{shard} has {files.size(shard)} bytes where {DATA_METADATA_FILE} says {expected} "
                             "(truncated or replaced); rerun create-data.")
     return metadata
 

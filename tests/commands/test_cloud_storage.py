@@ -12,13 +12,10 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.commands import outputs
-from albert_tf.export import saved_model, tflite
 from albert_tf.model_dirs import ENTRY_FILES
-from albert_tf.recipes.finetune import RUN_FILE
-from albert_tf.utils import files
+from albert_tf.utils import files, layout
 from cli_helpers import user_environment
 from input_pipeline import movie_reviews, tokenizer
-from input_pipeline.pretraining import tfrecord_shards as tfrecord
 from journey_fixtures import write_sentences_corpus, write_sst2
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "cloud_storage_worker.py")
@@ -115,8 +112,8 @@ def test_publish_output_at_a_url_is_whole_or_absent(bucket):
 
 def test_entry_file_names_are_the_modules_own():
     assert set(ENTRY_FILES) <= set(outputs.ENTRY_FILES)
-    assert {tokenizer.MODEL_FILE, tfrecord.METADATA_FILE, RUN_FILE, saved_model.SAVED_MODEL_FILE,
-            tflite.MODEL_FILE} <= set(outputs.ENTRY_FILES)
+    assert {tokenizer.MODEL_FILE, layout.DATA_METADATA_FILE, layout.FINETUNE_RUN_FILE, layout.SAVED_MODEL_FILE,
+            layout.TFLITE_MODEL_FILE} <= set(outputs.ENTRY_FILES)
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ import tensorflow as tf
 
 from albert_tf import AlbertBackbone
 import albert_tf.recipes.finetune as recipe
+from albert_tf.utils.layout import RESUME_DIR
 from cli_helpers import run_cli
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
@@ -53,11 +54,11 @@ def test_sigterm_in_an_epoch_stops_at_the_step_it_names_with_its_checkpoint_and_
     work = tmp_path / ".unfinished-run"
     assert stopped.stderr.strip() == (
         f"albert-tf finetune: stopped by SIGTERM in epoch 2 of 2, at step 2 of 5; the newest checkpoint is "
-        f"{work / recipe.RESUME_DIR / 'ckpt-7'}. The unfinished run is in {work}: rerun the same command to "
+        f"{work / RESUME_DIR / 'ckpt-7'}. The unfinished run is in {work}: rerun the same command to "
         f"resume it there; it becomes {tmp_path / 'run'} when it ends."), stopped.stderr
     assert len(steps) == 7 and not (tmp_path / "run").exists()
     # The checkpoint of the step named: epoch 2, before its step 2 (7 optimizer steps in).
-    reader = tf.train.load_checkpoint(str(work / recipe.RESUME_DIR / "ckpt-7"))
+    reader = tf.train.load_checkpoint(str(work / RESUME_DIR / "ckpt-7"))
     assert reader.get_tensor("position/.ATTRIBUTES/VARIABLE_VALUE").tolist() == [2, 2]
 
     monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", on_batch_end)

@@ -175,6 +175,7 @@ def test_user_errors_that_need_no_model_come_before_tensorflow_loads(tmp_path):
                                           "written.jsonl"],
         "--model missing: no such directory": ["export", "--model", "missing", "--format", "tflite", "--out", "o"],
         "--out full is not empty  ": ["export", "--model", "model", "--format", "tflite", "--out", "full"],
+        "--out full is not empty   ": ["export", "--model", "model", "--format", "web", "--out", "full"],
         **_FLAG_ERRORS,
     }
     probe = (
@@ -354,3 +355,16 @@ def test_early_checks_read_urls():
         check_paths("create-data", ["--input", f"{root}/missing.txt", "--tokenizer", f"{root}/tok", "--out", "o"])
     with pytest.raises(ValueError, match=f"--train {root}/full: is a directory"):
         check_paths("finetune", ["--train", f"{root}/full", "--eval", f"{root}/in.txt"])
+
+
+def test_out_is_checked_once_before_the_command_or_by_the_command():
+    from argparse import Namespace
+
+    from albert_tf.commands.early_checks import out_checked_early
+
+    # finetune's chief checks --out itself where no worker knew before TensorFlow whether it is the chief.
+    assert out_checked_early("finetune", Namespace(strategy=None))
+    assert not out_checked_early("finetune", Namespace(strategy="multi_worker"))
+    # export writes a SavedModel into a new version directory under --out, which the command checks.
+    assert [out_checked_early("export", Namespace(format=f)) for f in ("saved_model", "tflite", "web")] == [
+        False, True, True]

@@ -14,6 +14,7 @@ import pytest
 from albert_tf import model_dirs
 from albert_tf.training import progress
 from albert_tf.utils import files
+from albert_tf.utils.layout import TFLITE_MODEL_FILE, TRAIN_LOG_FILE
 from albert_tf.utils.errors import UserError
 from data_fixtures import imdb_documents
 from input_pipeline import AlbertTokenizer, Preprocessing
@@ -131,7 +132,7 @@ def _log(run_dir, start, steps, loss):
 @pytest.mark.parametrize("where", ["local", "ram"])
 def test_a_resume_appends_to_the_log_and_readers_drop_the_lost_steps(tmp_path, where):
     run_dir = _root(tmp_path, where)
-    path = os.path.join(run_dir, progress.LOG_FILE)
+    path = os.path.join(run_dir, TRAIN_LOG_FILE)
     _log(run_dir, 0, [100, 200, 300], loss=1.0)
     # A kill cut the next line short; the run resumes from its checkpoint at step 250.
     with files.open_file(path, "a") as f:
@@ -145,17 +146,16 @@ def test_a_resume_appends_to_the_log_and_readers_drop_the_lost_steps(tmp_path, w
 
 def test_a_kill_during_a_tflite_export_leaves_the_old_export(tmp_path, monkeypatch):
     from albert_tf.export import export_tflite
-    from albert_tf.export.tflite import MODEL_FILE
     from export_fixtures import classifier
 
     out = tmp_path / "tflite"
     out.mkdir()
-    (out / MODEL_FILE).write_bytes(b"the old export")
+    (out / TFLITE_MODEL_FILE).write_bytes(b"the old export")
     calls = _killed_at_the_second_write(monkeypatch)  # export.json, then model.tflite
     with pytest.raises(KeyboardInterrupt):
         export_tflite(classifier(), str(out), max_length=8, overwrite=True)
-    assert os.path.basename(calls[-1]) == MODEL_FILE
-    assert os.listdir(out) == [MODEL_FILE] and (out / MODEL_FILE).read_bytes() == b"the old export"
+    assert os.path.basename(calls[-1]) == TFLITE_MODEL_FILE
+    assert os.listdir(out) == [TFLITE_MODEL_FILE] and (out / TFLITE_MODEL_FILE).read_bytes() == b"the old export"
     assert os.listdir(tmp_path) == ["tflite"]
 
 

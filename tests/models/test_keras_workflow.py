@@ -13,7 +13,8 @@ from albert_tf import (
     AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger, load_pretrained,
 )
 from albert_tf.export import export_saved_model, export_tflite, load_saved_model, pack_texts
-from albert_tf.model_dirs import FINAL_DIR, TOKENIZER_DIR
+from albert_tf.model_dirs import TOKENIZER_DIR
+from albert_tf.utils.layout import FINAL_DIR
 from export_fixtures import VOCAB_SIZE, texts_and_pairs, tokenizer
 from helpers import max_abs_diff, tiny_config
 from input_pipeline import movie_reviews

@@ -11,7 +11,8 @@ import pytest
 from albert_tf import AlbertBackbone
 from albert_tf.loading import load_pretrained
 from albert_tf.recipes.config import FinetuneConfig
-from albert_tf.recipes.finetune import RESUME_DIR, finetune
+from albert_tf.recipes.finetune import finetune
+from albert_tf.utils.layout import RESUME_DIR
 from albert_tf.utils.errors import CHECKPOINT, PREEMPTED, RunStopped
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config

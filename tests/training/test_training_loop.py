@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from albert_tf.training import Trainer, read_log
 from albert_tf.training.progress import METRICS
-from albert_tf.training.run_directory import TRAINING_CONFIG_FILE
+from albert_tf.utils.layout import TRAINING_CONFIG_FILE
 from albert_tf.training.trainer import loop_length, resolve_run_precision
 from cli_helpers import run_program, start_program
 from training_helpers import (

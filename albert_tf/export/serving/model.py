@@ -11,6 +11,7 @@ from albert_tf.export.serving import codec
 from albert_tf.export.serving.batching import Batcher
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import SAVED_MODEL_FILE
 
 
 class ServingModel:
@@ -143,7 +144,7 @@ def _signature_defs(path, signatures):
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
-    proto.ParseFromString(files.read_bytes(os.path.join(path, "saved_model.pb")))
+    proto.ParseFromString(files.read_bytes(os.path.join(path, SAVED_MODEL_FILE)))
     defs = proto.meta_graphs[0].signature_def
 
     def tensor_info(info):
