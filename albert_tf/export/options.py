@@ -1,4 +1,4 @@
-"""What an export can be asked for (lengths, precisions, quantization modes), without TensorFlow.
+"""What an export can be asked for (lengths, precisions, quantization modes) and its defaults, without TensorFlow.
 
 `albert-tf export` builds its flags from these before TensorFlow loads, so a
 bad value is reported at once.
@@ -15,3 +15,18 @@ QUANTIZE_MODES = ("none", "float16", "dynamic", "int8", "int8-mixed", "16x8")
 CALIBRATED_MODES = ("int8", "int8-mixed", "16x8")
 # What a TF-Serving server needs to run an export whose forward pass XLA must compile (`export --xla`).
 XLA_SERVER_FLAG = "--xla_cpu_compilation_enabled=true"
+
+
+def default_max_length(run, model):
+    """The max_length an export of `model` gets when none is asked for (`export` and `serve` alike).
+
+    The fine-tuning run's max_seq_length, the length the model learned at;
+    else DEFAULT_MAX_LENGTH, within the model's max_position_embeddings.
+
+    Args:
+        run: the model directory's `albert_tf.recipes.RunSettings`.
+        model: the loaded model (a task model, or a bare backbone).
+    """
+    if run.max_seq_length is not None:
+        return run.max_seq_length
+    return min(DEFAULT_MAX_LENGTH, getattr(model, "backbone", model).config.max_position_embeddings)
