@@ -18,14 +18,13 @@ same host would.
         [--rounds 2] [--write FILE]
 """
 
-import argparse
 import os
 import statistics
-import sys
 import tempfile
 
+from benchlib.load_test import (Server, build_model, bursts, export, load_test_parser, parse_burst_args, rest_call,
+                                rotten_tomatoes, warm_up)
 from benchlib.machine import cpu_flags, cpu_name
-from serving_throughput import Server, WARMUP_REQUESTS, build_model, burst, export, rest_call
 
 # name -> batching parameters text (None: no batching). "suggested": what `export` writes.
 CONFIGS = {
@@ -40,49 +39,16 @@ CONFIGS = {
 }
 
 
-def start(base, parameters_file):
-    """serving_throughput's `Server`, started with --enable-batching --batching-parameters-file F when F is given."""
-    import queue
-    import subprocess
-    import threading
-
-    from serving_throughput import albert_tf_command
-
-    server = Server.__new__(Server)
-    server._stderr = tempfile.TemporaryFile("w+")
-    extra = ["--enable-batching", "--batching-parameters-file", parameters_file] if parameters_file else []
-    server.process = subprocess.Popen(
-        albert_tf_command() + ["serve", base, "--host", "127.0.0.1", "--port", "0", *extra],
-        stdout=subprocess.PIPE, stderr=server._stderr, text=True)
-    server._lines = queue.Queue()
-    threading.Thread(target=lambda: [server._lines.put(line) for line in server.process.stdout], daemon=True).start()
-    server.url = None
-    return server
-
-
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="demo",
-                        help="demo or base (that shape, random weights), or a model directory with a tokenizer.")
-    parser.add_argument("--tokenizer", help="For base/demo: a tokenizer directory (default: one trained on IMDB).")
-    parser.add_argument("--clients", type=int, nargs="+", default=[1, 4, 16], help="concurrent clients")
-    parser.add_argument("--requests", type=int, default=20, help="requests each client sends per burst")
-    parser.add_argument("--rounds", type=int, default=2, help="turns over the servers")
+    parser = load_test_parser(__doc__, model="demo", requests=20, rounds=2, rounds_help="turns over the servers",
+                              quick_help="toy model, 1 and 2 clients, 3 requests")
     parser.add_argument("--configs", nargs="+", default=list(CONFIGS), choices=list(CONFIGS),
                         help="batching parameter sets to measure ('none': no batching)")
-    parser.add_argument("--max-length", type=int, default=128, help="the export's --max-length")
-    parser.add_argument("--quick", action="store_true", help="a smoke test: toy model, 1 and 2 clients, 3 requests")
-    parser.add_argument("--write", help="Also write the table to this Markdown file.")
-    args = parser.parse_args()
-    if args.quick:
-        args.clients, args.requests, args.rounds = [1, 2], 3, 1
-    if min(args.clients) < 1 or args.requests < 1 or args.rounds < 1:
-        parser.error("--clients, --requests and --rounds must be >= 1")
+    args = parse_burst_args(parser)
 
     from benchlib.output import emit_table
-    from input_pipeline import movie_reviews
 
-    sentences = [text for text, _ in movie_reviews.rotten_tomatoes_sentences()[:2000]]
+    sentences = rotten_tomatoes(2000)
     results = {(c, n): [] for c in args.configs for n in args.clients}
     texts = {}
     with tempfile.TemporaryDirectory() as workdir:
@@ -100,16 +66,13 @@ def main():
         for r in range(args.rounds):
             order = args.configs[r % len(args.configs):] + args.configs[:r % len(args.configs)]
             for config in order:  # one server at a time: they would share the CPU
-                server = start(base, texts.get(config))
+                batching = ["--enable-batching", "--batching-parameters-file", texts[config]] if config in texts else []
+                server = Server(base, batching)
                 try:
                     call = rest_call(server.wait())
-                    for sentence in sentences[:WARMUP_REQUESTS]:
-                        call(sentence)
-                    for clients in args.clients:
-                        result = burst(call, sentences, clients, args.requests)
+                    warm_up(call, sentences)
+                    for clients, result in bursts(call, sentences, args, r, config).items():
                         results[config, clients].append(result)
-                        print(f"round {r + 1}/{args.rounds} {config} x{clients}: {result['rps']:.2f} req/s, "
-                              f"p50 {result['p50']:.1f} ms, p99 {result['p99']:.1f} ms", file=sys.stderr, flush=True)
                 finally:
                     server.close()
         suggested = open(os.path.join(base, "batching_parameters.txt")).read()

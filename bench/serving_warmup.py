@@ -11,7 +11,6 @@ median and their ratio, medians over the rounds, and the load time.
     python bench/serving_warmup.py [--model demo|base|DIR] [--rounds 3] [--steps 20] [--write FILE]
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -19,8 +18,8 @@ import subprocess
 import sys
 import tempfile
 
+from benchlib.load_test import build_model, export, load_test_parser, rotten_tomatoes
 from benchlib.machine import cpu_flags, cpu_name
-from serving_throughput import build_model, export
 
 # Runs in the fresh process: argv = version base path, "1"/"0" (warmup), steps, sentences as JSON.
 _CHILD = """
@@ -49,23 +48,16 @@ def fresh_load(base, warmup, steps, sentences):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="demo",
-                        help="demo or base (that shape, random weights), or a model directory with a tokenizer.")
-    parser.add_argument("--tokenizer", help="For base/demo: a tokenizer directory (default: one trained on IMDB).")
-    parser.add_argument("--rounds", type=int, default=3, help="fresh loads of each kind, in turns")
+    parser = load_test_parser(__doc__, model="demo", rounds=3, rounds_help="fresh loads of each kind, in turns",
+                              quick_help="toy model, one round, 3 steps")
     parser.add_argument("--steps", type=int, default=20, help="requests after the first (the steady median)")
-    parser.add_argument("--max-length", type=int, default=128, help="the export's --max-length")
-    parser.add_argument("--quick", action="store_true", help="a smoke test: toy model, one round, 3 steps")
-    parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
     if args.quick:
         args.rounds, args.steps = 1, 3
 
     from benchlib.output import emit_table
-    from input_pipeline import movie_reviews
 
-    sentences = [text for text, _ in movie_reviews.rotten_tomatoes_sentences()[:50]]
+    sentences = rotten_tomatoes(50)
     results = {True: [], False: []}
     with tempfile.TemporaryDirectory() as workdir:
         model_dir, described = build_model(args.model, workdir, args.tokenizer, args.quick)

@@ -97,8 +97,8 @@ def main():
         parser.error("give --model, or --preset with --tokenizer and --max-length")
 
     from albert_tf import AlbertBackbone, AlbertConfig, AlbertTokenizer
-    from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_tflite
+    from albert_tf.export.options import default_max_length
     from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
     from albert_tf.models import AlbertClassifier
     from albert_tf.loading import load_pretrained

@@ -35,7 +35,7 @@ import os
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, ONEDNN_SERVER_ENV,
-                                      QUANTIZE_MODES, XLA_SERVER_FLAG)
+                                      QUANTIZE_MODES, XLA_SERVER_FLAG, default_max_length)
 from albert_tf.export.web_site import MEDIAPIPE_PACKAGE, MEDIAPIPE_VERSION, find_mediapipe, how_to_get_mediapipe
 from albert_tf.hub import resolve_model
 from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
@@ -267,19 +267,6 @@ def _check_mediapipe_can_follow(model_dir, run, tokenizer, max_windows, truncate
     if gaps:
         print("Warning: MediaPipe's TextClassifier and the Task Library read text unlike `albert-tf predict` "
               "here: " + "; ".join(gaps) + ".")
-
-
-def default_max_length(run, model):
-    """--max-length's default: the fine-tuning run's max_seq_length; else DEFAULT_MAX_LENGTH, within the model's
-    max_position_embeddings.
-
-    Args:
-        run: the model directory's `albert_tf.recipes.RunSettings`.
-        model: the loaded model.
-    """
-    if run.max_seq_length is not None:
-        return run.max_seq_length
-    return min(DEFAULT_MAX_LENGTH, getattr(model, "backbone", model).config.max_position_embeddings)
 
 
 def _calibration_texts(path, limit):

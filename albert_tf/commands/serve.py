@@ -20,6 +20,7 @@ import socket
 import tempfile
 
 from albert_tf.commands.flags import add_command
+from albert_tf.export.options import default_max_length
 from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.hub import resolve
@@ -73,7 +74,6 @@ def run(args):
 
 
 def _export(model_dir, base_path):
-    from albert_tf.commands.export import default_max_length
     from albert_tf.export import export_saved_model
     from albert_tf.loading import load_pretrained
     from albert_tf.recipes.finetune import run_settings

@@ -1,4 +1,4 @@
-"""What an export can be asked for (lengths, precisions, quantization modes), without TensorFlow.
+"""What an export can be asked for (lengths, precisions, quantization modes) and its defaults, without TensorFlow.
 
 `albert-tf export` builds its flags from these before TensorFlow loads, so a
 bad value is reported at once.
@@ -18,3 +18,18 @@ XLA_SERVER_FLAG = "--xla_cpu_compilation_enabled=true"
 # What a server's environment needs to run a float32 export on oneDNN's kernels where TensorFlow leaves them
 # off (x86 CPUs without AVX-512); docs/deployment.md has the measurements.
 ONEDNN_SERVER_ENV = "TF_ENABLE_ONEDNN_OPTS=1"
+
+
+def default_max_length(run, model):
+    """The max_length an export of `model` gets when none is asked for (`export` and `serve` alike).
+
+    The fine-tuning run's max_seq_length, the length the model learned at;
+    else DEFAULT_MAX_LENGTH, within the model's max_position_embeddings.
+
+    Args:
+        run: the model directory's `albert_tf.recipes.RunSettings`.
+        model: the loaded model (a task model, or a bare backbone).
+    """
+    if run.max_seq_length is not None:
+        return run.max_seq_length
+    return min(DEFAULT_MAX_LENGTH, getattr(model, "backbone", model).config.max_position_embeddings)

@@ -184,45 +184,44 @@ class Trainer:
             DamagedData: the data (or the held-out data) has a damaged
                 record; the steps before it are checkpointed.
         """
-        c = self.config
         start = self.restore()
-        final_dir = self.run_directory.final_dir
-        if start >= c.num_steps:
-            self._print(f"The run in {self.run_dir} is complete ({start}/{c.num_steps} steps).")
-            if self._is_chief and not self.run_directory.final_holds(start):
-                self._print(f"{final_dir} is missing, incomplete or older than step {start}; rebuilding it.")
-                self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
-            return {"step": start}
+        if start >= self.config.num_steps:
+            return self._complete_run(start)
+        record = self._train_from(start, stop_requested, preemption_notice)
+        if self._is_chief:
+            self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
+            self._print(f"Saved the pretrained model to {self.run_directory.final_dir}")
+        return {"step": self.step, **record}
 
+    def _complete_run(self, step):
+        """A rerun of a finished run trains nothing: it rebuilds `final/` if a kill left it missing or stale."""
+        final_dir = self.run_directory.final_dir
+        self._print(f"The run in {self.run_dir} is complete ({step}/{self.config.num_steps} steps).")
+        if self._is_chief and not self.run_directory.final_holds(step):
+            self._print(f"{final_dir} is missing, incomplete or older than step {step}; rebuilding it.")
+            self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
+        return {"step": step}
+
+    def _train_from(self, start, stop_requested, preemption_notice):
+        """Runs the loops from step `start` to the last (`train`'s arguments); returns the last progress record.
+
+        A damaged record and Ctrl-C end the run here, as the `DamagedData` or
+        `RunStopped` that `train` documents; the stop watcher and the progress
+        log are closed however the loops end.
+        """
+        c = self.config
         iterator = self.input_iterator(start)
         progress = ProgressLogger(
             self.run_dir, c.num_steps, c.global_batch_size, c.log_every, enabled=self._is_chief,
             print_fn=self._print,
         )
         progress.start(start)
-        record = {}
-        step = start
+        record, step = {}, start
         stops = StopRequests(self.strategy, stop_requested, preemption_notice, self.run_dir)
         try:
             while step < c.num_steps:
-                length = loop_length(step, c)
-                done, means, record = self.runner.run_loop(iterator, length)
-                step += done
-                if not math.isfinite(record["loss"]):
-                    raise self._diverged(
-                        step, f"the loss is {record['loss']}, found at the end of the loop of steps "
-                              f"{step - done + 1}-{step - done + length}, which stopped there: the metrics are read "
-                              "once per loop"
-                    )
-                evaluation = self.evaluate() if self._evaluates_at(step) else None
-                # Keras evaluates the schedule at the iteration count before the update.
-                progress.update(step, means, float(self._schedule(step - 1)), num_steps=done, evaluation=evaluation)
-                saved = None
-                if step % c.checkpoint_every == 0 or step == c.num_steps:
-                    saved = self._save_checkpoint(step)
-                if step < c.num_steps and stops.requested():
-                    raise RunStopped(PREEMPTED, f"at step {step} of {c.num_steps}", step=step, saved=CHECKPOINT,
-                                     path=saved or self._save_checkpoint(step), cause=stops.cause)
+                step, record = self._run_loop(iterator, step, progress)
+                self._checkpoint_or_stop(step, stops)
         except tf.errors.DataLossError as error:
             raise self._damaged_data(error) from None
         except KeyboardInterrupt:
@@ -233,10 +232,36 @@ class Trainer:
         finally:
             stops.close()
             progress.close()
-        if self._is_chief:
-            self.run_directory.save_final(self.runner.model, self._tokenizer, self.step)
-            self._print(f"Saved the pretrained model to {final_dir}")
-        return {"step": self.step, **record}
+        return record
+
+    def _run_loop(self, iterator, step, progress):
+        """One graph loop of the steps after `step`, checked for divergence, evaluated where due and logged.
+
+        Returns:
+            (the step reached, the loop's progress record).
+        """
+        length = loop_length(step, self.config)
+        done, means, record = self.runner.run_loop(iterator, length)
+        reached = step + done
+        if not math.isfinite(record["loss"]):
+            raise self._diverged(
+                reached, f"the loss is {record['loss']}, found at the end of the loop of steps "
+                         f"{step + 1}-{step + length}, which stopped there: the metrics are read once per loop"
+            )
+        evaluation = self.evaluate() if self._evaluates_at(reached) else None
+        # Keras evaluates the schedule at the iteration count before the update.
+        progress.update(reached, means, float(self._schedule(reached - 1)), num_steps=done, evaluation=evaluation)
+        return reached, record
+
+    def _checkpoint_or_stop(self, step, stops):
+        """Checkpoints `step` where one is due, and stops the run (checkpointed) when `stops` asks before the end."""
+        c = self.config
+        saved = None
+        if step % c.checkpoint_every == 0 or step == c.num_steps:
+            saved = self._save_checkpoint(step)
+        if step < c.num_steps and stops.requested():
+            raise RunStopped(PREEMPTED, f"at step {step} of {c.num_steps}", step=step, saved=CHECKPOINT,
+                             path=saved or self._save_checkpoint(step), cause=stops.cause)
 
     def input_iterator(self, step):
         """The distributed iterator over the micro-batches of the steps after `step` (none repeated or lost)."""

@@ -12,12 +12,14 @@ from scipy.special import softmax
 
 from albert_tf import AlbertBackbone, AlbertPretrainer, inference
 from albert_tf.export import export_saved_model, load_saved_model, pack_texts, truncated_lengths
+from albert_tf.export.options import DEFAULT_MAX_LENGTH, default_max_length
 from albert_tf.export.saved_model import METADATA_FILE
-from albert_tf.models import AlbertQuestionAnswerer
+from albert_tf.models import AlbertClassifier, AlbertQuestionAnswerer
+from albert_tf.recipes import RunSettings
 from export_fixtures import (
     LABELS, MAX_LENGTH, classifier, config, exported_classifier, graph_nodes, metadata, texts_and_pairs, tokenizer,
 )
-from helpers import backbone_batch, max_abs_diff, pretraining_batch
+from helpers import backbone_batch, max_abs_diff, pretraining_batch, tiny_config
 from input_pipeline.packing import truncate_pair
 from cli_helpers import run_program
 
@@ -32,6 +34,15 @@ def test_truncation_closed_form_matches_the_loop():
             for lb in range(0, 14):
                 a, b = truncate_pair(range(la), range(lb), budget)
                 assert truncated_lengths(la, lb, budget) == (len(a), len(b)), (la, lb, budget)
+
+
+def test_the_default_max_length_is_the_runs_else_128_within_the_models_positions():
+    # `export` and `serve` of a model directory both take it when no --max-length is given.
+    short, long = (AlbertBackbone(tiny_config(max_position_embeddings=n)) for n in (64, 512))
+    assert default_max_length(RunSettings(max_seq_length=48), long) == 48
+    assert default_max_length(RunSettings(), long) == DEFAULT_MAX_LENGTH == 128
+    assert default_max_length(RunSettings(), short) == 64
+    assert default_max_length(RunSettings(), AlbertClassifier(short, num_classes=2)) == 64
 
 
 @pytest.mark.slow

@@ -7,18 +7,27 @@ import pytest
 import tensorflow as tf
 
 from albert_tf.export.serving.codec import (
-    MAX_JSON_DEPTH, RequestError, clean_tf_error, decode_json, encode_outputs, json_depth, parse_predict,
+    MAX_JSON_DEPTH, RequestError, clean_tf_error, decode_json, encode_outputs, json_depth, parse_examples,
+    parse_predict,
 )
 
 IDS = {"token_ids": tf.TensorSpec((None, None), tf.int32), "padding_mask": tf.TensorSpec((None, None), tf.int32)}
 SPECS = {"serving_default": IDS, "serve_text": {"text": tf.TensorSpec((None,), tf.string)}}
 
 
-def refused(request, status=400):
+CLASSIFY = "tensorflow/serving/classify"
+METHODS = {"serving_default": "tensorflow/serving/predict", "classify_text": CLASSIFY}
+
+
+def refused(request, status=400, parse=lambda r: parse_predict(r, SPECS, max_batch_size=4)):
     with pytest.raises(RequestError) as error:
-        parse_predict(request, SPECS, max_batch_size=4)
+        parse(request)
     assert error.value.status == status
     return error.value.message
+
+
+def refused_example(request):
+    return refused(request, parse=lambda r: parse_examples(r, METHODS, CLASSIFY, max_batch_size=4))
 
 
 @pytest.mark.parametrize("depth", [MAX_JSON_DEPTH + 1, 500, 100_000])
@@ -56,6 +65,27 @@ def test_wrong_dtype_shape_and_names_are_400():
     assert "not found in signature def" in refused({"signature_name": "nope", "instances": ["a"]})
     assert "max_batch_size=4" in refused({"signature_name": "serve_text", "instances": ["a"] * 5})
     assert "invalid base64" in refused({"signature_name": "serve_text", "instances": [{"b64": "%%"}]})
+
+
+def test_predict_and_classify_requests_are_checked_alike_up_to_their_rows():
+    assert refused([1]) == refused_example([1]) == "The request body must be a JSON object. Received: list"
+    assert refused({"instances": ["a"], "x": 1}) == (
+        "Unknown request keys ['x']; expected 'signature_name' and 'instances' or 'inputs'.")
+    assert refused_example({"examples": [{}], "x": 1}) == (
+        "Unknown request keys ['x']; expected 'signature_name', 'context' and 'examples'.")
+    assert refused({"signature_name": 3, "instances": ["a"]}) == (
+        "Serving signature name: 3 not found in signature def. Available: ['serve_text', 'serving_default']")
+    assert refused_example({"signature_name": "nope", "examples": [{}]}) == (
+        "Serving signature name: \"nope\" not found in signature def. Available: ['classify_text', 'serving_default']")
+    assert refused({"signature_name": "serve_text", "instances": ["a"] * 5}) == (
+        "The request has 5 rows; at most max_batch_size=4 are accepted.")
+    assert refused_example({"signature_name": "classify_text", "examples": [{"text": "a"}] * 5}) == (
+        "The request has 5 examples; at most max_batch_size=4 are accepted.")
+    name, serialized = parse_examples({"signature_name": "classify_text", "examples": [{"text": "a"}] * 4}, METHODS,
+                                      CLASSIFY, max_batch_size=4)
+    assert name == "classify_text" and len(serialized) == 4
+    assert parse_predict({"signature_name": "serve_text", "instances": ["a"] * 4}, SPECS, max_batch_size=4)[1][
+        "text"].shape == (4,)
 
 
 def test_good_requests_convert_and_outputs_encode():

@@ -201,13 +201,13 @@ def test_backbone_arrays_are_cls_sep_sequences_in_two_segments_for_any_batch(ben
     assert (batch["segment_ids"][:, :64] == 0).all() and (batch["segment_ids"][:, 64:] == 1).all()
 
 
-def test_serving_throughput_counts_every_request_of_every_client_and_compares_labels_in_order(monkeypatch):
-    script = _script("serving_throughput.py", monkeypatch)
-    assert script["percentile"](list(range(1, 101)), 50) == 50
-    assert script["percentile"](list(range(1, 101)), 99) == 99
-    assert script["percentile"]([7.0], 99) == 7.0
+def test_serving_throughput_counts_every_request_of_every_client_and_compares_labels_in_order(benchlib, monkeypatch):
+    script, load_test = _script("serving_throughput.py", monkeypatch), benchlib("load_test")
+    assert load_test.percentile(list(range(1, 101)), 50) == 50
+    assert load_test.percentile(list(range(1, 101)), 99) == 99
+    assert load_test.percentile([7.0], 99) == 7.0
     sent = []
-    result = script["burst"](lambda s: sent.append(s) or s.upper(), ["a", "b", "c"], clients=4, requests=5)
+    result = load_test.burst(lambda s: sent.append(s) or s.upper(), ["a", "b", "c"], clients=4, requests=5)
     assert len(sent) == 20 and sorted(sent) == sorted("abcab" "cabca" "bcabc" "abcab")
     assert result["labels"] == ["A", "B", "C", "A", "B"] + ["C", "A", "B", "C", "A"] + ["B", "C", "A", "B", "C"] \
         + ["A", "B", "C", "A", "B"]
@@ -215,6 +215,23 @@ def test_serving_throughput_counts_every_request_of_every_client_and_compares_la
     float32 = {"labels": ["x", "y", "z"]}
     results = {(("rest", "float32"), 1): [float32], (("rest", "mixed_bfloat16"), 1): [{"labels": ["x", "y", "w"]}]}
     assert script["agreement"](results) == (2, 3)
+
+
+def test_the_load_tests_share_their_flags_and_quick_shrinks_every_burst(benchlib, capsys):
+    # serving_throughput.py and serving_batching.py: the same flags, each with its own defaults.
+    load_test = benchlib("load_test")
+    parser = load_test.load_test_parser("", model="demo", requests=20, rounds=2, rounds_help="", quick_help="")
+    args = load_test.parse_burst_args(parser, [])
+    assert (args.model, args.clients, args.requests, args.rounds, args.max_length) == ("demo", [1, 4, 16], 20, 2, 128)
+    quick = load_test.parse_burst_args(parser, ["--quick", "--clients", "8", "--requests", "50"])
+    assert (quick.clients, quick.requests, quick.rounds) == ([1, 2], 3, 1)
+    with pytest.raises(SystemExit):
+        load_test.parse_burst_args(parser, ["--clients", "4", "0"])
+    assert "--clients, --requests and --rounds must be >= 1" in capsys.readouterr().err
+    results = load_test.bursts(str.upper, ["a", "b", "c"], quick, 0, "rest float32")
+    assert sorted(results) == [1, 2] and results[2]["labels"] == ["A", "B", "C", "A", "B", "C"]
+    printed = capsys.readouterr().err.splitlines()
+    assert [line.split(":")[0] for line in printed] == ["round 1/1 rest float32 x1", "round 1/1 rest float32 x2"]
 
 
 def _index_links(index_path):

@@ -102,17 +102,8 @@ def parse_predict(request, input_specs, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
     Raises:
         RequestError: for anything wrong with the request.
     """
-    if not isinstance(request, dict):
-        raise RequestError(f"The request body must be a JSON object. Received: {type(request).__name__}")
-    unknown = sorted(set(request) - {"signature_name", "instances", "inputs"})
-    if unknown:
-        raise RequestError(f"Unknown request keys {unknown}; expected 'signature_name' and 'instances' or 'inputs'.")
-    signature_name = request.get("signature_name", "serving_default")
-    if not isinstance(signature_name, str) or signature_name not in input_specs:
-        raise RequestError(
-            f"Serving signature name: {json.dumps(signature_name)} not found in signature def. "
-            f"Available: {sorted(input_specs)}"
-        )
+    signature_name = _signature_name(request, {"instances", "inputs"}, "'signature_name' and 'instances' or 'inputs'",
+                                     input_specs)
     specs = input_specs[signature_name]
     if ("instances" in request) == ("inputs" in request):
         raise RequestError("The request must have exactly one of 'instances' (row format) or 'inputs' (columnar format).")
@@ -123,9 +114,7 @@ def parse_predict(request, input_specs, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
     if len(batch_sizes) > 1:
         shapes = {n: a.shape for n, a in arrays.items()}
         raise RequestError(f"All inputs must have the same batch size (first dimension). Received: {shapes}")
-    batch = batch_sizes.pop()
-    if batch is not None and batch > max_batch_size:
-        raise RequestError(f"The request has {batch} rows; at most max_batch_size={max_batch_size} are accepted.")
+    _check_batch_size(batch_sizes.pop(), "rows", max_batch_size)
     return signature_name, arrays, row_format
 
 
@@ -141,17 +130,8 @@ def parse_examples(request, method_names, method, max_batch_size=DEFAULT_MAX_BAT
     Raises:
         RequestError (400): anything wrong with the request, a signature of another method included.
     """
-    if not isinstance(request, dict):
-        raise RequestError(f"The request body must be a JSON object. Received: {type(request).__name__}")
-    unknown = sorted(set(request) - {"signature_name", "examples", "context"})
-    if unknown:
-        raise RequestError(f"Unknown request keys {unknown}; expected 'signature_name', 'context' and 'examples'.")
-    signature_name = request.get("signature_name", "serving_default")
-    if not isinstance(signature_name, str) or signature_name not in method_names:
-        raise RequestError(
-            f"Serving signature name: {json.dumps(signature_name)} not found in signature def. "
-            f"Available: {sorted(method_names)}"
-        )
+    signature_name = _signature_name(request, {"examples", "context"}, "'signature_name', 'context' and 'examples'",
+                                     method_names)
     if method_names[signature_name] != method:
         api = method.rsplit("/", 1)[-1]
         raise RequestError(f"Expected {api} signature method_name to be {method}. Was: {method_names[signature_name]}"
@@ -162,9 +142,7 @@ def parse_examples(request, method_names, method, max_batch_size=DEFAULT_MAX_BAT
         raise RequestError("'examples' must be a non-empty list of JSON objects, one per tf.Example.")
     if not isinstance(context, dict):
         raise RequestError("'context' must be a JSON object of features.")
-    if len(examples) > max_batch_size:
-        raise RequestError(
-            f"The request has {len(examples)} examples; at most max_batch_size={max_batch_size} are accepted.")
+    _check_batch_size(len(examples), "examples", max_batch_size)
     serialized = []
     for i, example in enumerate(examples):
         if not isinstance(example, dict):
@@ -172,6 +150,39 @@ def parse_examples(request, method_names, method, max_batch_size=DEFAULT_MAX_BAT
                                f"features. Received the value {_shown(example)}")
         serialized.append(to_example({**context, **example}, i))
     return signature_name, serialized
+
+
+def _signature_name(request, keys, expected, signatures):
+    """The signature a decoded request names ("serving_default" when none), after the checks every API shares.
+
+    Args:
+        request: the decoded JSON body.
+        keys: the request keys the API reads besides "signature_name".
+        expected: how an error names those keys.
+        signatures: the signature names the API may run.
+
+    Raises:
+        RequestError (400): the body is no JSON object, has another key, or
+            names no signature of `signatures`.
+    """
+    if not isinstance(request, dict):
+        raise RequestError(f"The request body must be a JSON object. Received: {type(request).__name__}")
+    unknown = sorted(set(request) - {"signature_name", *keys})
+    if unknown:
+        raise RequestError(f"Unknown request keys {unknown}; expected {expected}.")
+    signature_name = request.get("signature_name", "serving_default")
+    if not isinstance(signature_name, str) or signature_name not in signatures:
+        raise RequestError(
+            f"Serving signature name: {json.dumps(signature_name)} not found in signature def. "
+            f"Available: {sorted(signatures)}"
+        )
+    return signature_name
+
+
+def _check_batch_size(size, unit, max_batch_size):
+    """Refuses a request of more than `max_batch_size` `unit` ("rows", "examples"); a size of None has no batch."""
+    if size is not None and size > max_batch_size:
+        raise RequestError(f"The request has {size} {unit}; at most max_batch_size={max_batch_size} are accepted.")
 
 
 def to_example(features, index=0):
