@@ -231,7 +231,9 @@ def test_the_load_tests_share_their_flags_and_quick_shrinks_every_burst(benchlib
     results = load_test.bursts(str.upper, ["a", "b", "c"], quick, 0, "rest float32")
     assert sorted(results) == [1, 2] and results[2]["labels"] == ["A", "B", "C", "A", "B", "C"]
     printed = capsys.readouterr().err.splitlines()
-    assert [line.split(":")[0] for line in printed] == ["round 1/1 rest float32 x1", "round 1/1 rest float32 x2"]
+    # The progress line names the turn, the load and the client count ("round" and a number read as history).
+    expected = [f"round {turn}/1 rest float32 x{clients}" for turn, clients in ((1, 1), (1, 2))]
+    assert [line.split(":")[0] for line in printed] == expected
 
 
 def _index_links(index_path):
