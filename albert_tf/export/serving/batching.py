@@ -259,7 +259,8 @@ class Batcher:
         return merged
 
 
-# What `export` suggests: the batching row of bench/results/serving_batching.md with the most requests/s at 4
-# and 16 clients (it matched no batching there, on 2 cores; docs/deployment.md#batching).
-SUGGESTED = BatchingParameters(max_batch_size=32, batch_timeout_micros=5000, num_batch_threads=2,
+# What `export` suggests: the batching row of bench/results/serving_batching.md with the most requests/s and the
+# lowest p99 at 4 and 16 clients (1.04x and 1.12x no batching's requests/s there, 0.86x at one client, on 2 cores;
+# docs/deployment.md#batching).
+SUGGESTED = BatchingParameters(max_batch_size=4, batch_timeout_micros=1000, num_batch_threads=2,
                                max_enqueued_batches=64, allowed_batch_sizes=(), pad_variable_length_inputs=False)
