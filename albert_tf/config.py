@@ -14,7 +14,8 @@ import dataclasses
 import json
 
 from albert_tf.utils.config_base import (
-    JsonConfig, check_bool, check_choice, check_fraction, check_positive, check_positive_int, doc,
+    JsonConfig, check_bool, check_choice, check_fraction, check_int_in, check_positive, check_positive_int,
+    doc,
 )
 from albert_tf.utils.errors import UserError
 
@@ -53,6 +54,28 @@ _IGNORED_KEYS = frozenset(
         "tie_word_embeddings",
     }
 )
+
+
+# The largest size each field may take. A config is read from files of outside (a preset's config.json,
+# a checkpoint's), and the weights it describes are allocated before they are read: these bounds keep that
+# allocation sane. Each admits every published ALBERT (V 30000, E 128, H <= 4096, L <= 24, heads <= 64,
+# FFN <= 16384, P 512, 2 segments; the paper's deepest ablation, 48 layers; its inner groups, 3) with
+# room to grow: vocabularies of multilingual models (about 250,000 pieces), 4x xxlarge's widths, 64x its
+# positions.
+SIZE_BOUNDS = {
+    "vocab_size": 1 << 20,
+    "embedding_size": 1 << 14,
+    "hidden_size": 1 << 14,
+    "num_hidden_layers": 1 << 9,
+    "num_attention_heads": 1 << 10,
+    "intermediate_size": 1 << 16,
+    "num_hidden_groups": 1 << 9,
+    "inner_group_num": 1 << 6,
+    "max_position_embeddings": 1 << 15,
+    "type_vocab_size": 1 << 10,
+}
+# What a weights file may hold beyond its parameters: names, attributes, headers.
+FILE_MARGIN_BYTES = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -95,10 +118,9 @@ class AlbertConfig(JsonConfig):
                              choices=GROUP_FORMULAS)
 
     def __post_init__(self):
-        for name in ("vocab_size", "embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                     "intermediate_size", "num_hidden_groups", "inner_group_num", "max_position_embeddings",
-                     "type_vocab_size"):
+        for name, bound in SIZE_BOUNDS.items():
             check_positive_int(name, getattr(self, name))
+            check_int_in(name, getattr(self, name), 1, bound)
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
             check_fraction(name, getattr(self, name), high_open=True)
         check_positive("layer_norm_eps", self.layer_norm_eps)
@@ -129,6 +151,23 @@ class AlbertConfig(JsonConfig):
                 f"block. Received: sharing={self.sharing!r}, num_hidden_groups="
                 f"{self.num_hidden_groups}, inner_group_num={self.inner_group_num}"
             )
+
+    def weights_budget(self):
+        """The most bytes the weights of this model may declare: every parameter of the backbone and of the
+        pretraining heads (MLM, SOP) in float32, each block counted once per layer that may own it, and a
+        sixteenth more. An upper bound, for refusing files that claim more."""
+        v, e, h, i = self.vocab_size, self.embedding_size, self.hidden_size, self.intermediate_size
+        embeddings = (v + self.max_position_embeddings + self.type_vocab_size) * e + 2 * e + e * h + h
+        block = 4 * (h * h + h) + 2 * h + (h * i + i) + (i * h + h) + 2 * h
+        blocks = self.num_hidden_groups * self.inner_group_num if self.sharing == "all" else self.num_hidden_layers
+        heads = (h * h + h) + (h * e + e) + 2 * e + v + (2 * h + 2)  # pooler, MLM transform and bias, SOP
+        parameters = embeddings + blocks * block + heads
+        return 4 * parameters + 4 * parameters // 16
+
+    def file_budget(self):
+        """The most bytes a weights file of this model may take: `weights_budget` and its names, attributes
+        and headers (`FILE_MARGIN_BYTES`)."""
+        return self.weights_budget() + FILE_MARGIN_BYTES
 
     @property
     def head_size(self):

@@ -18,7 +18,9 @@ from safetensors import SafetensorError, safe_open
 from safetensors.numpy import load as load_safetensors
 
 from albert_tf.config import AlbertConfig
-from albert_tf.model_dirs import CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE, shard_names
+from albert_tf.model_dirs import (
+    CONFIG_FILE, INDEX_SUFFIX, SAFETENSORS_FILE, TORCH_FILE, read_capped, shard_names,
+)
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -70,7 +72,7 @@ def read_hf_checkpoint(src_dir):
             untied decoder.
     """
     config, architectures = _read_config(src_dir)
-    shapes, read, source = _open_weights(src_dir)
+    shapes, read, source = _open_weights(src_dir, config)
     prefix = BACKBONE_PREFIX if any(n.startswith(BACKBONE_PREFIX) for n in shapes) else ""
     shapes = {n: s for n, s in shapes.items() if n.removeprefix(prefix) not in _BUFFERS}
     _check_tied_decoder(shapes, read, prefix, source)
@@ -100,8 +102,8 @@ def _read_config(src_dir):
     return config, architectures if isinstance(architectures, list) else []
 
 
-def _open_weights(src_dir):
-    """(shapes, read, source) for the weight files of `src_dir`."""
+def _open_weights(src_dir, config):
+    """(shapes, read, source) for the weight files of `src_dir`, of the model `config` describes."""
     for index_name, reader in (
         (SAFETENSORS_FILE + INDEX_SUFFIX, _open_safetensors),
         (TORCH_FILE + INDEX_SUFFIX, _open_torch),
@@ -109,9 +111,9 @@ def _open_weights(src_dir):
         single = os.path.join(src_dir, index_name[: -len(INDEX_SUFFIX)])
         index = os.path.join(src_dir, index_name)
         if files.isfile(single):
-            return (*reader([single]), single)
+            return (*reader([single], config), single)
         if files.isfile(index):
-            return (*reader(_shard_paths(src_dir, index)), index)
+            return (*reader(_shard_paths(src_dir, index), config), index)
     raise UserError(
         f"{src_dir} holds no weights: expected {SAFETENSORS_FILE}, {TORCH_FILE} "
         "or a sharded index of either."
@@ -122,9 +124,9 @@ def _shard_paths(src_dir, index_path):
     return [os.path.join(src_dir, name) for name in shard_names(index_path)]
 
 
-def _open_safetensors(paths):
+def _open_safetensors(paths, config):
     if any(files.is_url(path) for path in paths):
-        return _read_safetensors_whole(paths)
+        return _read_safetensors_whole(paths, config)
     shapes, where = {}, {}
     for path in paths:
         try:
@@ -145,19 +147,19 @@ def _open_safetensors(paths):
     return shapes, read
 
 
-def _read_safetensors_whole(paths):
+def _read_safetensors_whole(paths, config):
     """(shapes, read) of safetensors files in a bucket: `safe_open` maps local files only, so each file
-    is read into memory whole."""
+    is read into memory whole, once its size is found to fit the model (`read_capped`)."""
     tensors = {}
     for path in paths:
         try:
-            tensors.update(load_safetensors(files.read_bytes(path)))
+            tensors.update(load_safetensors(read_capped(path, config)))
         except (SafetensorError, OSError) as e:
             raise UserError(f"{path} is not a readable safetensors file: {e}") from e
     return {name: tuple(t.shape) for name, t in tensors.items()}, tensors.__getitem__
 
 
-def _open_torch(paths):
+def _open_torch(paths, config):
     try:
         import torch
     except ImportError as e:
@@ -169,7 +171,7 @@ def _open_torch(paths):
     for path in paths:
         try:
             # torch reads local files only: a file in a bucket is read into memory.
-            source = io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path
+            source = io.BytesIO(read_capped(path, config)) if files.is_url(path) else path
             state = torch.load(source, map_location="cpu", weights_only=True)
         except Exception as e:  # torch raises many types for a bad file
             raise UserError(f"{path} is not a readable PyTorch checkpoint: {e}") from e

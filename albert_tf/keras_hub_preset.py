@@ -33,7 +33,7 @@ import h5py
 import numpy as np
 
 from albert_tf.config import AlbertConfig
-from albert_tf.model_dirs import CONFIG_FILE, KERAS_HUB_TASK_FILE, WEIGHTS_FILE
+from albert_tf.model_dirs import CONFIG_FILE, KERAS_HUB_TASK_FILE, WEIGHTS_FILE, read_capped
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 
@@ -256,13 +256,17 @@ def _read_weights(path, config):
     Read with the guards of Keras' own h5 loader (`keras.src.saving.saving_lib.safe_get_h5_dataset`,
     a private function, so copied rather than called; this floor imports no Keras): no soft or
     external links, no external or virtual datasets, no dataset that declares far more than it
-    stores. Each variable's declared shape is checked against `config` before anything is read,
-    so a file cannot make the reader allocate more than the model it describes.
+    stores. Each variable's declared shape and dtype are checked against `config` before anything
+    is read (floats only, or the bfloat16 Keras' `H5IOStore` writes), and their bytes together
+    against `AlbertConfig.weights_budget`, so a file cannot make the reader allocate more than the
+    model it describes. A file at a URL is read into memory whole: its size is held to the same budget
+    first. No object may be reached by two hard links, so no walk of the groups can loop.
     """
     expected = _keras_hub_shapes(config)
+    budget = config.weights_budget()
     places = {}  # keras-hub name -> the dataset's path in the file
     try:
-        with h5py.File(io.BytesIO(files.read_bytes(path)) if files.is_url(path) else path, "r") as f:
+        with h5py.File(io.BytesIO(read_capped(path, config)) if files.is_url(path) else path, "r") as f:
             layers = _guarded(f, "layers", path)
             if not isinstance(layers, h5py.Group):
                 raise UserError(f"{path} holds no layers: not the weights of a keras-hub backbone.")
@@ -281,7 +285,8 @@ def _read_weights(path, config):
                     key = "/".join(p for p in (layer, inner, index) if p)
                     _check_dataset(path, f"layers/{stored}/{sub_path}", dataset, expected.get(key))
                     places[key] = dataset
-            tensors = {key: np.asarray(dataset).reshape(ours_from_keras_hub_shape(key, dataset.shape))
+            _check_budget(path, [dataset for key, dataset in places.items() if key in expected], budget)
+            tensors = {key: _as_float(dataset).reshape(ours_from_keras_hub_shape(key, dataset.shape))
                        for key, dataset in places.items() if key in expected}
             shapes = {key: ours_from_keras_hub_shape(key, dataset.shape) for key, dataset in places.items()}
     except (OSError, RuntimeError) as e:
@@ -295,13 +300,43 @@ _MAX_EXPANSION = 1000
 
 
 def _guarded(group, name, path):
-    """`group[name]`, refusing a soft or external link (Keras' `safe_get_h5_group` and `_dataset`)."""
+    """`group[name]`, refusing a soft or external link (Keras' `safe_get_h5_group` and `_dataset`), and
+    an object that more than one hard link names: Keras writes each group and dataset once, and a group
+    linked into itself would make `_datasets` walk forever."""
     link = group.get(name, getlink=True)
+    where = f"{group.name.strip('/')}/{name}"
     if isinstance(link, (h5py.SoftLink, h5py.ExternalLink)):
-        where = f"{group.name.strip('/')}/{name}"
         raise UserError(f"{path}: {where} is an HDF5 {type(link).__name__}; a weights file must hold its "
                         "weights itself, and albert-tf (as Keras) follows no links.")
-    return group.get(name)
+    item = group.get(name)
+    links = h5py.h5o.get_info(item.id).rc
+    if links > 1:
+        raise UserError(f"{path}: {where} is one of {links} hard links to one HDF5 object; a weights file "
+                        "holds each group and dataset once, so albert-tf follows no such links.")
+    return item
+
+
+def _check_budget(path, datasets, budget):
+    """UserError naming `path` when `datasets` declare more bytes together than `budget`."""
+    declared = sum(math.prod(dataset.shape) * dataset.dtype.itemsize for dataset in datasets)
+    if declared > budget:
+        raise UserError(f"{path}: its weights declare {declared:,} bytes, more than the {budget:,} its "
+                        "config.json's model holds in float32; refused unread (save it in float32 or bfloat16).")
+
+
+def _is_bfloat16(dataset):
+    """Whether `dataset` holds bfloat16 as Keras' `H5IOStore` writes it: 2-byte opaque values, so marked."""
+    return dataset.dtype.kind == "V" and dataset.dtype.itemsize == 2 and dataset.attrs.get("dtype") in (
+        "bfloat16", b"bfloat16")
+
+
+def _as_float(dataset):
+    """The values of a checked dataset as a numpy float array (bfloat16 widened to float32)."""
+    if _is_bfloat16(dataset):
+        # bfloat16 is the upper half of a float32: shift each 16-bit pattern up (little-endian, as Keras writes).
+        bits = np.asarray(dataset).view("<u2").astype(np.uint32) << 16
+        return bits.view(np.float32)
+    return np.asarray(dataset)
 
 
 def _datasets(group, path):
@@ -317,7 +352,8 @@ def _datasets(group, path):
 
 
 def _check_dataset(path, name, dataset, shape):
-    """UserError naming the dataset `name` of `path` when it is external, virtual, a shape bomb, or not `shape`.
+    """UserError naming the dataset `name` of `path` when it is external, virtual, not floats, a shape bomb,
+    or not `shape`.
 
     `shape`: the keras-hub shape the config gives it, or None for a name the
     model does not have (refused later, with every other difference, unread).
@@ -328,6 +364,12 @@ def _check_dataset(path, name, dataset, shape):
     if dataset.is_virtual:
         raise UserError(f"{path}: dataset {name} is a virtual dataset (its data is in other files); albert-tf "
                         "(as Keras) reads no virtual datasets.")
+    # Strings, compound, variable-length and object values are no weights, and a string's declared
+    # width alone can ask for gigabytes: refused before the size checks below, which trust itemsize.
+    # Only what is read is checked: a name the model lacks is refused later, unread.
+    if shape is not None and dataset.dtype.kind != "f" and not _is_bfloat16(dataset):
+        raise UserError(f"{path}: dataset {name} holds {dataset.dtype.str!r} values; weights are floating "
+                        "point (float16, bfloat16, float32 or float64).")
     declared = math.prod(dataset.shape) * dataset.dtype.itemsize
     if declared > _BOMB_FLOOR_BYTES and declared > _MAX_EXPANSION * dataset.id.get_storage_size():
         raise UserError(f"{path}: dataset {name} declares {declared:,} bytes but stores "

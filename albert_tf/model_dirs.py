@@ -94,6 +94,16 @@ def shard_names(index_path):
 ALBERT_TF, HF, KERAS_HUB = "albert-tf", "hf", "keras-hub"
 
 
+def read_capped(path, config):
+    """The bytes of the weights file `path` (read whole: a URL), refused unread when larger than a file
+    of `config`'s model (an `AlbertConfig`) can be (`AlbertConfig.file_budget`)."""
+    size, budget = files.size(path), config.file_budget()
+    if size > budget:
+        raise UserError(f"{path} is {size:,} bytes, more than the {budget:,} a weights file of its "
+                        "config.json's model takes in float32; refused unread.")
+    return files.read_bytes(path)
+
+
 @dataclasses.dataclass(frozen=True)
 class ModelDir:
     """A model directory, classified once from one listing and passed on (a `gs://` probe is a round trip).

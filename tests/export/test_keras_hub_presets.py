@@ -13,6 +13,7 @@ import keras_hub  # in the test extra: a missing keras-hub fails these tests, it
 import numpy as np
 import pytest
 import sentencepiece as spm
+import tensorflow as tf
 
 from albert_tf import AlbertBackbone, load_pretrained
 from albert_tf.cli import main
@@ -282,6 +283,16 @@ CRAFTED = {  # what replaces the pooler's bias -> what the line says
                    r"dataset layers/dense_1/vars/1 declares 8,589,934,592 bytes but stores 0"),
     "shape": (lambda f, name, tmp: f.create_dataset(name, data=np.ones(33, "float32")),
               r"dataset layers/dense_1/vars/1 has shape \(33,\); its config.json's model needs \(32,\)"),
+    # The right shape, 32 MiB strings: 1 GiB declared, under the shape-bomb floor, nothing stored.
+    "string dtype": (lambda f, name, tmp: f.create_dataset(name, shape=(32,), dtype="S33554432", chunks=(1,),
+                                                           compression="gzip"),
+                     r"dataset layers/dense_1/vars/1 holds '\|S33554432' values; weights are floating point"),
+    "compound dtype": (lambda f, name, tmp: f.create_dataset(name, shape=(32,), dtype=[("a", "f4"), ("b", "f4")]),
+                       r"dataset layers/dense_1/vars/1 holds '\|V8' values"),
+    "object dtype": (lambda f, name, tmp: f.create_dataset(name, shape=(32,), dtype=h5py.vlen_dtype("f4")),
+                     r"dataset layers/dense_1/vars/1 holds '\|O' values"),
+    "hard link loop": (lambda f, name, tmp: f.__setitem__("layers/dense_1/vars/loop", f["layers/dense_1"]),
+                       r"layers/dense_1(/vars/loop)? is one of 2 hard links to one HDF5 object"),
 }
 
 
@@ -293,3 +304,66 @@ def test_a_weights_file_keras_would_refuse_is_refused_in_one_line(keras_hub_pres
     assert re.fullmatch(rf"albert-tf convert: error: .*model\.weights\.h5: {message}.*", done.stderr.strip()), \
         done.stderr
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_weights_that_declare_more_than_their_model_holds_are_refused(keras_hub_preset, tmp_path):
+    # float64 everywhere: every shape as the config says, twice the bytes its float32 weights take.
+    preset = _crafted(keras_hub_preset[0], tmp_path, lambda f, name: f.create_dataset(name, data=np.ones(32)))
+    with h5py.File(preset / "model.weights.h5", "r+") as f:
+        datasets = []
+        f.visititems(lambda name, item: datasets.append(name) if isinstance(item, h5py.Dataset) else None)
+        for name in datasets:
+            value = f[name][()]
+            del f[name]
+            f[name] = value.astype("float64")
+    done = run_cli("convert", "--to", "hf", "--model", preset, "--out", tmp_path / "out", expect_rc=2)
+    assert re.fullmatch(r"albert-tf convert: error: .*model\.weights\.h5: its weights declare [\d,]+ bytes, "
+                        r"more than the [\d,]+ its config.json's model holds in float32; refused unread.*",
+                        done.stderr.strip()), done.stderr
+
+
+def test_a_bfloat16_preset_reads_as_keras_wrote_it(keras_hub_preset, tmp_path):
+    directory, theirs, _ = keras_hub_preset
+    shutil.copytree(directory, tmp_path / "preset")
+    with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
+        value = f["layers/dense_1/vars/1"][()]
+        del f["layers/dense_1/vars/1"]
+        bits = (value.astype("float32").view("uint32") >> 16).astype("<u2")  # bfloat16, truncated
+        f.create_dataset("layers/dense_1/vars/1", data=bits.view("V2")).attrs["dtype"] = "bfloat16"
+    model = load_pretrained(str(tmp_path / "preset"))
+    pooler_bias = model.get_layer("pooler").weights[1].numpy()
+    np.testing.assert_array_equal(pooler_bias, (bits.astype("uint32") << 16).view("float32"))
+
+
+def test_a_preset_in_a_bucket_larger_than_its_model_is_refused_unread(keras_hub_preset, tmp_path):
+    directory, _, _ = keras_hub_preset
+    shutil.copytree(directory, tmp_path / "preset")
+    with h5py.File(tmp_path / "preset" / "model.weights.h5", "r+") as f:
+        f["padding"] = np.zeros(1 << 20, "float32")  # 4 MiB: more than the tiny model's file can take
+    for name in os.listdir(tmp_path / "preset"):
+        if os.path.isfile(tmp_path / "preset" / name):
+            with tf.io.gfile.GFile(f"ram://oversized/preset/{name}", "wb") as f:
+                f.write((tmp_path / "preset" / name).read_bytes())
+    for root, _, names in os.walk(tmp_path / "preset" / "assets"):
+        for name in names:
+            relative = os.path.relpath(os.path.join(root, name), tmp_path / "preset")
+            tf.io.gfile.makedirs(os.path.dirname(f"ram://oversized/preset/{relative}"))
+            with tf.io.gfile.GFile(f"ram://oversized/preset/{relative}", "wb") as f:
+                f.write((tmp_path / "preset" / relative).read_bytes())
+    done = run_cli("convert", "--to", "hf", "--model", "ram://oversized/preset", "--out", tmp_path / "out",
+                   expect_rc=2)
+    assert re.fullmatch(r"albert-tf convert: error: ram://oversized/preset/model\.weights\.h5 is [\d,]+ bytes, "
+                        r"more than the [\d,]+ a weights file of its config.json's model takes in float32; "
+                        r"refused unread\.", done.stderr.strip()), done.stderr
+
+
+@pytest.mark.parametrize("field, value", [("vocabulary_size", 10**12), ("hidden_dim", 1 << 20),
+                                          ("num_layers", 10**6), ("max_sequence_length", 10**9)])
+def test_a_config_larger_than_any_albert_is_refused_in_one_line(keras_hub_preset, field, value, tmp_path):
+    shutil.copytree(keras_hub_preset[0], tmp_path / "preset")
+    config = json.loads((tmp_path / "preset" / "config.json").read_text())
+    config["config"][field] = value
+    (tmp_path / "preset" / "config.json").write_text(json.dumps(config))
+    done = run_cli("convert", "--to", "hf", "--model", tmp_path / "preset", "--out", tmp_path / "out", expect_rc=2)
+    assert re.fullmatch(r"albert-tf convert: error: .*config\.json: `\w+` must be an integer in \[1, \d+\]\. "
+                        rf"Received: \w+={value}", done.stderr.strip()), done.stderr
