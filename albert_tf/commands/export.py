@@ -38,9 +38,10 @@ from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPO
                                       QUANTIZE_MODES, XLA_SERVER_FLAG, default_max_length)
 from albert_tf.export.web_site import MEDIAPIPE_PACKAGE, MEDIAPIPE_VERSION, find_mediapipe, how_to_get_mediapipe
 from albert_tf.hub import resolve_model
-from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
+from albert_tf.model_dirs import MODEL_FILE, find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags, onednn_enabled
 from input_pipeline import movie_reviews
+from input_pipeline.finetuning.examples import check_label_name
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.packing import TRUNCATE_FROM
@@ -161,6 +162,9 @@ def run(args):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
     model_dir = resolve_model_dir(resolve_model(args.model))
     model = load_pretrained(model_dir)
+    # A model directory edited by hand may hold labels `finetune` refuses: they would shift labels.txt.
+    for name in getattr(model, "label_names", None) or ():
+        check_label_name(name, os.path.join(model_dir.path, MODEL_FILE))
     backbone = getattr(model, "backbone", model)
     if backbone.lora_rank is not None:
         # Same outputs, and the exported graph has plain kernels: no LoRA matmuls.

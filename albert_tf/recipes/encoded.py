@@ -34,7 +34,7 @@ def check_label_set(label_names, where, what="labels"):
     that label, so a training file with a single label (or a --label-names
     list of one) is refused before any training starts.
     """
-    names = list(label_names)
+    names = [data.check_label_name(name, where) for name in label_names]
     if len(names) < 2:
         found = f"a single {what[:-1]}, {names[0]!r}" if names else f"no {what}"
         raise UserError(f"{where} has {found}; a classifier needs at least 2. "

@@ -35,7 +35,7 @@ class SentenceRecipe:
         if self.glue:
             return list(self.glue.label_names)
         if config.label_names:
-            return check_label_set(config.label_names, "--label-names")
+            return check_label_set(config.label_names, "--labels")
         return check_label_set(data.read_label_set(train_path, config.label_column),
                                f"{train_path}'s column {config.label_column!r}")
 

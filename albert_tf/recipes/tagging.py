@@ -16,7 +16,7 @@ class TaggingRecipe:
 
     def label_names(self, train_path, config):
         if config.label_names:
-            return check_label_set(config.label_names, "--label-names", "tags")
+            return check_label_set(config.label_names, "--labels", "tags")
         return check_label_set(data.tag_set(data.read_tagging(train_path, on_error=config.on_error).examples),
                                str(train_path), "tags")
 

@@ -12,6 +12,7 @@ _EXPORTS = {
     "make_dataset": "input_pipeline.finetuning.batching",
     "TextEncoder": "input_pipeline.finetuning.encoding",
     "LabelMap": "input_pipeline.finetuning.examples",
+    "check_label_name": "input_pipeline.finetuning.examples",
     "ReadResult": "input_pipeline.finetuning.examples",
     "Skipped": "input_pipeline.finetuning.examples",
     "TextExample": "input_pipeline.finetuning.examples",

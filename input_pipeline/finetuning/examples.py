@@ -9,6 +9,8 @@ back and must report their count. Nothing is dropped silently.
 """
 
 import dataclasses
+import unicodedata
+
 from albert_tf.utils.errors import UserError
 
 ON_ERROR = ("raise", "skip")
@@ -108,6 +110,22 @@ def check_columns(path, available, wanted):
         raise UserError(
             f"{path}: missing column(s) {missing}. The file has columns {list(available)}."
         )
+
+
+def check_label_name(name, where):
+    """`name`, a label or tag, when it holds no control character; a UserError naming `where` otherwise.
+
+    Exports list the labels one a line (labels.txt in TFLite's metadata, which the Task Library, MediaPipe
+    and the web page read): a newline inside one would shift every label after it, silently. So are
+    refused the other characters that end a line (Unicode's line and paragraph separators) and every
+    other control character (tab, NUL, DEL, C1 controls), which no reader of a label list expects.
+    """
+    bad = next((c for c in str(name) if unicodedata.category(c) in ("Cc", "Zl", "Zp")), None)
+    if bad is not None:
+        raise UserError(f"{where}: the label {str(name)!r} holds the control character U+{ord(bad):04X}; "
+                        "labels are listed one a line in exports, so they cannot hold line breaks, tabs "
+                        "or other control characters.")
+    return name
 
 
 class LabelMap:

@@ -6,7 +6,7 @@ import os
 
 from albert_tf.utils import files
 from input_pipeline.finetuning.examples import (
-    LabelMap, RowLog, TextExample, check_columns,
+    LabelMap, RowLog, TextExample, check_columns, check_label_name,
 )
 from albert_tf.utils.errors import UserError
 from input_pipeline.jsonl import read_jsonl
@@ -70,7 +70,8 @@ def table_columns(path, lines=None, fmt=None):
 def read_label_set(path, label_column):
     """The distinct labels of a file's `label_column`, sorted (numbers numerically)."""
     check_columns(path, table_columns(path), [label_column])
-    values = {str(row[label_column]).strip() for _, row in iter_rows(path) if row.get(label_column) is not None}
+    values = {check_label_name(str(row[label_column]).strip(), f"{path}:{number}")
+              for number, row in iter_rows(path) if row.get(label_column) is not None}
     try:
         return sorted(values, key=float)
     except ValueError:

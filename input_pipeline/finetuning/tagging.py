@@ -12,7 +12,7 @@ import numpy as np
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.features import IGNORE_LABEL
-from input_pipeline.finetuning.examples import RowLog
+from input_pipeline.finetuning.examples import RowLog, check_label_name
 from input_pipeline.jsonl import read_jsonl
 from input_pipeline.packing import pack
 from input_pipeline.tokenizer import UNK_ID
@@ -72,8 +72,8 @@ def read_tagging(path, labelled=True, tokens_field="tokens", tags_field="tags", 
 
 
 def tag_set(examples):
-    """Sorted distinct tags of labelled examples."""
-    return sorted({t for e in examples for t in e.tags})
+    """Sorted distinct tags of labelled examples (`check_label_name`d, naming each one's row)."""
+    return sorted({check_label_name(t, e.source) for e in examples for t in e.tags})
 
 
 class TaggingEncoder:

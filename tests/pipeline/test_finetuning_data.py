@@ -168,7 +168,7 @@ def test_a_label_set_of_one_is_refused_before_training(tmp_path):
     with pytest.raises(ValueError, match=r"one.csv's column 'label' has a single label, 'pos'; a classifier needs"):
         classification.label_names(one, FinetuneConfig(task="classification"))
     assert classification.label_names(two, FinetuneConfig(task="classification")) == ["neg", "pos"]
-    with pytest.raises(ValueError, match=r"--label-names has a single label, 'pos'"):
+    with pytest.raises(ValueError, match=r"--labels has a single label, 'pos'"):
         classification.label_names(two, FinetuneConfig(task="classification", label_names=("pos",)))
     assert RECIPES["regression"].label_names(one, FinetuneConfig(task="regression")) is None
     tags = write(tmp_path, "o.conll", ["Paris NNP O", "", "filmed VBD O"])
