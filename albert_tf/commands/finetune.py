@@ -30,9 +30,9 @@ it ends. SIGTERM (a preemption) stops it after the running step with a
 checkpoint of model, optimizer and data position there (exit 143); rerunning
 the same command resumes mid-epoch, to the weights an unstopped run ends with.
 A kill (SIGKILL) loses the running epoch at most: every epoch's end is
-checkpointed too. Ctrl-C after an epoch finished keeps the best finished
-epoch: OUT is written as a normal run's (usable by predict and export), and
-OUT/finetune.json says "interrupted". Ctrl-C before that writes nothing.
+checkpointed too, and Ctrl-C keeps those checkpoints: the rerun of the same
+command resumes from the last finished epoch's end (a step cut short by
+Ctrl-C is not whole). Ctrl-C before any epoch finished writes nothing.
 """
 
 import os
@@ -48,7 +48,7 @@ from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
 from albert_tf.utils import files
-from albert_tf.utils.errors import INTERRUPTED, RunStopped
+from albert_tf.utils.errors import RunStopped
 from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, unfinished_dir
 
 # SIGTERM checkpoints the step reached into the unfinished run (`finetune`'s `stop_requested`).
@@ -119,14 +119,9 @@ def run(args):
         if not chief:
             stop.saved, stop.path = None, None
             stop.then = f"Worker {strategy.cluster_resolver.task_id}: the chief alone writes {args.out}."
-        elif stop.why == INTERRUPTED and stop.saved:
-            _publish(work, args.out, source)
-            stop.path = args.out
-            stop.then = (f"{FINETUNE_RUN_FILE} marks it \"interrupted\". Use it as it is (albert-tf predict --model "
-                         f"{args.out}), or rerun with --overwrite to train all {config.epochs} epochs.")
-        elif stop.why == INTERRUPTED:
+        elif not stop.saved:
             files.rmtree(work, ignore_errors=True)
-        elif stop.saved:
+        else:
             stop.then = (f"The unfinished run is in {work}: rerun the same command to resume it there; it becomes "
                          f"{args.out} when it ends.")
         raise

@@ -3,13 +3,14 @@
 The output directory (its layout drawn in `albert_tf.utils.layout`) holds
 best/, the best epoch's task model with its tokenizer; tokenizer/; and
 finetune.json, the resolved `FinetuneConfig`, label names, per-epoch metrics
-and the best epoch: enough to rebuild and rerun; "interrupted" when Ctrl-C
-stopped the run after an epoch finished. While the run is unfinished, resume/
-holds checkpoints of model, optimizer (its step, moments, loss scale), the
-dropout seeds and the data position (epoch and batch), written at every
+and the best epoch: enough to rebuild and rerun. While the run is unfinished,
+resume/ holds checkpoints of model, optimizer (its step, moments, loss scale),
+the dropout seeds and the data position (epoch and batch), written at every
 epoch's end and at a stop request; a call on the same directory with the
 same settings resumes from the newest, mid-epoch, to the weights an unstopped
-run ends with. It is removed when the run ends.
+run ends with. Ctrl-C keeps them too (a step cut short is not whole, so the
+newest is the last finished epoch's end, or a stop request's). It is removed
+when the run ends.
 
 Epochs train with Keras' `model.fit`, or under MultiWorkerMirroredStrategy
 (where `fit` does not run) with `CustomLoop`, which takes the same steps.
@@ -105,11 +106,10 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
         dict with "history" (per-epoch metrics), "best_epoch" and "best".
 
     Raises:
-        RunStopped: why "preempted" (`stop_requested` or the notice; `out_dir` holds the
-            finished epochs' outputs and the checkpoint a call resumes from)
-            or "interrupted" (Ctrl-C; `saved` names the best finished epoch,
-            complete in `out_dir` with finetune.json marking it
-            "interrupted", or is None when none had finished).
+        RunStopped: why "preempted" (`stop_requested` or the notice) or
+            "interrupted" (Ctrl-C); either way `out_dir` holds the finished
+            epochs' outputs and the checkpoint a call resumes from, or, at a
+            Ctrl-C before any checkpoint was written, `saved` is None.
     """
     if not isinstance(backbone, AlbertBackbone):
         raise ValueError(f"`backbone` must be an AlbertBackbone. Received: {type(backbone).__name__}")
@@ -224,8 +224,7 @@ def _train_epochs(run, progress, start, stops):
     """Trains from `start` (epoch, batch and loss so far) to the last epoch, keeping the best in `progress`.
 
     Raises `RunStopped` as `finetune` says: at a stop request (`stops`, a
-    `StopRequests`) with the checkpoint to resume from, at Ctrl-C with the
-    best finished epoch kept.
+    `StopRequests`) or at Ctrl-C, with the checkpoint to resume from.
     """
     config, stop = run.config, _StopAtStep(stops)
     try:
@@ -243,9 +242,7 @@ def _train_epochs(run, progress, start, stops):
                 raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
                                  path=saved, cause=stops.cause)
     except KeyboardInterrupt:
-        kept = _keep_finished_epochs(run, progress)
-        raise RunStopped(INTERRUPTED, f"in epoch {progress.finished + 1} of {config.epochs}", saved=kept,
-                         path=run.out_dir if kept else None) from None
+        raise _interrupted(run, progress) from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -323,19 +320,16 @@ def _finish_epoch(run, progress, trained):
     return saved
 
 
-def _keep_finished_epochs(run, progress):
-    """After Ctrl-C: marks the run "interrupted" in finetune.json and drops its checkpoints; returns what
-    was kept (the best finished epoch, for `RunStopped.saved`), or None when no epoch finished."""
-    if progress.best_epoch is not None and run.writes:
-        # An epoch stopped while its best/ was being written is not finished.
-        kept = [r for r in progress.history if r["epoch"] <= max(progress.finished, progress.best_epoch)]
-        _write_run(run, kept, progress.best_epoch,
-                   interrupted={"epoch": progress.finished + 1, "epochs": run.config.epochs})
-    run.state.remove()
-    if progress.best_epoch is None:
-        return None
-    main_metric = run.recipe.metrics[0]
-    return f"the best finished epoch, {progress.best_epoch} ({main_metric} {progress.best[main_metric]:.4f})"
+def _interrupted(run, progress):
+    """The `RunStopped` of Ctrl-C, which may come in the middle of a step: the weights then are not whole, so
+    the newest checkpoint (the last finished epoch's end, or a stop request's) is what a rerun resumes from,
+    as after SIGTERM. Before any checkpoint, nothing is kept."""
+    where = f"in epoch {progress.finished + 1} of {run.config.epochs}"
+    newest = checkpoints.newest_checkpoint(run.state.directory) if run.writes else None
+    if newest is None:
+        run.state.remove()
+        return RunStopped(INTERRUPTED, where)
+    return RunStopped(INTERRUPTED, where, saved=CHECKPOINT, path=newest)
 
 
 class _StopAtStep(keras.callbacks.Callback):
@@ -516,7 +510,7 @@ def _uncompiled(model):
         model.optimizer, model.compiled = optimizer, compiled
 
 
-def _write_run(run, history, best_epoch, interrupted=None):
+def _write_run(run, history, best_epoch):
     """Writes the `_Run`'s finetune.json: its settings, data notes, the epochs in `history` and the best one."""
     record = {
         "config": run.config.to_dict(),
@@ -525,8 +519,6 @@ def _write_run(run, history, best_epoch, interrupted=None):
         "history": history,
         "best_epoch": best_epoch,
     }
-    if interrupted:
-        record["interrupted"] = interrupted
     files.write_text(os.path.join(run.out_dir, FINETUNE_RUN_FILE), json.dumps(record, indent=2))
 
 

@@ -1,9 +1,12 @@
-"""finetune's SIGTERM path through the command line, in the test process: the CLI's SIGTERM handler sets the
-stop request, finetune stops at the step it names with that step's checkpoint in `.unfinished-NAME/`, and the
-rerun resumes there, counts the steps it trained, and leaves no `.unfinished-*` behind. (tests/commands/
-test_kill.py sends the real signal to a fresh process, slowly.)"""
+"""finetune's SIGTERM and Ctrl-C paths through the command line, in the test process: the CLI's SIGTERM handler
+sets the stop request, finetune stops at the step it names with that step's checkpoint in `.unfinished-NAME/`, and
+the rerun resumes there, counts the steps it trained, and leaves no `.unfinished-*` behind. Ctrl-C keeps the
+finished epochs' checkpoint there, and the rerun resumes from it to the weights of a run never stopped.
+(tests/commands/test_kill.py and test_journeys_finetune_interrupt.py send the real signals to fresh processes,
+slowly.)"""
 
 import csv
+import os
 import signal
 
 import numpy as np
@@ -12,8 +15,9 @@ import tensorflow as tf
 
 from albert_tf import AlbertBackbone
 import albert_tf.recipes.finetune as recipe
+from albert_tf.loading import load_pretrained
 from albert_tf.utils.layout import RESUME_DIR
-from cli_helpers import run_cli
+from cli_helpers import run_cli, run_in_process
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
 from input_pipeline import movie_reviews
@@ -68,3 +72,52 @@ def test_sigterm_in_an_epoch_stops_at_the_step_it_names_with_its_checkpoint_and_
     assert "3 steps, resumed at step 2 of 5)" in epoch_2, epoch_2
     assert (tmp_path / "run" / "best").is_dir()
     assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".unfinished-")]
+
+
+def _argv(inputs, out):
+    return [str(a) for a in ["finetune", "--task", "classification", "--model", inputs / "model", "--train", inputs / "train.csv",
+            "--eval", inputs / "eval.csv", "--out", out, "--max-seq-length", "16", "--batch-size", "4",
+            "--epochs", "2", "--truncate"]]
+
+
+def test_ctrl_c_keeps_the_finished_epochs_and_the_rerun_resumes_to_an_unstopped_run_s_weights(
+        inputs, tmp_path, monkeypatch):
+    steps = []
+    on_batch_end = recipe._StopAtStep.on_train_batch_end
+
+    def ctrl_c_at_step_7(self, batch, logs=None):
+        steps.append(batch)
+        if len(steps) == 7:  # step 2 of epoch 2, in the middle of `fit`
+            raise KeyboardInterrupt
+        on_batch_end(self, batch, logs)
+
+    monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", ctrl_c_at_step_7)
+    # The CLI leaves through os._exit after Ctrl-C (see there); here the test goes on.
+    monkeypatch.setattr(os, "_exit", lambda code: None)
+    stopped = run_in_process(_argv(inputs, tmp_path / "run"))
+    work = tmp_path / ".unfinished-run"
+    assert stopped.returncode == 130, stopped.stderr
+    assert stopped.stderr.strip() == (
+        f"albert-tf finetune: interrupted in epoch 2 of 2; the newest checkpoint is {work / RESUME_DIR / 'ckpt-5'}. "
+        f"The unfinished run is in {work}: rerun the same command to resume it there; it becomes "
+        f"{tmp_path / 'run'} when it ends."), stopped.stderr
+    assert (work / "best").is_dir() and not (tmp_path / "run").exists()
+
+    monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", on_batch_end)
+    resumed = run_cli(*_argv(inputs, tmp_path / "run"))
+    assert "Resuming from " in resumed.stdout and ": epoch 2, step 0" in resumed.stdout, resumed.stdout
+    assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".unfinished-")]
+    run_cli(*_argv(inputs, tmp_path / "plain"))
+    weights = [load_pretrained(str(tmp_path / name / "best")).get_weights() for name in ("run", "plain")]
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(*weights)) < 1e-5
+
+
+def test_ctrl_c_before_any_epoch_finished_keeps_nothing(inputs, tmp_path, monkeypatch):
+    def ctrl_c(self, batch, logs=None):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", ctrl_c)
+    monkeypatch.setattr(os, "_exit", lambda code: None)
+    stopped = run_in_process(_argv(inputs, tmp_path / "run"))
+    assert stopped.returncode == 130 and "interrupted in epoch 1 of 2; nothing was kept" in stopped.stderr
+    assert not [p.name for p in tmp_path.iterdir()]

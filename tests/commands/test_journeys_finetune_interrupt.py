@@ -1,4 +1,4 @@
-"""Ctrl-C in `albert-tf finetune`, as a user presses it: the finished best epoch is kept, complete and marked."""
+"""Ctrl-C in `albert-tf finetune`, as a user presses it: the finished epochs are kept, and the rerun resumes."""
 
 import csv
 import json
@@ -51,25 +51,25 @@ def interrupted_finetune(cwd, out, after_line):
     return process.returncode, "".join(seen) + stdout, stderr
 
 
-def test_ctrl_c_after_an_epoch_keeps_the_best_finished_epoch(user_dir):
+def test_ctrl_c_after_an_epoch_keeps_it_and_the_rerun_resumes(user_dir):
     returncode, stdout, stderr = interrupted_finetune(user_dir, "runs/kept", "epoch 1/6")
     assert returncode == 130, stderr
     lines = [line for line in stderr.splitlines() if line.startswith("albert-tf finetune:")]
     assert len(lines) == 1 and "Traceback" not in stderr, stderr
-    assert "kept the best finished epoch, 1 (accuracy" in lines[0] and "in runs/kept" in lines[0], lines[0]
-    assert "albert-tf predict --model runs/kept" in lines[0] and "--overwrite" in lines[0], lines[0]
-    run = json.loads((user_dir / "runs" / "kept" / "finetune.json").read_text())
-    assert run["interrupted"]["epochs"] == 6 and run["interrupted"]["epoch"] >= 2, run["interrupted"]
-    assert run["best_epoch"] == 1 and [r["epoch"] for r in run["history"]][0] == 1
-    assert not [p for p in os.listdir(user_dir / "runs" / "kept") if p.startswith(".")]
-    assert not [p for p in os.listdir(user_dir / "runs") if p.startswith(".")]
-
-    predicted = run_cli("predict", "--model", "runs/kept", "--input", "eval.csv", cwd=user_dir)
+    assert "the newest checkpoint is runs/.unfinished-kept/resume/ckpt-" in lines[0], lines[0]
+    assert "rerun the same command to resume it there; it becomes runs/kept when it ends" in lines[0], lines[0]
+    assert not (user_dir / "runs" / "kept").exists()
+    # Its best epoch so far is a model directory already.
+    predicted = run_cli("predict", "--model", "runs/.unfinished-kept", "--input", "eval.csv", cwd=user_dir)
     rows = [json.loads(line) for line in predicted.stdout.splitlines()]
     assert len(rows) == 32 and all(r["label"] in ("neg", "pos") for r in rows)
-    refused = run_cli("finetune", "--task", "classification", "--model", "pretrained/final", "--train",
-                      "train.csv", "--eval", "eval.csv", "--out", "runs/kept", cwd=user_dir, expect_rc=2)
-    assert "--overwrite" in refused.stderr
+    resumed = run_cli("finetune", "--task", "classification", "--model", "pretrained/final", "--train",
+                      "train.csv", "--eval", "eval.csv", "--out", "runs/kept", "--max-seq-length", "64",
+                      "--batch-size", "8", "--epochs", "6", "--truncate", cwd=user_dir)
+    assert "Resuming from " in resumed.stdout, resumed.stdout
+    run = json.loads((user_dir / "runs" / "kept" / "finetune.json").read_text())
+    assert [r["epoch"] for r in run["history"]] == [1, 2, 3, 4, 5, 6]
+    assert not [p for p in os.listdir(user_dir / "runs") if p.startswith(".")]
 
 
 def test_ctrl_c_before_any_epoch_finished_says_nothing_was_kept(user_dir):
