@@ -112,9 +112,10 @@ def run(args):
     work = unfinished_dir(args.out)
     try:
         # Flushed: each epoch's line shows as it ends, also through a pipe.
-        result = finetune(config, backbone, tokenizer, args.train, args.eval, work,
-                          log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy,
-                          stop_requested=args.stop_requested)
+        with files.write_failures_as_user_errors(args.out):
+            result = finetune(config, backbone, tokenizer, args.train, args.eval, work,
+                              log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy,
+                              stop_requested=args.stop_requested)
     except RunStopped as stop:
         if not chief:
             stop.saved, stop.path = None, None
@@ -130,7 +131,8 @@ def run(args):
             files.rmtree(work, ignore_errors=True)  # nothing a rerun could resume
         raise
     if chief:
-        _publish(work, args.out, source)
+        with files.write_failures_as_user_errors(args.out):
+            _publish(work, args.out, source)
     best = result["best"]
     saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(

@@ -328,6 +328,28 @@ def _unwritable_as_user_error(target, name):
         raise UserError(f"{name + ' ' if name else ''}{target}: cannot write there ({reason}).") from None
 
 
+# What an OSError of a write says when the place, not the program, is at fault: the disk or the quota is full,
+# the file too large for it, the file system read-only. (A PermissionError, of a read or a write, is the
+# CLI's one line already.)
+_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
+
+
+@contextlib.contextmanager
+def write_failures_as_user_errors(path, name="--out"):
+    """Turns an OSError of writing under `path` (a full disk or quota, a read-only place: `_WRITE_FAILURES`) into a UserError naming the file it failed on and `name`; other errors pass on.
+
+    For a block whose writes all go under `path`: what it leaves there is its own to clean up (`publish`
+    deletes its staging path on any exception)."""
+    try:
+        yield
+    except OSError as e:
+        if e.errno not in _WRITE_FAILURES:
+            raise
+        # A failed write() names no file; a failed open() does.
+        where = os.fspath(e.filename) if e.filename else "there"
+        raise UserError(f"{name + ' ' if name else ''}{path}: cannot write {where} ({e.strerror or e}).") from None
+
+
 def check_new_output(path, overwrite, name="--out", directory=True):
     """Refuses an output that exists (a non-empty directory, a file) unless `overwrite`, and one of the wrong kind.
 

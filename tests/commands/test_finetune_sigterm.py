@@ -6,6 +6,7 @@ finished epochs' checkpoint there, and the rerun resumes from it to the weights 
 slowly.)"""
 
 import csv
+import errno
 import os
 import signal
 
@@ -16,7 +17,8 @@ import tensorflow as tf
 from albert_tf import AlbertBackbone
 import albert_tf.recipes.finetune as recipe
 from albert_tf.loading import load_pretrained
-from albert_tf.utils.layout import RESUME_DIR
+from albert_tf.utils import files
+from albert_tf.utils.layout import FINETUNE_RUN_FILE, RESUME_DIR
 from cli_helpers import run_cli, run_in_process
 from data_fixtures import VOCAB_SIZE, small_tokenizer
 from helpers import tiny_config
@@ -121,3 +123,35 @@ def test_ctrl_c_before_any_epoch_finished_keeps_nothing(inputs, tmp_path, monkey
     stopped = run_in_process(_argv(inputs, tmp_path / "run"))
     assert stopped.returncode == 130 and "interrupted in epoch 1 of 2; nothing was kept" in stopped.stderr
     assert not [p.name for p in tmp_path.iterdir()]
+
+
+def test_a_full_disk_is_one_line_naming_out_and_leaves_nothing_behind(inputs, tmp_path, monkeypatch):
+    open_file = files.open_file
+
+    class FullDisk:
+        """A file whose writes fail as on a full disk: an OSError without a file name."""
+
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.close()
+
+        def close(self):
+            self.f.close()
+
+        def write(self, data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def disk_full_at_the_run_file(path, mode="r", **kwargs):
+        f = open_file(path, mode, **kwargs)
+        return FullDisk(f) if "w" in mode and FINETUNE_RUN_FILE in os.fspath(path) else f
+
+    monkeypatch.setattr(files, "open_file", disk_full_at_the_run_file)
+    done = run_cli(*_argv(inputs, tmp_path / "run"), expect_rc=2)
+    assert done.stderr.strip() == (f"albert-tf finetune: error: --out {tmp_path / 'run'}: cannot write there "
+                                   "(No space left on device)."), done.stderr
+    assert not list(tmp_path.iterdir())
