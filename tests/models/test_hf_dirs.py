@@ -240,3 +240,19 @@ def test_a_shard_index_naming_a_file_outside_its_directory_is_refused_in_one_lin
     done = run_cli("convert", "--from", "hf", "--model", directory, "--out", tmp_path / "out", expect_rc=2)
     assert done.stderr.strip() == (f"albert-tf convert: error: {index}: its weight_map names the shard {shard!r}, "
                                    "outside the index's directory; shards must be files beside it."), done.stderr
+
+
+def test_a_hf_dir_in_a_bucket_larger_than_its_model_is_refused_unread(tmp_path):
+    import tensorflow as tf
+    from safetensors.numpy import load_file, save_file
+
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    tensors = load_file(str(directory / "model.safetensors"))
+    save_file({**tensors, "padding": np.zeros(1 << 20, "float32")}, str(directory / "model.safetensors"))
+    bucket = "ram://hf_dirs/oversized"
+    tf.io.gfile.makedirs(bucket)
+    for path in directory.iterdir():
+        tf.io.gfile.copy(str(path), f"{bucket}/{path.name}", overwrite=True)
+    with pytest.raises(ValueError, match=rf"^{bucket}/model.safetensors is [\d,]+ bytes, more than the [\d,]+ a "
+                                         r"weights file of its config.json's model takes in float32; refused unread"):
+        load_pretrained(bucket)
