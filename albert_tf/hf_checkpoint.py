@@ -71,7 +71,7 @@ def read_hf_checkpoint(src_dir):
         ValueError: unreadable files, a `model_type` other than "albert", or an
             untied decoder.
     """
-    config, architectures = _read_config(src_dir)
+    config, architectures = read_config(src_dir)
     shapes, read, source = _open_weights(src_dir, config)
     prefix = BACKBONE_PREFIX if any(n.startswith(BACKBONE_PREFIX) for n in shapes) else ""
     shapes = {n: s for n, s in shapes.items() if n.removeprefix(prefix) not in _BUFFERS}
@@ -80,8 +80,8 @@ def read_hf_checkpoint(src_dir):
     return HFCheckpoint(config, shapes, read, source, prefix, architectures)
 
 
-def _read_config(src_dir):
-    """(the `AlbertConfig`, the "architectures" list, maybe empty) of config.json, read once."""
+def read_config(src_dir):
+    """(the `AlbertConfig`, the "architectures" list, maybe empty) of `src_dir`'s config.json, read once."""
     path = os.path.join(src_dir, CONFIG_FILE)
     if not files.isfile(path):
         raise UserError(f"{src_dir} is not a HF model directory: {CONFIG_FILE} is missing.")

@@ -170,15 +170,20 @@ def _resolve_hf(spec):
     config_path = fetch(CONFIG_FILE)
     snapshot = os.path.dirname(config_path)
     _check_albert(spec, config_path)
+    # Imported on use: numpy and safetensors, which the command line's start-up does not need.
+    from albert_tf.hf_checkpoint import read_config
+
+    # No weights file of this model is larger: one that is is refused before it downloads.
+    budget = read_config(snapshot)[0].file_budget()
     # The rest from the same commit, even if the branch moves meanwhile.
     fetch.revision = commit = os.path.basename(snapshot)
     fetch(SPIECE_FILE)
     fetch(TOKENIZER_CONFIG_FILE, optional=True)
     for name in WEIGHT_FILES:
-        path = fetch(name, optional=True)
+        path = fetch(name, optional=True, max_bytes=None if is_index(name) else budget)
         if path is not None:
             for shard in shard_names(path) if is_index(name) else ():
-                fetch(shard)
+                fetch(shard, max_bytes=budget)
             break
     else:
         raise UserError(
@@ -195,8 +200,11 @@ class _HFFetch:
         self.spec, self.repo, self.revision = spec, repo, revision
         self.local_only = False  # the cache alone (`_check_hub_reachable` found the Hub unreachable)
 
-    def __call__(self, name, optional=False):
-        """The cached path of `name`; None for an `optional` file the repository (or, offline, the cache) lacks."""
+    def __call__(self, name, optional=False, max_bytes=None):
+        """The cached path of `name`; None for an `optional` file the repository (or, offline, the cache) lacks.
+
+        `max_bytes`: a file not yet cached that the Hub says is larger is refused before it downloads.
+        """
         # Imported on use: huggingface_hub loads an HTTP client (60 ms) that the
         # command line's start-up, which imports this module, does not need.
         import huggingface_hub
@@ -208,6 +216,8 @@ class _HFFetch:
             if cached is not None and not isinstance(cached, str):
                 return None  # known absent at this revision (the cache notes that): not asked again
         try:
+            if max_bytes is not None and not self.local_only and not huggingface_hub.constants.HF_HUB_OFFLINE:
+                self._check_size(name, max_bytes)
             return huggingface_hub.hf_hub_download(repo, name, revision=self.revision,
                                                    local_files_only=self.local_only)
         except hub_errors.GatedRepoError:
@@ -246,6 +256,19 @@ class _HFFetch:
             raise UserError(
                 f"{spec}: the download of {name} failed ({reason}); nothing partial was kept. Run it again."
             ) from None
+
+
+    def _check_size(self, name, max_bytes):
+        """UserError naming the handle when `name`, not yet cached, is larger than `max_bytes` on the Hub."""
+        import huggingface_hub
+
+        if isinstance(huggingface_hub.try_to_load_from_cache(self.repo, name, revision=self.revision), str):
+            return
+        url = huggingface_hub.hf_hub_url(self.repo, name, revision=self.revision)
+        size = huggingface_hub.get_hf_file_metadata(url).size
+        if size is not None and size > max_bytes:
+            raise UserError(f"{self.spec}: its {name} is {size:,} bytes, more than the {max_bytes:,} a weights file "
+                            f"of its {CONFIG_FILE}'s model takes in float32; refused before downloading it.")
 
 
 def _check_hub_reachable(fetch):

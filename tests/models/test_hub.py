@@ -210,3 +210,16 @@ def test_kaggle_handles_download_with_kagglehub(tmp_path, monkeypatch):
         monkeypatch.setattr(fake, "model_download", model_download)
         with pytest.raises(expected, match="kagglehub could not download it .404 Client Error.|bug"):
             resolve("kaggle://keras/albert/keras/albert_base_en_uncased/2")
+
+
+def test_weights_larger_than_their_model_are_refused_before_they_download(hub_env, stand_in, hub_repos, monkeypatch):
+    from safetensors.numpy import load, save
+
+    commit = hub_repos[ALBERT].commits[commit_sha("main")]
+    padded = save({**load(commit["model.safetensors"]), "padding": np.zeros(1 << 20, "float32")})
+    monkeypatch.setitem(commit, "model.safetensors", padded)
+    with pytest.raises(UserError, match=rf"^hf://{ALBERT}: its model.safetensors is {len(padded):,} bytes, more than "
+                                        r"the [\d,]+ a weights file of its config.json's model takes in float32; "
+                                        r"refused before downloading it\.$"):
+        resolve(f"hf://{ALBERT}")
+    assert ("GET", f"/{ALBERT}/resolve/{commit_sha('main')}/model.safetensors") not in stand_in.routes
