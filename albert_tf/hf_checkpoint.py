@@ -132,7 +132,9 @@ def _open_safetensors(paths, config):
         try:
             with safe_open(path, framework="np") as f:
                 for name in f.keys():
-                    shapes[name] = tuple(f.get_slice(name).get_shape())
+                    tensor = f.get_slice(name)
+                    _check_float(path, name, tensor.get_dtype())
+                    shapes[name] = tuple(tensor.get_shape())
                     where[name] = path
         except (SafetensorError, OSError) as e:
             raise UserError(f"{path} is not a readable safetensors file: {e}") from e
@@ -153,10 +155,21 @@ def _read_safetensors_whole(paths, config):
     tensors = {}
     for path in paths:
         try:
-            tensors.update(load_safetensors(read_capped(path, config)))
+            read = load_safetensors(read_capped(path, config))
         except (SafetensorError, OSError) as e:
             raise UserError(f"{path} is not a readable safetensors file: {e}") from e
+        for name, tensor in read.items():
+            _check_float(path, name, "F" if tensor.dtype.kind == "f" or tensor.dtype.name == "bfloat16"
+                         else tensor.dtype.name.upper())
+        tensors.update(read)
     return {name: tuple(t.shape) for name, t in tensors.items()}, tensors.__getitem__
+
+
+def _check_float(path, name, dtype):
+    """UserError naming tensor `name` of `path` unless its safetensors `dtype` ("F32", "BF16", "I64", ...) is a
+    floating-point type or it is one of the integer buffers older transformers saved (`_BUFFERS`)."""
+    if not dtype.startswith(("F", "BF")) and name.removeprefix(BACKBONE_PREFIX) not in _BUFFERS:
+        raise UserError(f"{path}: tensor {name!r} holds {dtype} values; weights are floating point.")
 
 
 def _open_torch(paths, config):

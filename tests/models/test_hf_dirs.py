@@ -256,3 +256,14 @@ def test_a_hf_dir_in_a_bucket_larger_than_its_model_is_refused_unread(tmp_path):
     with pytest.raises(ValueError, match=rf"^{bucket}/model.safetensors is [\d,]+ bytes, more than the [\d,]+ a "
                                          r"weights file of its config.json's model takes in float32; refused unread"):
         load_pretrained(bucket)
+
+
+def test_a_weight_of_integers_is_refused_naming_it(tmp_path):
+    from safetensors.numpy import load_file, save_file
+
+    directory = hf_model_dir(tmp_path, transformers.AlbertModel)
+    tensors = load_file(str(directory / "model.safetensors"))
+    name = "pooler.bias" if "pooler.bias" in tensors else "albert.pooler.bias"
+    save_file({**tensors, name: tensors[name].astype("int32")}, str(directory / "model.safetensors"))
+    with pytest.raises(ValueError, match=rf"model.safetensors: tensor '{name}' holds I32 values; weights are floating"):
+        load_pretrained(directory)
