@@ -61,7 +61,7 @@ _IGNORED_KEYS = frozenset(
 # allocation sane. Each admits every published ALBERT (V 30000, E 128, H <= 4096, L <= 24, heads <= 64,
 # FFN <= 16384, P 512, 2 segments; the paper's deepest ablation, 48 layers; its inner groups, 3) with
 # room to grow: vocabularies of multilingual models (about 250,000 pieces), 4x xxlarge's widths, 64x its
-# positions.
+# positions. `num_hidden_groups` is bounded by `num_hidden_layers`.
 SIZE_BOUNDS = {
     "vocab_size": 1 << 20,
     "embedding_size": 1 << 14,
@@ -69,7 +69,6 @@ SIZE_BOUNDS = {
     "num_hidden_layers": 1 << 9,
     "num_attention_heads": 1 << 10,
     "intermediate_size": 1 << 16,
-    "num_hidden_groups": 1 << 9,
     "inner_group_num": 1 << 6,
     "max_position_embeddings": 1 << 15,
     "type_vocab_size": 1 << 10,
@@ -118,8 +117,9 @@ class AlbertConfig(JsonConfig):
                              choices=GROUP_FORMULAS)
 
     def __post_init__(self):
-        for name, bound in SIZE_BOUNDS.items():
+        for name in ("num_hidden_groups", *SIZE_BOUNDS):
             check_positive_int(name, getattr(self, name))
+        for name, bound in SIZE_BOUNDS.items():
             check_int_in(name, getattr(self, name), 1, bound)
         for name in ("hidden_dropout", "attention_dropout", "classifier_dropout"):
             check_fraction(name, getattr(self, name), high_open=True)

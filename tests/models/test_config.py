@@ -200,3 +200,13 @@ def test_every_command_line_flag_says_what_it_does():
               for command, parser in subparsers.choices.items()
               for action in parser._actions if action.option_strings and not (action.help or "").strip()]
     assert silent == []
+
+
+def test_sizes_beyond_any_albert_are_refused_and_every_preset_fits():
+    from albert_tf.config import PRESETS, SIZE_BOUNDS
+
+    for name, bound in SIZE_BOUNDS.items():
+        assert all(getattr(config, name) <= bound for config in PRESETS.values())
+        with pytest.raises(ValueError, match=rf"`{name}` must be an integer in \[1, {bound}\]\. Received: "
+                                             rf"{name}={bound + 1}"):
+            AlbertConfig(**{name: bound + 1})
