@@ -54,6 +54,6 @@ def finetuned():
     dev = write_jsonl(os.path.join(data, "dev.jsonl"), rows(32, 1))
     out = os.path.join(data, "run")
     run_cli("finetune", "--task", "multilabel", "--model", model_dir(), "--train", train, "--eval", dev,
-            "--out", out, "--label-column", "labels", "--epochs", "3", "--batch-size", "16",
+            "--out", out, "--label-column", "labels", "--pooling", "cls", "--epochs", "3", "--batch-size", "16",
             "--max-seq-length", "48", "--learning-rate", "3e-3", "--seed", "0")
     return out, data

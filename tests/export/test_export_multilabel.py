@@ -120,3 +120,67 @@ def test_every_export_of_a_finetuned_run_answers_as_predict(tmp_path):
     mediapipe = np.array([[heads[i][0]["scores"][str(j)][1] for j in range(len(names))] for i in range(len(TEXTS))])
     assert [heads[0][0]["scores"][str(j)][0] for j in range(len(names))] == names
     assert max_abs_diff(mediapipe, expected) <= 1e-4
+
+
+def _transformers_probabilities(hf_dir, packed):
+    import torch
+    import transformers
+
+    hf = transformers.AutoModelForSequenceClassification.from_pretrained(hf_dir).eval()
+    assert type(hf).__name__ == "AlbertForSequenceClassification"
+    assert hf.config.problem_type == "multi_label_classification"
+    with torch.no_grad():
+        logits = hf(input_ids=torch.tensor(packed["token_ids"], dtype=torch.long),
+                    token_type_ids=torch.tensor(packed["segment_ids"], dtype=torch.long),
+                    attention_mask=torch.tensor(packed["padding_mask"], dtype=torch.long)).logits
+    return hf, torch.sigmoid(logits).numpy()
+
+
+def test_the_hf_config_and_tensors_are_a_multi_label_sequence_classifiers():
+    from albert_tf import AlbertBackbone
+    from albert_tf.convert.hf import hf_config, hf_tensors
+    from albert_tf.models import AlbertMultiLabelClassifier
+
+    model = AlbertMultiLabelClassifier(AlbertBackbone(export_fixtures.config()), 3, pooling="cls",
+                                       label_names=multilabel_fixtures.LABELS)
+    config, tensors = hf_config(model), hf_tensors(model)
+    assert config["architectures"] == ["AlbertForSequenceClassification"]
+    assert config["problem_type"] == "multi_label_classification"
+    assert config["id2label"] == {"0": "food", "1": "music", "2": "sports"}
+    assert tensors["classifier.weight"].shape == (3, export_fixtures.config().hidden_size)
+    assert all(name.startswith("albert.") for name in tensors if not name.startswith("classifier."))
+
+
+@pytest.mark.slow
+def test_to_hf_writes_a_multi_label_sequence_classifier_that_transformers_loads(tmp_path):
+    from albert_tf.convert import to_hf
+
+    model, packed = _random_model()
+    with pytest.raises(ValueError, match="--pooling cls"):  # the tiny model pools the mean token by default
+        to_hf(model, tmp_path / "refused")
+    from albert_tf import AlbertBackbone
+    from albert_tf.models import AlbertMultiLabelClassifier
+
+    model = AlbertMultiLabelClassifier(AlbertBackbone(export_fixtures.config()), 3, pooling="cls",
+                                       label_names=multilabel_fixtures.LABELS, thresholds=[0.2, 0.5, 0.8])
+    export_fixtures.spread_apart(model, packed)
+    to_hf(model, tmp_path / "hf")
+    hf, probabilities = _transformers_probabilities(tmp_path / "hf", packed)
+    assert hf.config.id2label == dict(enumerate(multilabel_fixtures.LABELS))
+    # PyTorch's float32 kernels against TensorFlow's: the converters' HF parity bound (docs/architecture.md).
+    assert max_abs_diff(probabilities, _sigmoid(model(packed)["logits"])) <= 1e-4
+
+
+@pytest.mark.slow
+def test_convert_to_hf_of_a_finetuned_run_gives_predicts_scores_in_transformers(tmp_path):
+    from albert_tf.export import pack_texts
+
+    out, _ = multilabel_fixtures.finetuned()
+    done = run_cli("predict", "--model", out, input="".join(t + "\n" for t in TEXTS))
+    predicted = [json.loads(line) for line in done.stdout.splitlines()]
+    run_cli("convert", "--to", "hf", "--model", out, "--out", tmp_path / "hf")
+    hf, probabilities = _transformers_probabilities(tmp_path / "hf", pack_texts(export_fixtures.tokenizer(), TEXTS,
+                                                                                  max_length=48))
+    names = [hf.config.id2label[i] for i in range(len(hf.config.id2label))]
+    expected = np.array([[p["probabilities"][n] for n in names] for p in predicted])
+    assert max_abs_diff(probabilities, expected) <= 1e-4
