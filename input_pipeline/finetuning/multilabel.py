@@ -12,7 +12,7 @@ import numpy as np
 
 from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.examples import RowLog, TextExample, check_columns
-from input_pipeline.finetuning.tables import iter_rows, table_columns
+from input_pipeline.finetuning.tables import iter_rows, row_problem, table_columns
 
 # The cells a 0/1 label column may hold.
 _BINARY = {"0": 0.0, "1": 1.0, "0.0": 0.0, "1.0": 1.0, "false": 0.0, "true": 1.0}
@@ -87,13 +87,9 @@ def read_multilabel_table(path, text_column, text_pair_column=None, label_column
         if row is None:
             log.blank(source)
             continue
-        missing = [c for c in (text_column, text_pair_column, *targets) if c is not None and row.get(c) is None]
-        if missing:
-            log.bad_row(source, f"missing value for column(s) {missing}")
-            continue
-        empty = [c for c in (text_column, text_pair_column) if c is not None and not str(row[c]).strip()]
-        if empty:
-            log.bad_row(source, f"empty text in column(s) {empty}")
+        problem = row_problem(row, (text_column, text_pair_column), targets)
+        if problem:
+            log.bad_row(source, problem)
             continue
         label = None
         if targets:
