@@ -3,6 +3,7 @@
 import numpy as np
 
 from albert_tf.models import AlbertMultiLabelClassifier
+from albert_tf.models.multilabel import DEFAULT_THRESHOLD
 from albert_tf.recipes import multilabel_metrics
 from albert_tf.recipes.class_weights import resolve_class_weights
 from albert_tf.recipes.encoded import check_label_set
@@ -16,7 +17,7 @@ from input_pipeline import finetuning as data
 class MultiLabelRecipe(SentenceRecipe):
     """Any number of labels per text, from a table (`input_pipeline.finetuning.multilabel`).
 
-    Each epoch is scored at the model's thresholds (0.5, or `--threshold`);
+    Each epoch is scored at 0.5 for every label (or `--threshold`);
     the scores also hold each label's threshold tuned on the evaluation set for
     F1 (`thresholds`) and the F1s at those (`tuned_micro_f1`,
     `tuned_macro_f1`: optimistic, being tuned and scored on the same set).
@@ -71,7 +72,9 @@ class MultiLabelRecipe(SentenceRecipe):
         probabilities = self._probabilities(model, encoded, config)
         targets = np.stack([e.label for e in encoded.examples])
         names = model.label_names
-        scores = multilabel_metrics.scores(targets, probabilities, model.thresholds, names)
+        # At 0.5 (or --threshold), not at the model's thresholds: those an earlier epoch tuned would score this one.
+        fixed = [DEFAULT_THRESHOLD if config.threshold is None else config.threshold] * len(names)
+        scores = multilabel_metrics.scores(targets, probabilities, fixed, names)
         if config.threshold is None:
             tuned = multilabel_metrics.tune_thresholds(targets, probabilities)
             at_tuned = multilabel_metrics.scores(targets, probabilities, tuned, names)
