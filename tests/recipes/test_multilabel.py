@@ -114,6 +114,23 @@ def test_predictions_apply_the_models_thresholds_or_one_given():
     assert all(row["labels"] == [] for row in rows)
 
 
+def test_each_epoch_is_scored_at_one_half_whatever_thresholds_the_model_holds():
+    from albert_tf.recipes import FinetuneConfig, get_recipe
+    from albert_tf.recipes.encoded import Encoded
+    from albert_tf.recipes.multilabel_metrics import scores
+    from input_pipeline.finetuning import TextExample
+
+    model = _model(thresholds=[0.01, 0.02, 0.03])
+    x = backbone_batch(model.config, pad=False)
+    inputs = [{k: v[i] for k, v in x.items()} for i in range(3)]
+    examples = [TextExample("t", None, y, "f:1") for y in TARGETS]
+    recipe, config = get_recipe("multilabel"), FinetuneConfig(task="multilabel")
+    result = recipe.evaluate(model, Encoded(inputs, list(TARGETS), examples), config)
+    probabilities = _sigmoid(np.asarray(model(x)["logits"]))
+    assert result["micro_f1"] == pytest.approx(scores(TARGETS, probabilities, [0.5] * 3, "abc")["micro_f1"])
+    assert result["thresholds"] != [0.01, 0.02, 0.03]
+
+
 @pytest.mark.slow
 def test_finetune_tunes_thresholds_on_dev_keeps_them_with_the_model_and_predict_applies_them(tmp_path):
     from albert_tf.loading import load_pretrained
