@@ -19,10 +19,12 @@ Accuracy figures are valid on a busy machine; the wall times it prints are not t
 
 import argparse
 import collections
+import datetime
 import json
 import os
 import re
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -164,6 +166,8 @@ def main():
             print(f"seed {seed}, {init}: test micro F1 {scores['tuned']['micro_f1']:.4f}, macro F1 "
                   f"{scores['tuned']['macro_f1']:.4f} (tuned thresholds)", flush=True)
     lines = [
+        f"Command: `python bench/multilabel.py {' '.join(sys.argv[1:])}`, {datetime.date.today().isoformat()}.",
+        "",
         f"Debian packages' one-line descriptions tagged with {len(FACETS)} debtags ({', '.join(FACETS)}), from "
         f"`apt-cache dumpavail`: {len(rows)} packages hold one of them; split seed {args.split_seed}: "
         + ", ".join(f"{k} {len(v)}" for k, v in parts.items()) + ". Training positives per label: "
