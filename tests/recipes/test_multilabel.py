@@ -141,7 +141,7 @@ def test_finetune_tunes_thresholds_on_dev_keeps_them_with_the_model_and_predict_
     best = record["history"][record["best_epoch"] - 1]
     model = load_pretrained(os.path.join(out, "best"))
     assert model.thresholds == best["thresholds"] and model.thresholds != [0.5] * 3
-    assert best["micro_f1"] > 0.6
+    assert best["tuned_micro_f1"] > 0.8  # it learned the labels (at 0.5 three short epochs score less)
     done = run_cli("predict", "--model", out, "--input", os.path.join(data, "dev.jsonl"))
     predicted = [json.loads(line) for line in done.stdout.splitlines()]
     dev = [json.loads(line) for line in open(os.path.join(data, "dev.jsonl"))]
