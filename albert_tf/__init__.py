@@ -16,6 +16,7 @@ _EXPORTS = {
     "PRESETS": "albert_tf.config",
     "AlbertBackbone": "albert_tf.models",
     "AlbertClassifier": "albert_tf.models",
+    "AlbertMultiLabelClassifier": "albert_tf.models",
     "AlbertMultipleChoice": "albert_tf.models",
     "AlbertPreprocessor": "albert_tf.preprocessor",
     "AlbertPretrainer": "albert_tf.models",

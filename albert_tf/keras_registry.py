@@ -28,7 +28,7 @@ PACKAGE = "albert_tf"
 
 # Every class albert-tf registers with Keras (tests/models/test_keras_archives.py keeps this in step).
 SERIALIZABLE = (
-    "AdamW", "AlbertBackbone", "AlbertClassifier", "AlbertEmbedding", "AlbertMultipleChoice", "AlbertPreprocessor",
+    "AdamW", "AlbertBackbone", "AlbertClassifier", "AlbertEmbedding", "AlbertMultiLabelClassifier", "AlbertMultipleChoice", "AlbertPreprocessor",
     "AlbertPretrainer", "AlbertQuestionAnswerer", "AlbertRegressor", "AlbertTagger", "FeedForward", "FoldChoices",
     "Lamb", "LoraDense", "LoraEmbedding", "MaskedLMHead", "SelfAttention", "SentenceOrderHead", "TransformerBlock",
     "UnfoldChoices", "WarmupLinearDecay",

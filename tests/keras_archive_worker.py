@@ -30,8 +30,8 @@ def save(directory):
     import numpy as np
 
     from albert_tf import (
-        AlbertBackbone, AlbertClassifier, AlbertMultipleChoice, AlbertPretrainer, AlbertQuestionAnswerer,
-        AlbertRegressor, AlbertTagger,
+        AlbertBackbone, AlbertClassifier, AlbertMultiLabelClassifier, AlbertMultipleChoice, AlbertPretrainer,
+        AlbertQuestionAnswerer, AlbertRegressor, AlbertTagger,
     )
     from albert_tf.optimizers import build_optimizer
     from data_fixtures import VOCAB_SIZE, small_tokenizer
@@ -46,6 +46,7 @@ def save(directory):
         "AlbertTagger": lambda b: AlbertTagger(b, 4),
         "AlbertQuestionAnswerer": AlbertQuestionAnswerer,
         "AlbertMultipleChoice": AlbertMultipleChoice,
+        "AlbertMultiLabelClassifier": lambda b: AlbertMultiLabelClassifier(b, 3, thresholds=[0.2, 0.5, 0.7]),
     }
     for lora in (False, True):
         for name, build in builds.items():

@@ -89,7 +89,8 @@ def run(args):
         print(f"Wrote keras-hub AlbertBackbone preset to {args.out}{note}")
         return 0
     if args.to_format == "hf":
-        kind = "AlbertForPreTraining" if hasattr(model, "mlm_head") else "AlbertModel"
+        kind = ("AlbertForPreTraining" if hasattr(model, "mlm_head") else
+                "AlbertForSequenceClassification (multi-label)" if hasattr(model, "thresholds") else "AlbertModel")
         note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"
         print(f"Wrote HF {kind} to {args.out}{note}")
         if tokenizer is not None:

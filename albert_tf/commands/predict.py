@@ -30,6 +30,7 @@ from albert_tf.commands.flags import add_command, add_mixed_precision_flag
 from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.hub import resolve_model
 from albert_tf.precision import choose_precision
+from albert_tf.recipes.names import MULTILABEL_TASK
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from input_pipeline.finetuning.examples import BlankLine, ReadResult, Skipped, TextExample
@@ -49,6 +50,9 @@ def add_parser(subparsers):
     parser.add_argument("--null-score-diff-threshold", type=float, metavar="X",
                         help="squad_v2: answer \"\" when the null score beats the best span by more than this "
                         "(default: the best_f1_threshold finetune found on dev, else the run's setting).")
+    parser.add_argument("--threshold", type=float, metavar="X",
+                        help="multilabel: predict every label whose probability is at least X, in (0, 1) "
+                        "(default: each label's threshold tuned on dev, kept in the model's config).")
     return parser
 
 
@@ -72,7 +76,8 @@ def run(args):
     # Bad rows become error records and long texts are cut, never a failure of the whole input.
     # fixed_shapes=False: predict runs on one device, where batches padded to their own longest are fastest.
     config = config.replace(eval_batch_size=args.batch_size, skip_invalid=True, truncate=True, fixed_shapes=False,
-                            null_score_diff_threshold=_threshold(args, config, record))
+                            null_score_diff_threshold=_threshold(args, config, record),
+                            **_label_threshold(args, config))
     result = _read(args.input, recipe, config, model.label_names)
     encoded = recipe.encode_read(result, tokenizer, config, model.label_names, labelled=False)
     predictions = iter(recipe.predictions(model, encoded, config) if encoded.inputs else [])
@@ -133,6 +138,17 @@ def _threshold(args, config, record):
     best = record.get("best_epoch")
     found = record["history"][best - 1].get("best_f1_threshold") if best else None
     return config.null_score_diff_threshold if found is None else found
+
+
+def _label_threshold(args, config):
+    """{"threshold": --threshold} for a multilabel model, {} where none is given."""
+    if args.threshold is None:
+        return {}
+    if config.task != MULTILABEL_TASK:
+        raise UserError(f"--threshold applies to --task {MULTILABEL_TASK} models; this one is {config.task}.")
+    if not 0.0 < args.threshold < 1.0:
+        raise UserError(f"--threshold must be in (0, 1), exclusive. Received: {args.threshold}")
+    return {"threshold": args.threshold}
 
 
 def _read(path, recipe, config, label_names):

@@ -4,8 +4,9 @@
 directory of AlbertModel, AlbertForPreTraining or AlbertForMaskedLM (read by
 `albert_tf.hf_checkpoint`, loaded by `albert_tf.loading.load_hf`).
 `to_hf` / `convert_to_hf` write one that `AlbertForPreTraining.from_pretrained`
-(or `AlbertModel.from_pretrained`, for a backbone) loads with no missing or
-unexpected keys, with the safetensors numpy API.
+(or `AlbertModel.from_pretrained`, for a backbone; `AlbertForSequenceClassification`,
+for a multilabel model) loads with no missing or unexpected keys, with the
+safetensors numpy API.
 
 The tokenizer goes along both ways: `spiece.model` plus a
 tokenizer_config.json whose AlbertTokenizer options (`remove_space`,
@@ -27,11 +28,12 @@ from albert_tf.hub import write_source
 from albert_tf.model_dirs import (
     CONFIG_FILE, ENTRY_FILES, SAFETENSORS_FILE, SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_DIR, hf_tokenizer,
 )
-from albert_tf.models import AlbertPretrainer, checkpoint_weights
+from albert_tf.models import AlbertMultiLabelClassifier, AlbertPretrainer, checkpoint_weights
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.loading import load_hf, load_pretrained
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE
 from albert_tf.utils import files
+from albert_tf.utils.errors import UserError
 from input_pipeline.tokenizer import MODEL_FILE as SPIECE_FILE
 
 
@@ -107,9 +109,10 @@ def hf_tensors(model):
         ValueError: partial sharing, or a grouping HF cannot express.
     """
     backbone = getattr(model, "backbone", model)
-    prefix = BACKBONE_PREFIX if isinstance(model, AlbertPretrainer) else ""
+    multilabel = isinstance(model, AlbertMultiLabelClassifier)
+    prefix = BACKBONE_PREFIX if isinstance(model, AlbertPretrainer) or multilabel else ""
     scheme = checkpoint_weights.hf_scheme(prefix)
-    entries = checkpoint_weights.weight_entries(model)
+    entries = checkpoint_weights.weight_entries(backbone if multilabel else model)
     sources = checkpoint_weights.hf_group_sources(backbone.config)
     tensors = {}
     for e in entries:
@@ -127,6 +130,10 @@ def hf_tensors(model):
         name = prefix + checkpoint_weights.HF_PROJECTION
         tensors[name + ".weight"] = np.eye(hidden, dtype=np.float32)
         tensors[name + ".bias"] = np.zeros(hidden, np.float32)
+    if multilabel:
+        kernel, bias = (np.asarray(keras.ops.convert_to_numpy(v), np.float32) for v in model.head.weights)
+        tensors["classifier.weight"] = np.ascontiguousarray(kernel.T)  # torch Linear: (labels, H)
+        tensors["classifier.bias"] = bias
     return tensors
 
 
@@ -141,7 +148,31 @@ def hf_config(model):
     values["architectures"] = [
         "AlbertForPreTraining" if isinstance(model, AlbertPretrainer) else "AlbertModel"
     ]
+    if isinstance(model, AlbertMultiLabelClassifier):
+        values.update(_multilabel_config(model))
     return values
+
+
+def _multilabel_config(model):
+    """The config.json fields of a multilabel model as AlbertForSequenceClassification, multi-label.
+
+    transformers applies BCE-with-logits (and its pipeline a sigmoid) for
+    `problem_type: multi_label_classification`. Its head reads the pooled
+    [CLS] vector, so a model that pools the mean token has no HF form.
+    """
+    if model.pooling != "cls":
+        raise UserError(f"HF's AlbertForSequenceClassification reads the pooled [CLS] vector; this model pools "
+                        f"{model.pooling!r}. Fine-tune with --pooling cls to convert it.")
+    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
+    return {
+        "architectures": ["AlbertForSequenceClassification"],
+        "problem_type": "multi_label_classification",
+        "id2label": {str(i): name for i, name in enumerate(names)},
+        "label2id": {name: i for i, name in enumerate(names)},
+        "classifier_dropout_prob": model.dropout,
+        # Not read by transformers: albert-tf's per-label decision thresholds, for the user's own code.
+        "label_thresholds": dict(zip(names, model.thresholds)),
+    }
 
 
 def to_hf(model, out_dir, tokenizer=None, overwrite=False, source=None):

@@ -170,6 +170,9 @@ def export_metadata(interface, max_length, tokenizer, signature_names, truncate_
         "kind": interface.kind,
         "max_length": int(max_length),
         "label_names": list(interface.label_names) if interface.label_names else None,
+        **({"thresholds": list(interface.thresholds),
+            "scores": "independent sigmoids: a label applies when its probability is at or above its threshold"}
+           if interface.thresholds is not None else {}),
         "signatures": list(signature_names),
         "inputs": {n: list(s) for n, s in interface.inputs.items()},
         "outputs": sorted(interface.outputs),

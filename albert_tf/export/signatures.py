@@ -9,11 +9,16 @@ class declares its kind (`export_kind`), and that picks the post-processing:
 | backbone           | sequence_output, pooled_output| -                        | tokens, padding_mask                |
 | pretrainer         | mlm_logits, sop_logits        | -                        | tokens, padding_mask                |
 | classifier         | logits (batch, classes)       | probabilities            | label_ids, labels*                  |
+| multilabel         | logits (batch, labels)        | probabilities, predicted, labels | -                           |
 | multiple_choice    | logits (batch, choices)       | probabilities            | label_ids                           |
 | tagger             | logits (batch, seq, labels)   | probabilities            | label_ids, labels*, tokens, padding_mask |
 | regressor          | predictions                   | -                        | -                                   |
 | question_answering | start_logits, end_logits      | -                        | answer, answer_start, answer_end, score, null_score, tokens, padding_mask |
 (* when the model has `label_names`.)
+A multilabel model's `probabilities` are independent sigmoids; `predicted` is 1
+where a label's probability is at or above its threshold (the model config's
+`thresholds`), and `labels` (batch, labels) holds that label's name there, ""
+elsewhere: every row has the same width, as a signature's outputs must.
 
 Signatures:
     serving_default   the model's id inputs -> outputs; inputs are checked in-graph
@@ -22,7 +27,7 @@ Signatures:
                       QA: `question`, `context` (batch,); multiple choice:
                       `text` (batch,) and `choices` (batch, num_choices).
     serve_text_pair   `text`, `text_pair` (batch,) (not for QA / multiple choice).
-    serve_examples    classifiers and regressors: serialized tf.Examples (`inputs`,
+    serve_examples    classifiers (multilabel too) and regressors: serialized tf.Examples (`inputs`,
                       (batch,)) holding a `text` bytes feature and, in every example
                       of a batch or in none, `text_pair`. TF-Serving's Classify
                       (method `tensorflow/serving/classify`: `classes`, `scores`, both
@@ -49,10 +54,13 @@ BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE = (
     "backbone", "pretrainer", "classifier", "multiple_choice"
 )
 TAGGER, REGRESSOR, QUESTION_ANSWERING = "tagger", "regressor", "question_answering"
-KINDS = (BACKBONE, PRETRAINER, CLASSIFIER, MULTIPLE_CHOICE, TAGGER, REGRESSOR, QUESTION_ANSWERING)
+MULTI_LABEL = "multilabel"
+KINDS = (BACKBONE, PRETRAINER, CLASSIFIER, MULTI_LABEL, MULTIPLE_CHOICE, TAGGER, REGRESSOR, QUESTION_ANSWERING)
 TOKEN_LEVEL_KINDS = (BACKBONE, PRETRAINER, TAGGER, QUESTION_ANSWERING)
 # Kinds whose one-text outputs can be averaged over a long text's windows.
-WINDOWED_KINDS = (CLASSIFIER, REGRESSOR)
+WINDOWED_KINDS = (CLASSIFIER, MULTI_LABEL, REGRESSOR)
+# Kinds TF-Serving's Classify API answers (every label with its score).
+CLASSIFY_KINDS = (CLASSIFIER, MULTI_LABEL)
 
 ID_SIGNATURE = "serving_default"
 TEXT_SIGNATURE = "serve_text"
@@ -81,6 +89,7 @@ class ModelInterface:
         inputs: input name -> Keras shape, e.g. (None, None) or (None, 4, None).
         outputs: output name -> Keras shape.
         label_names: class / tag names, or None.
+        thresholds: a multilabel model's threshold of each label, else None.
     """
 
     kind: str
@@ -88,6 +97,7 @@ class ModelInterface:
     inputs: dict
     outputs: dict
     label_names: tuple = None
+    thresholds: tuple = None
 
     @property
     def extra_inputs(self):
@@ -130,12 +140,14 @@ def describe_model(model, label_names=None):
             label_names = model.get_config().get("label_names")
         except NotImplementedError:
             label_names = None
+    thresholds = getattr(model, "thresholds", None)
     return ModelInterface(
         kind=_kind(model),
         config=config,
         inputs=inputs,
         outputs=outputs,
         label_names=tuple(label_names) if label_names is not None else None,
+        thresholds=tuple(thresholds) if thresholds is not None else None,
     )
 
 
@@ -184,9 +196,22 @@ def model_outputs(model, interface, inputs, forward=None):
         name: tf.cast(value, tf.float32) if value.dtype.is_floating else value
         for name, value in outputs.items()
     }
-    if interface.kind in (CLASSIFIER, MULTIPLE_CHOICE, TAGGER):
-        outputs["probabilities"] = tf.nn.softmax(outputs["logits"], axis=-1)
+    if interface.kind in (CLASSIFIER, MULTI_LABEL, MULTIPLE_CHOICE, TAGGER):
+        outputs.update(label_scores(interface, outputs["logits"]))
     return outputs
+
+
+def label_scores(interface, logits):
+    """`probabilities` of the logits: a softmax over the classes, or (multilabel) each label's sigmoid, with the
+    labels at or above their thresholds (`predicted`, `labels`; see the module docstring)."""
+    if interface.kind != MULTI_LABEL:
+        return {"probabilities": tf.nn.softmax(logits, axis=-1)}
+    probabilities = tf.sigmoid(logits)  # (batch, labels)
+    predicted = probabilities >= tf.constant(interface.thresholds, tf.float32)
+    count = len(interface.thresholds)
+    names = tf.constant(list(interface.label_names or [str(i) for i in range(count)]))
+    labels = tf.where(predicted, tf.broadcast_to(names, tf.shape(probabilities)), "")
+    return {"probabilities": probabilities, "predicted": tf.cast(predicted, tf.int32), "labels": labels}
 
 
 def check_id_inputs(interface, inputs, max_length):
@@ -308,7 +333,7 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
         signatures[TEXT_PAIR_SIGNATURE] = serve_text_pair.get_concrete_function(
             text=string("text"), text_pair=string("text_pair"), **extra
         )
-    if interface.kind in (CLASSIFIER, REGRESSOR) and not extra:
+    if interface.kind in (*CLASSIFY_KINDS, REGRESSOR) and not extra:
         @tf.function
         def serve_examples(inputs):
             return text_outputs.examples(inputs)
@@ -319,7 +344,7 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
 
 def signature_methods(signatures, interface):
     """Signature name -> the SignatureDef method name TF-Serving's APIs check."""
-    examples_method = CLASSIFY_METHOD if interface.kind == CLASSIFIER else REGRESS_METHOD
+    examples_method = CLASSIFY_METHOD if interface.kind in CLASSIFY_KINDS else REGRESS_METHOD
     return {name: examples_method if name == EXAMPLES_SIGNATURE else PREDICT_METHOD for name in signatures}
 
 
@@ -353,7 +378,7 @@ class _TextOutputs:
         averaged = {name: tf.math.segment_mean(outputs[name], text_index)
                     for name in ("logits", "predictions") if name in outputs}
         if "logits" in averaged:
-            averaged["probabilities"] = tf.nn.softmax(averaged["logits"], axis=-1)
+            averaged.update(label_scores(self.interface, averaged["logits"]))
         return self._postprocess(inputs, averaged)
 
     def examples(self, serialized):

@@ -67,7 +67,8 @@ METADATA_FILE = "export.json"
 # max_predictions_per_seq); TFLite needs a fixed size.
 DEFAULT_NUM_MASK_POSITIONS = 20
 # The one output a model with metadata keeps, by kind.
-METADATA_OUTPUTS = {signatures_lib.CLASSIFIER: "probabilities", signatures_lib.REGRESSOR: "predictions"}
+METADATA_OUTPUTS = {signatures_lib.CLASSIFIER: "probabilities", signatures_lib.MULTI_LABEL: "probabilities",
+                    signatures_lib.REGRESSOR: "predictions"}
 
 
 def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH, quantize="none",
@@ -142,6 +143,10 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             # One output: BertNLClassifier refuses more, and MediaPipe would make a
             # classification head of the logits too.
             return {METADATA_OUTPUTS[interface.kind]: outputs[METADATA_OUTPUTS[interface.kind]]}
+        # A multilabel model's label names over threshold are strings, which TFLite's builtin ops do not
+        # select; `predicted` marks the same labels.
+        if interface.kind == signatures_lib.MULTI_LABEL:
+            del outputs["labels"]
         return outputs
 
     # Freeze the weights into constants: converted from a function that reads
@@ -205,7 +210,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         flatbuffer = tflite_metadata.with_text_classifier_metadata(
             # With the preprocessing inside, where it can be: MediaPipe runs the bare model on raw text.
             flatbuffer, signatures_lib.ID_SIGNATURE, tokenizer.standalone_model_proto(),
-            interface.label_names if interface.kind == signatures_lib.CLASSIFIER else None,
+            interface.label_names if interface.kind in signatures_lib.CLASSIFY_KINDS else None,
             **_metadata_descriptions(interface),
         )
     metadata = export_metadata(
@@ -238,6 +243,14 @@ def check_metadata_length(max_length):
 
 def _metadata_descriptions(interface):
     labels = ", ".join(interface.label_names) if interface.label_names else None
+    if interface.kind == signatures_lib.MULTI_LABEL:
+        return dict(
+            name="ALBERT multi-label text classifier",
+            description="Tags one text with any of its labels" + (f" ({labels})." if labels else "."),
+            output_description="Independent sigmoid probability of each label (labels.txt order), shape "
+            "(1, labels): no softmax; a label applies at or above its threshold (export.json's thresholds).",
+            score_range=(0.0, 1.0),
+        )
     if interface.kind == signatures_lib.CLASSIFIER:
         return dict(
             name="ALBERT text classifier",

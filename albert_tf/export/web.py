@@ -24,7 +24,7 @@ def export_web(model, out_dir, *, tokenizer, mediapipe_dir=None, overwrite=False
     """Writes the static site (see the module docstring) for a classifier, published whole.
 
     Args:
-        model: an `AlbertClassifier`.
+        model: an `AlbertClassifier` or `AlbertMultiLabelClassifier` (independent bars, each threshold marked).
         out_dir: output directory: new or empty, unless `overwrite`.
         tokenizer: the model's `AlbertTokenizer` (MediaPipe reads it from the model's metadata).
         mediapipe_dir: an installed @mediapipe/tasks-text (`find_mediapipe`), or None to write the site
@@ -40,7 +40,7 @@ def export_web(model, out_dir, *, tokenizer, mediapipe_dir=None, overwrite=False
         UserError: the model is not a classifier, there is no tokenizer, or `out_dir` cannot be written.
     """
     interface = signatures_lib.describe_model(model)
-    if interface.kind != signatures_lib.CLASSIFIER:
+    if interface.kind not in signatures_lib.CLASSIFY_KINDS:
         raise UserError(f"--format web shows a classifier's label probabilities; this model is a {interface.kind} "
                         "(use --format tflite).")
     if tokenizer is None:

@@ -6,3 +6,4 @@ from albert_tf.models.classifier import AlbertClassifier, AlbertRegressor
 from albert_tf.models.tagger import AlbertTagger
 from albert_tf.models.question_answering import AlbertQuestionAnswerer
 from albert_tf.models.multiple_choice import AlbertMultipleChoice
+from albert_tf.models.multilabel import AlbertMultiLabelClassifier

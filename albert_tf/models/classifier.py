@@ -7,7 +7,8 @@ from input_pipeline import features
 from albert_tf.pooling import resolve_pooling
 from albert_tf.models.task_base import AlbertTask
 from albert_tf.models.task_heads import (
-    backbone_inputs, check_backbone, check_label_names, check_positive, head_dropout, output_dense, weighted_mean,
+    backbone_inputs, check_backbone, check_label_names, check_positive, check_weights, head_dropout, output_dense,
+    weighted_mean,
 )
 
 
@@ -62,6 +63,9 @@ class AlbertClassifier(AlbertTask):
         preprocessor: optional `AlbertPreprocessor`; with it `fit`,
             `evaluate` and `predict` also take raw strings: texts (batch,), or pairs as a tuple
             (texts, text_pairs).
+        class_weights: optional list of `num_classes` positive floats: an
+            example's cross-entropy is multiplied by its true class's weight
+            (Keras' `class_weight`), so rare classes count more.
 
     Inputs (dict): token_ids, segment_ids, padding_mask: int32 (batch, seq).
     Outputs (dict): logits: float32 (batch, num_classes).
@@ -72,10 +76,11 @@ class AlbertClassifier(AlbertTask):
     export_kind = "classifier"
 
     def __init__(self, backbone, num_classes, label_names=None, dropout=None, pooling="auto",
-                 preprocessor=None, **kwargs):
+                 preprocessor=None, class_weights=None, **kwargs):
         check_backbone(backbone)
         check_positive("num_classes", num_classes)
         label_names = check_label_names(label_names, num_classes, "num_classes")
+        class_weights = check_weights("class_weights", class_weights, num_classes)
         pooling = resolve_pooling(pooling, backbone.config.hidden_size)
 
         # === Layers ===
@@ -89,17 +94,21 @@ class AlbertClassifier(AlbertTask):
         super().__init__(inputs=inputs, outputs={"logits": logits}, **kwargs)
 
         self.num_classes = num_classes
+        self.class_weights = class_weights
         self.dropout = rate
         self.pooling = pooling
         self.head = head
         self.accuracy = keras.metrics.SparseCategoricalAccuracy(name="accuracy")
         self._init_task(
             backbone, label_names, [self.accuracy], preprocessor, num_classes=num_classes,
-            dropout=dropout, pooling=pooling,
+            dropout=dropout, pooling=pooling, **({"class_weights": class_weights} if class_weights else {}),
         )
 
     def task_loss(self, y, y_pred, sample_weight=None, x=None):
         ce = keras.losses.sparse_categorical_crossentropy(y, y_pred["logits"], from_logits=True)
+        if self.class_weights is not None:
+            # mean_i(w[y_i] * ce_i): Keras' `class_weight`, as a per-example weight.
+            ce = ce * ops.take(ops.convert_to_tensor(self.class_weights, "float32"), ops.cast(y, "int32"))
         return weighted_mean(ce, sample_weight)
 
     def update_task_metrics(self, y, y_pred, sample_weight=None, x=None):

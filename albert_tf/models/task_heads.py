@@ -47,6 +47,18 @@ def check_positive(name, value):
     return value
 
 
+def check_weights(name, weights, count):
+    """None, or a list of `count` positive floats."""
+    if weights is None:
+        return None
+    values = list(weights)
+    if len(values) != count or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) and w > 0 for w in values):
+        raise ValueError(f"`{name}` must be {count} positive numbers, one per class or label. "
+                         f"Received: {name}={weights!r}")
+    return [float(w) for w in values]
+
+
 def head_dropout(backbone, dropout):
     """The dropout before a task head; None takes `config.classifier_dropout`."""
     rate = backbone.config.classifier_dropout if dropout is None else dropout

@@ -4,7 +4,7 @@ import dataclasses
 
 from albert_tf.pooling import POOLINGS, resolve_pooling
 from albert_tf.precision import MIXED_PRECISION_HELP, PRECISIONS
-from albert_tf.recipes.names import SENTENCE_TASK_NAMES, TASK_NAMES
+from albert_tf.recipes.names import MULTILABEL_TASK, SENTENCE_TASK_NAMES, TASK_NAMES, WEIGHTED_TASK_NAMES
 from albert_tf.utils.config_base import JsonConfig, check_bool, check_fraction, check_non_negative, check_positive
 from albert_tf.utils.config_base import check_choice, check_positive_int, doc
 from albert_tf.utils.errors import UserError
@@ -101,6 +101,19 @@ class FinetuneConfig(JsonConfig):
     label_column: str = doc("label", "Label column of classification/regression tables.")
     label_names: tuple | None = doc(None, "The label (or tag) set, in class-id order (default: sorted labels "
                                     "of the training file).", flag="labels")
+    label_separator: str | None = doc(None, "multilabel: the separator of the labels in a CSV/TSV label cell "
+                                      "(e.g. \"|\"); JSON Lines hold a JSON list instead.")
+    label_columns: tuple | None = doc(None, "multilabel: one 0/1 column per label, named by its label, instead of "
+                                     "--label-column.")
+    allow_empty_labels: bool = doc(False, "multilabel: accept rows with no label (otherwise such a row is an "
+                                   "error, as it is often a parsing slip).")
+    threshold: float | None = doc(None, "multilabel: one decision threshold in (0, 1) for every label, instead of "
+                                  "each label's tuned on --eval to maximize its F1.")
+    class_weights: str | None = doc(None, "classification, multilabel: weigh each class (multilabel: each label's "
+                                    "positives) in the loss: balanced (n / (classes * n_class); multilabel "
+                                    "negatives / positives) or a JSON file of label -> weight.")
+    metric: str | None = doc(None, "The evaluation metric that picks the best epoch (default: the task's first: "
+                             "accuracy, micro_f1 for multilabel, ...).")
     doc_stride: int = doc(128, "SQuAD: stride between the windows of a long context.")
     max_query_length: int = doc(MAX_QUESTION_TOKENS, "SQuAD: question pieces kept.")
     n_best_size: int = doc(20, "SQuAD: candidate spans kept per question.")
@@ -126,6 +139,7 @@ class FinetuneConfig(JsonConfig):
         if self.max_windows != 1 and self.task not in SENTENCE_TASK_NAMES:
             raise UserError(f"`max_windows` applies to classification and regression tasks; {self.task} "
                              f"cuts its inputs its own way. Received: max_windows={self.max_windows!r}")
+        self._check_label_settings()
         for name in ("lora_rank", "lora_embedding_rank"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -137,6 +151,22 @@ class FinetuneConfig(JsonConfig):
             check_bool(name, getattr(self, name))
         if self.fixed_shapes is not None:
             check_bool("fixed_shapes", self.fixed_shapes)
+
+    def _check_label_settings(self):
+        """The multilabel and class-weight settings suit the task."""
+        multilabel = {"label_separator": self.label_separator, "label_columns": self.label_columns,
+                      "allow_empty_labels": self.allow_empty_labels or None, "threshold": self.threshold}
+        given = [name for name, value in multilabel.items() if value is not None]
+        if given and self.task != MULTILABEL_TASK:
+            raise UserError(f"`{given[0]}` applies to --task {MULTILABEL_TASK}. Received: task={self.task!r}")
+        if self.threshold is not None and (isinstance(self.threshold, bool) or not 0.0 < self.threshold < 1.0):
+            raise UserError(f"`threshold` must be in (0, 1), exclusive. Received: threshold={self.threshold!r}")
+        if self.class_weights is not None and self.task not in WEIGHTED_TASK_NAMES:
+            raise UserError(f"`class_weights` applies to {' and '.join(WEIGHTED_TASK_NAMES)} tasks. "
+                            f"Received: task={self.task!r}")
+        if self.task == MULTILABEL_TASK and self.fixed_shapes:
+            raise UserError(f"--task {MULTILABEL_TASK} trains with batches padded to their own longest: "
+                            "`fixed_shapes` (and so --strategy other than default) is not supported.")
 
     def resolved(self, model_config, distributed=False):
         """This config with `learning_rate`, `pooling` and `fixed_shapes` fixed.

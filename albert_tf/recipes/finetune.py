@@ -167,6 +167,7 @@ class _Data:
     label_names: list
     train: Encoded
     evaluation: Encoded
+    class_weights: list | None = None  # `--class-weights` resolved, one per class
 
 
 def _read_data(recipe, config, tokenizer, train_path, eval_path, log):
@@ -178,7 +179,10 @@ def _read_data(recipe, config, tokenizer, train_path, eval_path, log):
         log(f"{name}: " + "; ".join(encoded.notes))
     if not train.inputs or not evaluation.inputs:
         raise UserError(f"No examples left to {'train' if not train.inputs else 'evaluate'} on.")
-    return _Data(label_names, train, evaluation)
+    weights = recipe.class_weights(config, train, label_names) if config.class_weights else None
+    if weights:
+        log("class weights " + ", ".join(f"{name} {w:.3g}" for name, w in zip(label_names, weights)))
+    return _Data(label_names, train, evaluation, weights)
 
 
 def _build_under(strategy, config, recipe, backbone, data, log):
@@ -188,7 +192,7 @@ def _build_under(strategy, config, recipe, backbone, data, log):
         raise UserError(f"`fixed_shapes` must be on under {type(strategy).__name__}: its step splits each "
                          "batch across the workers by shape. Received: fixed_shapes=False")
     with strategy.scope():
-        model, steps_per_epoch = _build(config, recipe, backbone, data.label_names, len(data.train.inputs), log)
+        model, steps_per_epoch = _build(config, recipe, backbone, data, log)
     return model, steps_per_epoch, CustomLoop(model, strategy, config.batch_size) if custom else None
 
 
@@ -295,13 +299,18 @@ def _epoch_dataset(run, epoch, skip=0):
 def _finish_epoch(run, progress, trained):
     """Scores the `_TrainedEpoch`, writes its outputs (best/ when it is the best, finetune.json) and checkpoints
     the next epoch's start; returns that checkpoint's path (None after the last epoch)."""
-    config, epoch, main_metric = run.config, trained.epoch, run.recipe.metrics[0]
+    config, epoch, main_metric = run.config, trained.epoch, _main_metric(run)
     scores = run.recipe.evaluate(trained.model, run.data.evaluation, config)
+    if main_metric not in scores:
+        raise UserError(f"--metric {main_metric}: {config.task} reports "
+                        f"{[k for k, v in scores.items() if isinstance(v, float)]}.")
     record = {"epoch": epoch, "train_loss": trained.loss_sum / max(trained.done, 1),
               "train_seconds": round(trained.seconds, 2), **scores}
     progress.history.append(record)
     improved = progress.best is None or scores[main_metric] > progress.best[main_metric]
     if improved:
+        if "thresholds" in scores:  # multilabel: the thresholds tuned on dev go with the model
+            trained.model.thresholds = scores["thresholds"]
         if run.writes:
             _save_best(trained.model, run.tokenizer, run.out_dir)
         progress.best, progress.best_epoch = scores, epoch
@@ -330,6 +339,11 @@ def _interrupted(run, progress):
         run.state.remove()
         return RunStopped(INTERRUPTED, where)
     return RunStopped(INTERRUPTED, where, saved=CHECKPOINT, path=newest)
+
+
+def _main_metric(run):
+    """The metric that picks the best epoch: --metric, else the task's first."""
+    return run.config.metric or run.recipe.metrics[0]
 
 
 class _StopAtStep(keras.callbacks.Callback):
@@ -450,13 +464,15 @@ class _ResumeState:
             files.rmtree(self.directory, ignore_errors=True)
 
 
-def _build(config, recipe, backbone, label_names, num_examples, log):
+def _build(config, recipe, backbone, data, log):
     """(compiled task model, steps per epoch); call under the strategy's scope."""
     if backbone.lora_rank is not None:
         # A LoRA fine-tuned model fine-tunes on from its merged weights, so
         # `lora_rank` alone says what trains.
         backbone.merge_lora()
-    model = recipe.build_model(backbone, label_names, config)
+    weighted = {} if data.class_weights is None else {"class_weights": data.class_weights}
+    model = recipe.build_model(backbone, data.label_names, config, **weighted)
+    num_examples = len(data.train.inputs)
     if config.lora_rank:
         # Before compile: the optimizer takes the trainable variables as they are then.
         backbone.enable_lora(config.lora_rank, embedding_rank=config.lora_embedding_rank)

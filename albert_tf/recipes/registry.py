@@ -7,6 +7,8 @@ formats that model's outputs: `SentenceRecipe`, `TaggingRecipe`, `SquadRecipe`,
 """
 
 from albert_tf.recipes.choice import ChoiceRecipe
+from albert_tf.recipes.multilabel import MultiLabelRecipe
+from albert_tf.recipes.names import MULTILABEL_TASK
 from albert_tf.recipes.sentence import SentenceRecipe
 from albert_tf.recipes.squad import SquadRecipe
 from albert_tf.recipes.tagging import TaggingRecipe
@@ -18,6 +20,7 @@ RECIPES = {
     **{name: SentenceRecipe(name, glue=spec) for name, spec in data.GLUE_TASKS.items()},
     "classification": SentenceRecipe("classification"),
     "regression": SentenceRecipe("regression", regression=True),
+    MULTILABEL_TASK: MultiLabelRecipe(),
     "tagging": TaggingRecipe(),
     "squad": SquadRecipe("squad", version_2=False),
     "squad_v2": SquadRecipe("squad_v2", version_2=True),

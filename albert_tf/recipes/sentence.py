@@ -4,6 +4,7 @@ import numpy as np
 
 from albert_tf.models import AlbertClassifier, AlbertRegressor
 from albert_tf.recipes import metrics as metric_fns
+from albert_tf.recipes.class_weights import resolve_class_weights
 from albert_tf.recipes.encoded import Encoded, check_label_set, notes_for
 from albert_tf.recipes.prediction import predict_examples
 from input_pipeline import finetuning as data
@@ -39,11 +40,17 @@ class SentenceRecipe:
         return check_label_set(data.read_label_set(train_path, config.label_column),
                                f"{train_path}'s column {config.label_column!r}")
 
-    def build_model(self, backbone, label_names, config):
+    def class_weights(self, config, train, label_names):
+        """The `--class-weights` of a classification task, one per class, from its training `Encoded`."""
+        return resolve_class_weights(config.class_weights, [e.label for e in train.examples], label_names,
+                                     multilabel=False)
+
+    def build_model(self, backbone, label_names, config, class_weights=None):
         if self.regression:
             return AlbertRegressor(backbone, dropout=config.dropout, pooling=config.pooling)
         return AlbertClassifier(
-            backbone, len(label_names), label_names=label_names, dropout=config.dropout, pooling=config.pooling
+            backbone, len(label_names), label_names=label_names, dropout=config.dropout, pooling=config.pooling,
+            class_weights=class_weights,
         )
 
     def encode(self, path, tokenizer, config, label_names, labelled=True):

@@ -18,37 +18,43 @@ def _words(text):
     return words + [a + " " + b for a, b in zip(words, words[1:])]
 
 
+def tfidf_features(train_texts, *other_texts):
+    """L2-normalized TF-IDF rows (SciPy CSR) of words and word pairs seen in at least 2 training texts:
+    the training texts' matrix, then one per list in `other_texts`."""
+    from scipy import sparse
+
+    counts = collections.Counter(w for text in train_texts for w in set(_words(text)))
+    vocab = {w: i for i, w in enumerate(w for w, c in counts.items() if c >= 2)}
+    idf = np.log((1 + len(train_texts)) / (1 + np.array([counts[w] for w in vocab], np.float64))) + 1
+
+    def features(texts):
+        data, indices, indptr = [], [], [0]
+        for text in texts:
+            row = collections.Counter(vocab[w] for w in _words(text) if w in vocab)
+            values = np.array([c * idf[i] for i, c in row.items()])
+            data.extend(values / max(np.linalg.norm(values), 1e-12) if len(values) else [])
+            indices.extend(row)
+            indptr.append(len(indices))
+        return sparse.csr_matrix((data, indices, indptr), shape=(len(texts), len(vocab)))
+
+    return [features(texts) for texts in (train_texts, *other_texts)]
+
+
 def tfidf_logistic_regression(train, test, c=10.0):
     """Test accuracy of TF-IDF + L2 logistic regression.
 
     scikit-learn's formulation (sum of log losses * c + ||w||^2 / 2), solved
     with SciPy's L-BFGS; rows are L2-normalized TF-IDF vectors.
     """
-    from scipy import sparse
-
-    counts = collections.Counter(w for text, _ in train for w in set(_words(text)))
-    vocab = {w: i for i, w in enumerate(w for w, c in counts.items() if c >= 2)}
-    idf = np.log((1 + len(train)) / (1 + np.array([counts[w] for w in vocab], np.float64))) + 1
-
-    def features(rows):
-        data, indices, indptr = [], [], [0]
-        for text, _ in rows:
-            row = collections.Counter(vocab[w] for w in _words(text) if w in vocab)
-            values = np.array([c * idf[i] for i, c in row.items()])
-            data.extend(values / max(np.linalg.norm(values), 1e-12) if len(values) else [])
-            indices.extend(row)
-            indptr.append(len(indices))
-        return sparse.csr_matrix((data, indices, indptr), shape=(len(rows), len(vocab)))
-
+    train_x, test_x = tfidf_features([text for text, _ in train], [text for text, _ in test])
     test_y = np.array([label for _, label in test])
-    return logistic_regression_accuracy(features(train), np.array([label for _, label in train]), features(test),
-                                        test_y, c)
+    return logistic_regression_accuracy(train_x, np.array([label for _, label in train]), test_x, test_y, c)
 
 
-def logistic_regression_accuracy(x, y, test_x, test_y, c):
-    """Test accuracy of L2 logistic regression (sum of log losses * c + ||w||^2 / 2) fit with L-BFGS.
+def fit_logistic_regression(x, y, c):
+    """(w, b) of L2 logistic regression (sum of log losses * c + ||w||^2 / 2) fit with L-BFGS.
 
-    x, test_x: (n, d) feature matrices, dense or SciPy sparse; y, test_y: 0/1 labels.
+    x: (n, d) features, dense or SciPy sparse; y: 0/1 labels.
     """
     from scipy import optimize
 
@@ -62,5 +68,10 @@ def logistic_regression_accuracy(x, y, test_x, test_y, c):
         return loss, np.concatenate([x.T @ d_margin + w, [d_margin.sum()]])
 
     theta = optimize.minimize(loss_and_gradient, np.zeros(x.shape[1] + 1), jac=True, method="L-BFGS-B").x
-    w, b = theta[:-1], theta[-1]
+    return theta[:-1], theta[-1]
+
+
+def logistic_regression_accuracy(x, y, test_x, test_y, c):
+    """Test accuracy of `fit_logistic_regression` on (x, y), on (test_x, test_y)."""
+    w, b = fit_logistic_regression(x, y, c)
     return float(np.mean(((test_x @ w + b) > 0) == np.asarray(test_y)))

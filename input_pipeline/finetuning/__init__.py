@@ -28,6 +28,8 @@ _EXPORTS = {
     "SquadFeature": "input_pipeline.finetuning.squad",
     "SquadFeaturizer": "input_pipeline.finetuning.squad",
     "read_squad": "input_pipeline.finetuning.squad",
+    "read_multilabel_label_set": "input_pipeline.finetuning.multilabel",
+    "read_multilabel_table": "input_pipeline.finetuning.multilabel",
     "read_label_set": "input_pipeline.finetuning.tables",
     "read_table": "input_pipeline.finetuning.tables",
     "TaggedExample": "input_pipeline.finetuning.tagging",

@@ -78,6 +78,18 @@ def read_label_set(path, label_column):
         return sorted(values)
 
 
+def row_problem(row, text_columns, label_columns=()):
+    """Why a table row cannot be read (a value missing, a text empty), or None; None columns are not read."""
+    missing = [c for c in (*text_columns, *label_columns) if c is not None and row.get(c) is None]
+    if missing:
+        return f"missing value for column(s) {missing}"
+    # An empty text would train (or be scored) as [CLS] [SEP] alone, a row nobody meant.
+    empty = [c for c in text_columns if c is not None and not str(row[c]).strip()]
+    if empty:
+        return f"empty text in column(s) {empty}"
+    return None
+
+
 def read_table(path, text_column, text_pair_column=None, label_column=None, label_names=None,
                on_error="raise", lines=None, fmt=None):
     """Reads sentence (pair) examples from a CSV/TSV/JSONL file.
@@ -103,14 +115,9 @@ def read_table(path, text_column, text_pair_column=None, label_column=None, labe
         if row is None:
             log.blank(source)
             continue
-        missing = [c for c in (text_column, text_pair_column, label_column) if c is not None and row.get(c) is None]
-        if missing:
-            log.bad_row(source, f"missing value for column(s) {missing}")
-            continue
-        # An empty text would train (or be scored) as [CLS] [SEP] alone, a row nobody meant.
-        empty = [c for c in (text_column, text_pair_column) if c is not None and not str(row[c]).strip()]
-        if empty:
-            log.bad_row(source, f"empty text in column(s) {empty}")
+        problem = row_problem(row, (text_column, text_pair_column), (label_column,))
+        if problem:
+            log.bad_row(source, problem)
             continue
         label = None
         if label_column is not None:

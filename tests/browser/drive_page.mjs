@@ -21,6 +21,8 @@ function readBars() {
     label: row.querySelector(".label").textContent,
     shown: row.querySelector(".value").textContent,
     top: row.classList.contains("top"),
+    over: row.classList.contains("over"),
+    threshold: row.dataset.threshold ?? null,
   }));
 }
 

@@ -24,6 +24,7 @@ from cli_helpers import run_cli, start_program
 from export_fixtures import VOCAB_SIZE, assert_spread, tokenizer, write_synthetic_reviews
 from helpers import tiny_config
 from journey_fixtures import assert_one_line_error, strict_json_lines
+import multilabel_fixtures
 
 REPO = pathlib.Path(__file__).parents[2]
 BROWSER = REPO / "tests" / "browser"
@@ -32,6 +33,7 @@ CHROMIUM = "/usr/bin/chromium"
 LABELS = ["négatif", "positif"]
 # Capitals, accents, full-width letters and spaces, digit-commas: what the tokenizer's
 # preprocessing (inside the zipped spiece.model) must give MediaPipe as albert-tf reads it.
+MULTILABEL_TEXTS = ["pizza and cheese today", "a song on the piano", "football goal with bread", "drums"]
 SENTENCES = [
     "a great film", "THE SCRIPT WAS DULL", "Such A Charming, Brilliant Cast", "a bland , tedious plot",
     "Café crème: a naïve, DÉLIGHTFUL film", "ＡＷＦＵＬ　ａｎｄ　ｂｏｒｉｎｇ", "ｗｏｎｄｅｒｆｕｌ ＭＯＶＩＥ",
@@ -204,6 +206,12 @@ def test_the_page_in_headless_chromium_shows_predicts_probabilities(finetuned, t
     predicted = dict(zip(texts, strict_json_lines(
         run_cli("predict", "--model", str(finetuned), input="".join(t + "\n" for t in texts)).stdout)))
     assert_spread([predicted[s]["probabilities"][0] for s in SENTENCES], SENTENCES)
+    # A multilabel model's page, in the same browser: independent bars, each with its threshold marked.
+    multilabel = multilabel_fixtures.finetuned()[0]
+    run_cli("export", "--model", multilabel, "--format", "web", "--out", str(root / "multilabel"),
+            "--mediapipe", str(PACKAGE), "--max-length", "48")
+    tagged = strict_json_lines(run_cli("predict", "--model", multilabel,
+                                       input="".join(t + "\n" for t in MULTILABEL_TEXTS)).stdout)
 
     server, url = serve(root)
     try:
@@ -212,6 +220,7 @@ def test_the_page_in_headless_chromium_shows_predicts_probabilities(finetuned, t
              "screenshot": str(tmp_path / "web_page.png")},
             {"url": url + "no_mediapipe/"}, {"url": url + "no_wasm/"}, {"url": url + "not_classifier/"},
             {"url": (site / "index.html").as_uri()},
+            {"url": url + "multilabel/", "sentences": MULTILABEL_TEXTS},
         ]}
         done = subprocess.run(["node", str(BROWSER / "drive_page.mjs")], input=json.dumps(job), capture_output=True,
                               text=True, timeout=600, cwd=BROWSER)
@@ -219,7 +228,7 @@ def test_the_page_in_headless_chromium_shows_predicts_probabilities(finetuned, t
         server.terminate()
         server.wait(timeout=30)
     assert done.returncode == 0, done.stderr[-4000:]
-    page, no_mediapipe, no_wasm, not_classifier, from_file = json.loads(done.stdout)
+    page, no_mediapipe, no_wasm, not_classifier, from_file, multilabel_page = json.loads(done.stdout)
 
     assert page["error"] is None and page["charset"] == "UTF-8", page
     assert page["labels"] == ", ".join(LABELS)
@@ -234,6 +243,15 @@ def test_the_page_in_headless_chromium_shows_predicts_probabilities(finetuned, t
     for text, *shown, label in rows:
         assert max(abs(float(s) - p) for s, p in zip(shown, predicted[text]["probabilities"])) <= 1e-4, text
         assert label == predicted[text]["label"], text
+
+    thresholds = json.loads((root / "multilabel" / "model" / "export.json").read_text())["thresholds"]
+    assert multilabel_page["error"] is None, multilabel_page
+    for typed, expected in zip(multilabel_page["typed"], tagged):
+        bars = typed["bars"]
+        assert [b["label"] for b in bars] == list(expected["probabilities"]) and not any(b["top"] for b in bars)
+        assert max(abs(float(b["shown"]) - expected["probabilities"][b["label"]]) for b in bars) <= 1e-4
+        assert [float(b["threshold"]) for b in bars] == pytest.approx(thresholds, abs=1e-9)
+        assert [b["label"] for b in bars if b["over"]] == expected["labels"], typed["text"]
 
     for broken in (no_mediapipe, no_wasm):
         assert f"npm install @mediapipe/tasks-text@{web_site.MEDIAPIPE_VERSION}" in (broken["error"] or ""), broken

@@ -22,7 +22,7 @@ pytestmark = pytest.mark.slow
 
 WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "keras_archive_worker.py")
 CLASSES = ("AlbertBackbone", "AlbertPretrainer", "AlbertClassifier", "AlbertRegressor", "AlbertTagger",
-           "AlbertQuestionAnswerer", "AlbertMultipleChoice")
+           "AlbertQuestionAnswerer", "AlbertMultipleChoice", "AlbertMultiLabelClassifier")
 ORDERS = ("albert_tf_first", "keras_first")
 
 

@@ -21,11 +21,21 @@ export function classify(classifier, text) {
 
 const WASM = "mediapipe/wasm";
 const MODEL = "model/model.tflite";
+// What the export says of the model: a multi-label model's scores are independent, each with its threshold.
+const EXPORT = "model/export.json";
 
 // MediaPipe's own errors for these say little ("Failed to fetch"), so the files are looked for first.
 async function present(path) {
   const response = await fetch(path, { method: "HEAD" });
   return response.ok;
+}
+
+// Each label's threshold of a multi-label model, in label order; null for a classifier (one label wins).
+async function thresholds() {
+  const response = await fetch(EXPORT);
+  if (!response.ok) return null;
+  const metadata = await response.json();
+  return metadata.kind === "multilabel" ? metadata.thresholds : null;
 }
 
 async function load() {
@@ -43,9 +53,11 @@ async function load() {
   }
 }
 
-function bar(label, probability, top) {
+// `threshold`: a multi-label model's, marked on the bar (the label applies at or past it); else undefined.
+function bar(label, probability, top, threshold) {
+  const over = threshold !== undefined && probability >= threshold;
   const row = document.createElement("div");
-  row.className = top ? "row top" : "row";
+  row.className = top ? "row top" : over ? "row over" : "row";
   row.dataset.label = label;
   row.dataset.probability = String(probability);
   const name = document.createElement("span");
@@ -57,6 +69,14 @@ function bar(label, probability, top) {
   fill.className = "fill";
   fill.style.width = `${(100 * probability).toFixed(1)}%`;
   track.append(fill);
+  if (threshold !== undefined) {
+    const mark = document.createElement("div");
+    mark.className = "threshold";
+    mark.style.left = `${(100 * threshold).toFixed(1)}%`;
+    mark.title = `threshold ${threshold.toFixed(4)}`;
+    row.dataset.threshold = String(threshold);
+    track.append(mark);
+  }
   const value = document.createElement("span");
   value.className = "value";
   value.textContent = probability.toFixed(6);
@@ -68,19 +88,25 @@ function topIndex(results) {
   return results.reduce((best, r, i) => (r.probability > results[best].probability ? i : best), 0);
 }
 
-function show(classifier, text) {
+// The labels a row shows in the table: the most probable one, or a multi-label model's labels past their thresholds.
+function chosen(results, limits) {
+  if (!limits) return results[topIndex(results)].label;
+  return results.filter((r, i) => r.probability >= limits[i]).map((r) => r.label).join(", ");
+}
+
+function show(classifier, limits, text) {
   const results = classify(classifier, text);
-  const top = topIndex(results);
+  const top = limits ? -1 : topIndex(results);
   const bars = document.getElementById("bars");
-  bars.replaceChildren(...results.map((r, i) => bar(r.label, r.probability, i === top)));
+  bars.replaceChildren(...results.map((r, i) => bar(r.label, r.probability, i === top, limits?.[i])));
   bars.dataset.text = text;  // what the bars are for: a test waits on it
 }
 
-function showTable(classifier, lines) {
+function showTable(classifier, limits, lines) {
   const table = document.getElementById("table");
   const labels = classify(classifier, "").map((r) => r.label);
   const head = document.createElement("tr");
-  for (const name of ["text", ...labels, "label"]) {
+  for (const name of ["text", ...labels, limits ? "labels" : "label"]) {
     const th = document.createElement("th");
     th.textContent = name;
     head.append(th);
@@ -89,7 +115,7 @@ function showTable(classifier, lines) {
   table.tBodies[0].replaceChildren(...lines.map((line) => {
     const results = classify(classifier, line);
     const tr = document.createElement("tr");
-    const cells = [line, ...results.map((r) => r.probability.toFixed(6)), results[topIndex(results)].label];
+    const cells = [line, ...results.map((r) => r.probability.toFixed(6)), chosen(results, limits)];
     cells.forEach((content, i) => {
       const td = document.createElement("td");
       td.textContent = content;
@@ -103,22 +129,26 @@ function showTable(classifier, lines) {
 
 try {
   const classifier = await load();
+  const limits = await thresholds();
   const text = document.getElementById("text");
   document.getElementById("labels").textContent = classify(classifier, "").map((r) => r.label).join(", ");
-  text.addEventListener("input", () => show(classifier, text.value));
+  text.addEventListener("input", () => show(classifier, limits, text.value));
   for (const button of document.querySelectorAll("button.example")) {
-    button.addEventListener("click", () => { text.value = button.textContent; show(classifier, text.value); });
+    button.addEventListener("click", () => {
+      text.value = button.textContent;
+      show(classifier, limits, text.value);
+    });
     button.disabled = false;
   }
   document.getElementById("file").addEventListener("change", async (event) => {
     const [file] = event.target.files;
     if (!file) return;
     const lines = (await file.text()).split(/\r?\n/).filter((line) => line.trim());  // File.text() reads UTF-8
-    showTable(classifier, lines);
+    showTable(classifier, limits, lines);
   });
   text.disabled = false;
   document.getElementById("file").disabled = false;
-  show(classifier, text.value);
+  show(classifier, limits, text.value);
   document.getElementById("status").textContent = "Ready: type a sentence.";
   document.body.dataset.ready = "true";
 } catch (e) {
