@@ -6,6 +6,7 @@ within one pytest process.
 
 import atexit
 import csv
+import fcntl
 import functools
 import hashlib
 import json
@@ -222,30 +223,28 @@ def venv_python(name, requirements, timeout):
 
     The venv's folder is named by a hash of its requirements and of the Python that runs it, so a
     second run (another clone, a fresh CI checkout) finds it made, and a changed pin makes a new one.
-    It is built beside its final name and renamed into place, so a run that stops halfway, or another
-    test process building the same venv, never leaves a half-made one there. A failed install fails
-    the test.
+    One test process builds it while any other that needs it waits on a lock; it is built beside its
+    final name and renamed into place, so a run that stops halfway leaves no half-made venv there. A
+    failed install fails the test.
     """
     key = hashlib.sha256("\n".join([sys.version, *requirements]).encode()).hexdigest()[:16]
     venv = os.path.join(venv_cache(), f"{name}-{key}")
     python = os.path.join(venv, "bin", "python")
-    if os.path.exists(python):
-        return python
     os.makedirs(venv_cache(), exist_ok=True)
-    building = tempfile.mkdtemp(prefix=f".{name}-", dir=venv_cache())
-    try:
-        subprocess.run([sys.executable, "-m", "venv", "--clear", building], check=True, timeout=300)
-        done = subprocess.run([os.path.join(building, "bin", "python"), "-m", "pip", "install", "-q", *requirements],
-                              capture_output=True, text=True, timeout=timeout)
-        if done.returncode != 0:
-            raise AssertionError(f"could not install {requirements}:\n{done.stderr[-4000:]}")
+    with open(f"{venv}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.path.exists(python):
+            return python
+        building = tempfile.mkdtemp(prefix=f".{name}-", dir=venv_cache())
         try:
+            subprocess.run([sys.executable, "-m", "venv", "--clear", building], check=True, timeout=300)
+            done = subprocess.run([os.path.join(building, "bin", "python"), "-m", "pip", "install", "-q",
+                                   *requirements], capture_output=True, text=True, timeout=timeout)
+            if done.returncode != 0:
+                raise AssertionError(f"could not install {requirements}:\n{done.stderr[-4000:]}")
             os.rename(building, venv)
-        except OSError:  # another test process renamed its own into place first
-            if not os.path.exists(python):
-                raise
-    finally:
-        shutil.rmtree(building, ignore_errors=True)
+        finally:
+            shutil.rmtree(building, ignore_errors=True)
     return python
 
 
