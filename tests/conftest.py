@@ -85,6 +85,8 @@ def build_once(tmp_path_factory):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "own_process: runs in a fresh pytest process of its own (conftest.py says why)")
+    # pytest-timeout's own marker, named here too so that a run without the plugin knows it.
+    config.addinivalue_line("markers", "timeout(seconds): a long journey's budget in place of pytest.ini's (tests/README.md)")
 
 
 @pytest.hookimpl(tryfirst=True)

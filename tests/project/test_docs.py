@@ -153,11 +153,13 @@ def test_the_readme_names_the_test_command_that_ci_runs():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a long journey (tests/README.md)
 def test_readme_blocks_run_as_written(tour):
     assert tour[1] is None, tour[1]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a long journey, which may wait for the README's tour (tests/README.md)
 @pytest.mark.parametrize("page", pages()[1:])
 def test_docs_blocks_run_as_written(page, tour, tmp_path):
     readme_dir, failure = tour
