@@ -62,9 +62,10 @@ setup(
         # tests; JAX runs the backend-equivalence test; the tests run the demo.
         # konlpy and hironsancorpus ship real Korean and Japanese text (read from
         # their files, never imported) for the language tests. pytest-xdist
-        # runs the suite on two processes (pytest.ini), a test file per process.
+        # runs the suite on a process per core; pytest-timeout gives each test
+        # its 120 s (pytest.ini).
         "test": [
-            "pytest>=9", "pytest-xdist>=3.6", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
+            "pytest>=9", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
             "konlpy==0.6.0", "hironsancorpus==0.1.2",
             # MediaPipe Tasks' TextClassifier runs the exported .tflite files on raw text (in its own process).
             "mediapipe==1.2.3",

@@ -17,8 +17,13 @@ A test marked `own_process` runs in a fresh pytest process of its own instead
 which sets up the process's collective ops when it is made (TensorFlow asks
 for that at program start-up), and with it the preemption handler's watcher
 threads. The test worker's process runs hundreds of tests after it.
+
+`build_once` below builds what several test processes read (the README's
+tour) once per run: the first process that asks builds it, the others wait.
 """
 
+import fcntl
+import json
 import os
 import random
 import re
@@ -54,8 +59,34 @@ def process_state():
     random.seed()
 
 
+@pytest.fixture(scope="session")
+def build_once(tmp_path_factory):
+    """`build_once(name, build)`: a folder `build(folder)` filled, and what it returned (JSON), once per run.
+
+    pytest-xdist's processes have base temporary folders side by side: the folder and a lock file lie
+    beside them, so the first process that asks builds (holding the lock) and the others wait, then
+    read the same folder. Readers must not change it: a test that changes it works on a copy. A build
+    that raises leaves nothing, and the next process that asks builds again.
+    """
+    root = tmp_path_factory.getbasetemp()
+    root = root.parent if os.environ.get("PYTEST_XDIST_WORKER") else root
+
+    def build_once(name, build):
+        folder, done = root / name, root / f"{name}.json"
+        with open(root / f"{name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            if not done.exists():
+                folder.mkdir(exist_ok=True)
+                done.write_text(json.dumps(build(folder)))
+        return folder, json.loads(done.read_text())
+
+    return build_once
+
+
 def pytest_configure(config):
     config.addinivalue_line("markers", "own_process: runs in a fresh pytest process of its own (conftest.py says why)")
+    # pytest-timeout's own marker, named here too so that a run without the plugin knows it.
+    config.addinivalue_line("markers", "timeout(seconds): a long journey's budget in place of pytest.ini's (tests/README.md)")
 
 
 @pytest.hookimpl(tryfirst=True)

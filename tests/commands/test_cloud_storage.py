@@ -117,6 +117,7 @@ def test_entry_file_names_are_the_modules_own():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_the_journey_runs_in_a_bucket_and_leaves_local_disk_alone(tmp_path):
     inputs = tmp_path / "inputs"
     write_sentences_corpus(str(inputs / "corpus"), movie_reviews.imdb_documents("pretrain", limit=300))

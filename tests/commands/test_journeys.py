@@ -68,6 +68,7 @@ def test_predict_keeps_file_rows_aligned_with_error_records(tour, finetuned):
     assert_one_line_error(again, "odd.jsonl", "--overwrite")
 
 
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_export_then_serve_text_in_a_fresh_process(tour, finetuned):
     # Needs `serve` to register TF Text's ops itself (the SavedModel's text
     # signatures use them); nothing in this process does it for the server.
@@ -431,6 +432,7 @@ def hf_user_dir(tour, pretrained):
     return directory
 
 
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_hf_directory_as_model_for_finetune_predict_export_and_convert(tour, hf_user_dir):
     # README: any --model also takes a HF save_pretrained directory, converted on load.
     done = run_cli("finetune", "--task", "sst2", "--model", "hf_user", "--train", "SST-2/train.tsv",

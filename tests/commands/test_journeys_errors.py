@@ -242,6 +242,7 @@ def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_noise_free_stderr_for_help_tokenizer_pretrain_and_predict(tour, finetuned):
     runs = [
         run_cli("--help", cwd=tour, fresh=True),
@@ -309,6 +310,7 @@ def _raw(url, request_bytes):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_served_run_answers_malformed_requests_with_400(tour, short_run):
     server = Server("--model", "runs/sst2_short", cwd=tour)
     try:

@@ -130,6 +130,7 @@ def test_mediapipe_text_classifier_matches_litert_on_albert_tf_ids(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # the first run on a machine installs tflite-support (tests/README.md)
 @pytest.mark.parametrize("quantize", ["none", "float16"])
 def test_task_library_bert_nl_classifier_matches_litert_on_albert_tf_ids(quantize, tmp_path):
     """The TFLite Task Library reads the inputs by position and the labels from the `probability` output."""

@@ -26,6 +26,7 @@ def _example(text, pair=None):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(1800)  # the first run on a machine downloads and installs TensorFlow 2.20 (tests/README.md)
 def test_tf_serving_2_20_loads_the_export_and_its_signatures_answer_as_predict_does():
     texts, pairs = texts_and_pairs()
     # What `predict` runs: the task model's forward pass, frozen, on the Python tokenizer's ids.

@@ -37,6 +37,7 @@ def data_service():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_pretrain_through_the_data_service_reaches_the_local_loss(tmp_path, data_service):
     address, processes = data_service
     write_sentences_corpus(tmp_path / "corpus", imdb_documents()[:300])

@@ -2,11 +2,12 @@
 
 A page's ```python blocks run with this environment's Python and its ```bash / ```sh blocks with
 bash (`-e -o pipefail`, this environment's bin/ first on PATH), in order, in one working directory
-per page, each in a fresh process. A block that cannot run here carries
+and one process per page (tests/doc_blocks_worker.py). A block that cannot run here carries
 `<!-- not run: REASON -->` on the line above it. Every other fence names its language (`text`
 for output), so no command hides in an unnamed block.
 """
 
+import json
 import os
 import re
 import shutil
@@ -40,7 +41,8 @@ SUBSTITUTIONS = {
 # README.md runs first, in an empty directory; every page under docs/ then starts in a copy of
 # the directory the README's tour leaves (runs/demo, runs/sentiment, saved_models/sentiment, ...).
 FIRST_PAGE = "README.md"
-BLOCK_TIMEOUT_S = 600
+# A page's blocks together; each block alone has tests/doc_blocks_worker.py's 600 s.
+PAGE_TIMEOUT_S = 1200
 # -----------------------------------------------------------------------------------------------
 
 RUN_LANGUAGES = {"python", "bash", "sh"}
@@ -86,45 +88,49 @@ def substituted(code, used):
     return "\n".join(out)
 
 
-def run_page(page, workdir, used):
+def run_page(page, workdir):
     """Runs `page`'s runnable blocks in `workdir`; returns a failure message or None.
 
-    Each block runs as a user runs it: the installed `albert-tf` and a new Python for every block.
+    The blocks run as a user runs them, with the installed `albert-tf`, in one process per page
+    (tests/doc_blocks_worker.py): its Python blocks in that process, its shell blocks in bash.
     """
     bin_dir = str(Path(sys.executable).parent)
     path = bin_dir + os.pathsep + os.environ.get("PATH", "")
     env = user_environment(PYTHONPATH=str(REPO), TF_CPP_MIN_LOG_LEVEL="2", PATH=path)
+    runnable, codes = [], {}
     for block in blocks(page):
         if block["language"] not in RUN_LANGUAGES or block["reason"]:
             continue
-        code = substituted(block["code"], used)
+        codes[block["line"]] = code = substituted(block["code"], set())
         script = workdir / f"block_{block['line']}.{'py' if block['language'] == 'python' else 'sh'}"
         script.write_text(code, encoding="utf-8")
-        if block["language"] == "python":
-            command = [sys.executable, script.name]
-        else:
-            command = ["bash", "-e", "-o", "pipefail", script.name]
-        try:
-            done = run_program(command, cwd=workdir, env=env, timeout=BLOCK_TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            return f"{page}:{block['line']}: the {block['language']} block ran past {BLOCK_TIMEOUT_S} s"
-        if done.returncode != 0:
-            return (f"{page}:{block['line']}: the {block['language']} block exited {done.returncode}\n"
-                    f"--- block ---\n{code}--- stdout ---\n{done.stdout[-3000:]}\n"
-                    f"--- stderr ---\n{done.stderr[-3000:]}")
-    return None
+        runnable.append({"line": block["line"], "language": block["language"], "script": script.name})
+    command = [sys.executable, str(TESTS / "doc_blocks_worker.py")]
+    try:
+        done = run_program(command, input=json.dumps(runnable), cwd=workdir, env=env, timeout=PAGE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return f"{page}: its blocks ran past {PAGE_TIMEOUT_S} s"
+    if done.returncode == 0:
+        return None
+    failed = re.search(r"^FAILED (\d+) (-?\d+)$", done.stderr, re.M)
+    if not failed:
+        return f"{page}: the blocks' process exited {done.returncode}\n{done.stderr[-3000:]}"
+    line, status = int(failed.group(1)), failed.group(2)
+    language = next(b["language"] for b in runnable if b["line"] == line)
+    return (f"{page}:{line}: the {language} block exited {status}\n"
+            f"--- block ---\n{codes[line]}--- stdout ---\n{_from_block(done.stdout, line)[-3000:]}\n"
+            f"--- stderr ---\n{_from_block(done.stderr, line)[-3000:]}")
+
+
+def _from_block(output, line):
+    """What the worker printed from the block at `line` on."""
+    return output[output.rfind(f"--- block at line {line} ---"):]
 
 
 @pytest.fixture(scope="module")
-def used_substitutions():
-    return set()
-
-
-@pytest.fixture(scope="module")
-def tour(tmp_path_factory, used_substitutions):
-    """The README's directory after its blocks ran, and the failure message (None when all ran)."""
-    workdir = tmp_path_factory.mktemp("readme")
-    return workdir, run_page(FIRST_PAGE, workdir, used_substitutions)
+def tour(build_once):
+    """The README's directory after its blocks ran, and the failure message (None when all ran); once per run."""
+    return build_once("readme", lambda workdir: run_page(FIRST_PAGE, workdir))
 
 
 def test_every_block_names_its_language_and_runs_or_says_why_not():
@@ -147,26 +153,28 @@ def test_the_readme_names_the_test_command_that_ci_runs():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(600)  # a long journey (tests/README.md)
 def test_readme_blocks_run_as_written(tour):
     assert tour[1] is None, tour[1]
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # a long journey, which may wait for the README's tour (tests/README.md)
 @pytest.mark.parametrize("page", pages()[1:])
-def test_docs_blocks_run_as_written(page, tour, tmp_path, used_substitutions):
+def test_docs_blocks_run_as_written(page, tour, tmp_path):
     readme_dir, failure = tour
     assert failure is None, f"the README's tour failed, so {page} has nothing to start from"
     workdir = tmp_path / "page"
     shutil.copytree(readme_dir, workdir, symlinks=True)
-    failure = run_page(page, workdir, used_substitutions)
+    failure = run_page(page, workdir)
     assert failure is None, failure
 
 
-@pytest.mark.slow
-def test_every_substitution_is_used(tour, used_substitutions):
-    for page in pages()[1:]:  # collects what the docs pages use, whether or not they ran first
+def test_every_substitution_is_used():
+    used = set()
+    for page in pages():
         for block in blocks(page):
             if block["language"] in RUN_LANGUAGES and not block["reason"]:
-                substituted(block["code"], used_substitutions)
-    unused = set(SUBSTITUTIONS) - used_substitutions
+                substituted(block["code"], used)
+    unused = set(SUBSTITUTIONS) - used
     assert not unused, f"substitutions no runnable block uses: {sorted(unused)}"

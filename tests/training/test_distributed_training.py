@@ -135,7 +135,9 @@ def test_a_preemption_notice_to_one_worker_stops_every_worker_at_the_same_checkp
 @pytest.mark.slow
 def test_run_killed_after_a_checkpoint_resumes_to_the_same_weights(tmp_path):
     run_dir = tmp_path / "killed"
-    args = ["--run-dir", str(run_dir), "--steps", "6", "--checkpoint-every", "2", "--out", str(tmp_path / "w.npz")]
+    # The plain step, as one_device_weights takes it: killed inside a compiled loop is test_training_loop.py's.
+    args = ["--run-dir", str(run_dir), "--steps", "6", "--checkpoint-every", "2", "--compile-step", "none",
+            "--out", str(tmp_path / "w.npz")]
     # Slow input (0.5 s a batch) so the kill lands between checkpoints.
     process = worker(args + ["--seconds-per-batch", "0.5"])
     kill_once_written(process, run_dir / "checkpoints" / "ckpt-2.index", timeout=90)
