@@ -38,7 +38,7 @@ OUT/finetune.json says "interrupted". Ctrl-C before that writes nothing.
 import os
 
 from albert_tf.commands.flags import (
-    add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
+    add_command, add_config_flags, add_strategy_flags, add_task_data_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.commands.early_checks import out_checked_early
 from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
@@ -64,8 +64,7 @@ def add_parser(subparsers):
     parser.add_argument("--random-init", action="store_true",
                         help="Use only the model's config, with freshly initialised weights (a baseline).")
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (default: the model's own).")
-    parser.add_argument("--train", required=True, metavar="FILE", help="Training data.")
-    parser.add_argument("--eval", required=True, metavar="FILE", help="Evaluation (dev) data.")
+    add_task_data_flags(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help=f"Output directory ({BEST_DIR}/, {TOKENIZER_DIR}/, "
                         f"{FINETUNE_RUN_FILE}).")
     add_overwrite_flag(parser)
@@ -109,37 +108,52 @@ def run(args):
     chief = is_chief(strategy)
     if chief and not out_checked_early("finetune", args):
         files.check_new_output(args.out, args.overwrite)
-    work = unfinished_dir(args.out)
+    # Flushed: each epoch's line shows as it ends, also through a pipe.
+    result = train_then_publish(
+        lambda work: finetune(config, backbone, tokenizer, args.train, args.eval, work,
+                              log=lambda line: print(line, flush=True), verbose=args.fit_verbose,
+                              strategy=strategy, stop_requested=args.stop_requested),
+        args.out, source, strategy, config.epochs)
+    best = result["best"]
+    saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
+    print(f"Best epoch {result['best_epoch']}: " + ", ".join(
+        f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
+
+
+def train_then_publish(train, out, source, strategy, epochs):
+    """Runs `train(work)` (a fine-tuning run into `work`, the unfinished run beside `out`) and publishes it as
+    `out` (the chief alone); on a stop, keeps or removes `work` as the module says and adds what to do next.
+
+    Returns what `train` returned.
+    """
+    from albert_tf.distribute import is_chief  # deferred for start-up, as in `run`
+
+    chief = is_chief(strategy)
+    work = unfinished_dir(out)
     try:
-        # Flushed: each epoch's line shows as it ends, also through a pipe.
-        result = finetune(config, backbone, tokenizer, args.train, args.eval, work,
-                          log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy,
-                          stop_requested=args.stop_requested)
+        result = train(work)
     except RunStopped as stop:
         if not chief:
             stop.saved, stop.path = None, None
-            stop.then = f"Worker {strategy.cluster_resolver.task_id}: the chief alone writes {args.out}."
+            stop.then = f"Worker {strategy.cluster_resolver.task_id}: the chief alone writes {out}."
         elif stop.why == INTERRUPTED and stop.saved:
-            _publish(work, args.out, source)
-            stop.path = args.out
+            _publish(work, out, source)
+            stop.path = out
             stop.then = (f"{FINETUNE_RUN_FILE} marks it \"interrupted\". Use it as it is (albert-tf predict --model "
-                         f"{args.out}), or rerun with --overwrite to train all {config.epochs} epochs.")
+                         f"{out}), or rerun with --overwrite to train all {epochs} epochs.")
         elif stop.why == INTERRUPTED:
             files.rmtree(work, ignore_errors=True)
         elif stop.saved:
             stop.then = (f"The unfinished run is in {work}: rerun the same command to resume it there; it becomes "
-                         f"{args.out} when it ends.")
+                         f"{out} when it ends.")
         raise
     except BaseException:
         if chief and not files.isdir(os.path.join(work, RESUME_DIR)):
             files.rmtree(work, ignore_errors=True)  # nothing a rerun could resume
         raise
     if chief:
-        _publish(work, args.out, source)
-    best = result["best"]
-    saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
-    print(f"Best epoch {result['best_epoch']}: " + ", ".join(
-        f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
+        _publish(work, out, source)
+    return result
 
 
 def _publish(work, out, source):
