@@ -78,7 +78,7 @@ def student_config(teacher, config):
     layers = config.student_layers or max(1, round(teacher.num_hidden_layers * depth))
     student = teacher.replace(
         num_hidden_layers=layers,
-        hidden_size=config.student_hidden_size or heads * max(1, round(teacher.head_size * width)),
+        hidden_size=config.student_hidden_size or heads * max(1, round(teacher.hidden_size * width / heads)),
         embedding_size=config.student_embedding_size or teacher.embedding_size,
         num_attention_heads=heads,
         intermediate_size=config.student_intermediate_size or max(1, round(teacher.intermediate_size * width)),
@@ -143,7 +143,10 @@ def distillation_loss(labels, teacher, student, labelled, temperature, label_wei
         soft = keras.distillation.LogitsDistillation(temperature=1.0, loss="mean_squared_error").compute_loss(
             ops.cast(teacher[:, 0], "float32"), ops.cast(student, "float32"))
     else:
-        soft = keras.distillation.LogitsDistillation(temperature=temperature).compute_loss(
+        # The KLDivergence instance, not the default "kl_divergence" string: Keras 3.15 turns the string into a
+        # bare function, which then skips the softmax and the T^2 that LogitsDistillation applies to the instance.
+        soft = keras.distillation.LogitsDistillation(
+            temperature=temperature, loss=keras.losses.KLDivergence()).compute_loss(
             ops.cast(teacher, "float32"), ops.cast(student, "float32"))
     return label_weight * hard + (1.0 - label_weight) * soft
 
