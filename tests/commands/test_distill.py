@@ -154,3 +154,43 @@ def test_sigterm_then_the_same_command_gives_the_uninterrupted_student(root, tmp
     for a, b in zip(whole, rerun, strict=True):
         np.testing.assert_array_equal(a, b)
     assert json.loads((tmp_path / "run" / "distill.json").read_text())["history"][0]["epoch"] == 1
+
+
+def _keyword_rows(rng, n, keywords):
+    """`n` five-word texts of neutral words with one keyword; label 1 for the first half of `keywords`."""
+    neutral = "the film was a movie it is and of to this that one".split()
+    rows = []
+    for _ in range(n):
+        index = rng.integers(len(keywords))
+        words = list(rng.choice(neutral, 4)) + [keywords[index]]
+        rng.shuffle(words)
+        rows.append((" ".join(words), int(index < len(keywords) // 2)))
+    return rows
+
+
+@pytest.mark.slow
+def test_on_a_task_the_few_labels_underspecify_the_soft_targets_on_unlabelled_text_beat_the_labels_alone(
+        root, tmp_path):
+    # Eight keywords decide the label; the teacher learned all eight, the student's eight labelled rows show two
+    # (great, bad). The teacher's outputs on unlabelled text carry the other six; the labels alone cannot.
+    keywords = ["great", "best", "excellent", "good", "bad", "worst", "awful", "boring"]
+    rng = np.random.default_rng(0)
+    _write_table(tmp_path / "teacher_train.csv", _keyword_rows(rng, 400, keywords))
+    _write_table(tmp_path / "eval.csv", _keyword_rows(rng, 80, keywords))
+    _write_table(tmp_path / "train.csv", _keyword_rows(rng, 8, ["great", "bad"]))
+    (tmp_path / "more.txt").write_text("\n".join(t for t, _ in _keyword_rows(rng, 400, keywords)), encoding="utf-8")
+    run_cli("finetune", "--task", "classification", "--model", root / "model", "--train", tmp_path / "teacher_train.csv",
+            "--eval", tmp_path / "eval.csv", "--out", tmp_path / "teacher", "--epochs", "3", "--learning-rate", "1e-3",
+            *SHORT)
+    teacher = json.loads((tmp_path / "teacher" / "finetune.json").read_text())
+    assert max(r["accuracy"] for r in teacher["history"]) >= 0.9, teacher["history"]
+    accuracy = {}
+    for name, weight in (("distilled", "0.5"), ("labels_alone", "1.0")):
+        # The same rows and steps; a label weight of 1 drops the soft targets, so unlabelled rows teach nothing.
+        run_cli("distill", "--teacher", tmp_path / "teacher", "--train", tmp_path / "train.csv", "--eval",
+                tmp_path / "eval.csv", "--unlabeled", tmp_path / "more.txt", "--out", tmp_path / name,
+                "--student-init", "fresh", "--label-weight", weight, "--epochs", "3", "--learning-rate", "2e-3",
+                "--no-report", *SHORT)
+        record = json.loads((tmp_path / name / "distill.json").read_text())
+        accuracy[name] = max(r["accuracy"] for r in record["history"])
+    assert accuracy["distilled"] >= 0.85 and accuracy["distilled"] > accuracy["labels_alone"] + 0.15, accuracy
