@@ -171,7 +171,11 @@ class _Objective:
             lambda labels, weight: self._task_loss(labels, y_pred, weight, x), self._regression)
 
     def update_metrics(self, y, y_pred, sample_weight=None, x=None):
-        self._task_metrics(y[_LABEL], y_pred, y[_LABELLED], x)
+        labels = y[_LABEL]
+        if self._regression:
+            # MeanSquaredError averages over the last axis first: one score per row there, so rows can be weighed.
+            labels, y_pred = labels[:, None], {"predictions": y_pred["predictions"][:, None]}
+        self._task_metrics(labels, y_pred, y[_LABELLED], x)
 
 
 class _TeacherRecipe:

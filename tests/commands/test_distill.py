@@ -194,3 +194,25 @@ def test_on_a_task_the_few_labels_underspecify_the_soft_targets_on_unlabelled_te
         record = json.loads((tmp_path / name / "distill.json").read_text())
         accuracy[name] = max(r["accuracy"] for r in record["history"])
     assert accuracy["distilled"] >= 0.85 and accuracy["distilled"] > accuracy["labels_alone"] + 0.15, accuracy
+
+
+@pytest.mark.slow
+def test_a_pair_regression_teacher_distills_with_unlabelled_pairs(root, tmp_path):
+    everything = movie_reviews.rotten_tomatoes_sentences()
+    rng = np.random.default_rng(1)
+    pairs = [(everything[i][0], everything[j][0], float(everything[i][1] + everything[j][1]))
+             for i, j in rng.integers(0, len(everything), (72, 2))]
+    for name, part in (("train.csv", pairs[:32]), ("eval.csv", pairs[32:48]), ("more.csv", pairs[48:])):
+        with open(tmp_path / name, "w", newline="", encoding="utf-8") as f:
+            csv.writer(f).writerows([("text", "text2", "label")] + [(a, b, s) for a, b, s in part])
+    pair_flags = ("--text-pair-column", "text2", "--epochs", "1", *SHORT)
+    run_cli("finetune", "--task", "regression", "--model", root / "model", "--train", tmp_path / "train.csv",
+            "--eval", tmp_path / "eval.csv", "--out", tmp_path / "teacher", *pair_flags)
+    done = run_cli("distill", "--teacher", tmp_path / "teacher", "--train", tmp_path / "train.csv", "--eval",
+                   tmp_path / "eval.csv", "--unlabeled", tmp_path / "more.csv", "--out", tmp_path / "student",
+                   "--no-report", *pair_flags)
+    assert "the teacher labels 56 training rows" in done.stdout, done.stdout
+    record = json.loads((tmp_path / "student" / "distill.json").read_text())
+    assert record["metric"] == "pearson" and "pearson" in record["history"][0]
+    predicted = run_cli("predict", "--model", tmp_path / "student", "--input", tmp_path / "eval.csv")
+    assert len(predicted.stdout.splitlines()) == 16 and "score" in json.loads(predicted.stdout.splitlines()[0])
