@@ -25,7 +25,7 @@ classification and regression.
 import os
 
 from albert_tf.commands.early_checks import out_checked_early
-from albert_tf.commands.finetune import train_then_publish
+from albert_tf.commands.fine_tuning_run import train_then_publish
 from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, add_task_data_flags, config_kwargs, strategy_from_flags,
 )
@@ -103,6 +103,7 @@ def run(args):
         return
     best = result["best"]
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
-        f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; saved to {os.path.join(args.out, BEST_DIR)}")
+        f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float))
+        + f"; saved to {os.path.join(args.out, BEST_DIR)}")
     if args.report:
         report(args.teacher, args.out, log=print)

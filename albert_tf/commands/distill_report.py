@@ -104,8 +104,9 @@ def _table(rows, metric):
     lines = [f"| model | dev {metric} | parameters | TFLite float32 | TFLite int8 | SavedModel ms | "
              "TFLite float32 ms | TFLite int8 ms |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        lines.append(f"| {r['name']} | {r['score']:.4f} | {r['parameters']:,} | {r['tflite_float32_bytes'] / 1e6:.2f} MB "
-                     f"| {r['tflite_int8_bytes'] / 1e6:.2f} MB | {r['saved_model_ms']:.2f} ({r['saved_model_precision']}) "
+        lines.append(f"| {r['name']} | {r['score']:.4f} | {r['parameters']:,} "
+                     f"| {r['tflite_float32_bytes'] / 1e6:.2f} MB | {r['tflite_int8_bytes'] / 1e6:.2f} MB "
+                     f"| {r['saved_model_ms']:.2f} ({r['saved_model_precision']}) "
                      f"| {r['tflite_float32_ms']:.2f} | {r['tflite_int8_ms']:.2f} |")
     teacher, student = rows
     lines.append(f"\nThe student: {student['score'] / teacher['score']:.1%} of the teacher's dev {metric}, "

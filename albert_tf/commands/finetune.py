@@ -41,15 +41,15 @@ from albert_tf.commands.flags import (
     add_command, add_config_flags, add_strategy_flags, add_task_data_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.commands.early_checks import out_checked_early
-from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
-from albert_tf.hub import resolve, write_source
+from albert_tf.commands.fine_tuning_run import train_then_publish
+from albert_tf.commands.outputs import add_overwrite_flag
+from albert_tf.hub import resolve
 from albert_tf.model_dirs import TOKENIZER_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
 from albert_tf.utils import files
-from albert_tf.utils.errors import INTERRUPTED, RunStopped
-from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, unfinished_dir
+from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE
 
 # SIGTERM checkpoints the step reached into the unfinished run (`finetune`'s `stop_requested`).
 STOPS_ON_SIGTERM = True
@@ -118,51 +118,3 @@ def run(args):
     saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
         f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
-
-
-def train_then_publish(train, out, source, strategy, epochs):
-    """Runs `train(work)` (a fine-tuning run into `work`, the unfinished run beside `out`) and publishes it as
-    `out` (the chief alone); on a stop, keeps or removes `work` as the module says and adds what to do next.
-
-    Returns what `train` returned.
-    """
-    from albert_tf.distribute import is_chief  # deferred for start-up, as in `run`
-
-    chief = is_chief(strategy)
-    work = unfinished_dir(out)
-    try:
-        result = train(work)
-    except RunStopped as stop:
-        if not chief:
-            stop.saved, stop.path = None, None
-            stop.then = f"Worker {strategy.cluster_resolver.task_id}: the chief alone writes {out}."
-        elif stop.why == INTERRUPTED and stop.saved:
-            _publish(work, out, source)
-            stop.path = out
-            stop.then = (f"{FINETUNE_RUN_FILE} marks it \"interrupted\". Use it as it is (albert-tf predict --model "
-                         f"{out}), or rerun with --overwrite to train all {epochs} epochs.")
-        elif stop.why == INTERRUPTED:
-            files.rmtree(work, ignore_errors=True)
-        elif stop.saved:
-            stop.then = (f"The unfinished run is in {work}: rerun the same command to resume it there; it becomes "
-                         f"{out} when it ends.")
-        raise
-    except BaseException:
-        if chief and not files.isdir(os.path.join(work, RESUME_DIR)):
-            files.rmtree(work, ignore_errors=True)  # nothing a rerun could resume
-        raise
-    if chief:
-        _publish(work, out, source)
-    return result
-
-
-def _publish(work, out, source):
-    """Publishes the finished (or kept) run in `work` as `out`, whole (`files.publish`), and removes `work`.
-
-    `source`: the resolved `--model` (`albert_tf.hub.resolve`), recorded when it came from a hub.
-    """
-    with files.publish(out, ENTRY_FILES) as staging:
-        write_source(source, staging)
-        for name in files.listdir(work):
-            files.move(os.path.join(work, name.rstrip("/")), os.path.join(staging, name.rstrip("/")))
-    files.rmtree(work, ignore_errors=True)

@@ -120,7 +120,8 @@ def test_the_student_is_a_fine_tuning_run_that_every_reader_takes_and_the_teache
                   ["--format", "tflite"], ["--format", "tflite", "--quantize", "dynamic"], ["--format", "web"]):
         run_cli("export", "--model", tmp_path / "student", *flags, "--out", tmp_path / "exports" / flags[-1])
     # convert takes the student's run as it takes its teacher's (a task model's head has no place in either format).
-    for to, words in (("hf", "Only an AlbertBackbone or an AlbertPretrainer maps"), ("keras-hub", "no place for its task head")):
+    for to, words in (("hf", "Only an AlbertBackbone or an AlbertPretrainer maps"),
+                      ("keras-hub", "no place for its task head")):
         for run in (root / "teacher", tmp_path / "student"):
             refused = run_cli("convert", "--to", to, "--model", run, "--out", tmp_path / to, expect_rc=None)
             assert refused.returncode != 0 and words in refused.stderr, refused.stderr
@@ -179,7 +180,8 @@ def test_on_a_task_the_few_labels_underspecify_the_soft_targets_on_unlabelled_te
     _write_table(tmp_path / "eval.csv", _keyword_rows(rng, 80, keywords))
     _write_table(tmp_path / "train.csv", _keyword_rows(rng, 8, ["great", "bad"]))
     (tmp_path / "more.txt").write_text("\n".join(t for t, _ in _keyword_rows(rng, 400, keywords)), encoding="utf-8")
-    run_cli("finetune", "--task", "classification", "--model", root / "model", "--train", tmp_path / "teacher_train.csv",
+    run_cli("finetune", "--task", "classification", "--model", root / "model", "--train",
+            tmp_path / "teacher_train.csv",
             "--eval", tmp_path / "eval.csv", "--out", tmp_path / "teacher", "--epochs", "3", "--learning-rate", "1e-3",
             *SHORT)
     teacher = json.loads((tmp_path / "teacher" / "finetune.json").read_text())
