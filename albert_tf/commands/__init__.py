@@ -25,6 +25,8 @@ COMMANDS = {
               "Serve a SavedModel over TF-Serving's REST API (local testing)."),
     "finetune": ("albert_tf.commands.finetune",
                  "Fine-tune ALBERT on a GLUE, SQuAD, RACE, tagging or CSV/JSONL task."),
+    "distill": ("albert_tf.commands.distill",
+                "Train a smaller student on a fine-tuned teacher's outputs (a fine-tuning run directory)."),
     "predict": ("albert_tf.commands.predict",
                 "Predict with a fine-tuned task model (file or stdin -> JSON lines)."),
 }

@@ -40,11 +40,12 @@ FLAGS = {
     "pretrain": {"--data": PATHS, "--eval-data": PATHS, "--tokenizer": DIR, "--config": FILE, "--out": RUN},
     "demo": {"--out": RUN},
     "finetune": {"--train": FILE, "--eval": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
+    "distill": {"--teacher": DIR, "--train": FILE, "--eval": FILE, "--unlabeled": PATHS, "--out": OUT},
     "predict": {"--input": FILE, "--model": DIR, "--output": OUT},
     "export": {"--calibration-text": FILE, "--model": MODEL, "--tokenizer": DIR, "--out": OUT},
 }
 # Flags whose values decide whether --out is checked (`out_checked_early`).
-_CONTEXT_FLAGS = {"finetune": ("--strategy",), "export": ("--format",)}
+_CONTEXT_FLAGS = {"finetune": ("--strategy",), "distill": ("--strategy",), "export": ("--format",)}
 
 
 def check_paths(command, argv):
@@ -88,7 +89,7 @@ def out_checked_early(command, args):
     The command checks its output itself only where this says no: the check
     is made once. `args`: the command line, read here or by the command.
     """
-    if command == "finetune" and args.strategy == "multi_worker":
+    if command in ("finetune", "distill") and args.strategy == "multi_worker":
         return False  # Only the chief writes --out, and before TensorFlow no worker knows whether it is the chief.
     if command == "export" and args.format not in ("tflite", "web"):
         return False  # A SavedModel goes into a new numbered version directory under --out.

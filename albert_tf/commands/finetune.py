@@ -35,21 +35,20 @@ command resumes from the last finished epoch's end (a step cut short by
 Ctrl-C is not whole). Ctrl-C before any epoch finished writes nothing.
 """
 
-import os
 
 from albert_tf.commands.flags import (
-    add_command, add_config_flags, add_strategy_flags, config_kwargs, strategy_from_flags,
+    add_command, add_config_flags, add_strategy_flags, add_task_data_flags, config_kwargs, strategy_from_flags,
 )
 from albert_tf.commands.early_checks import out_checked_early
-from albert_tf.commands.outputs import ENTRY_FILES, add_overwrite_flag
-from albert_tf.hub import resolve, write_source
+from albert_tf.commands.fine_tuning_run import train_then_publish
+from albert_tf.commands.outputs import add_overwrite_flag
+from albert_tf.hub import resolve
 from albert_tf.model_dirs import TOKENIZER_DIR, find_tokenizer, resolve_model_dir
 from albert_tf.strategy_names import STRATEGY_NAMES
 from albert_tf.recipes.config import FinetuneConfig
 from albert_tf.recipes.names import TASK_NAMES
 from albert_tf.utils import files
-from albert_tf.utils.errors import RunStopped
-from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, unfinished_dir
+from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE
 
 # SIGTERM checkpoints the step reached into the unfinished run (`finetune`'s `stop_requested`).
 STOPS_ON_SIGTERM = True
@@ -64,8 +63,7 @@ def add_parser(subparsers):
     parser.add_argument("--random-init", action="store_true",
                         help="Use only the model's config, with freshly initialised weights (a baseline).")
     parser.add_argument("--tokenizer", metavar="DIR", help="Tokenizer directory (default: the model's own).")
-    parser.add_argument("--train", required=True, metavar="FILE", help="Training data.")
-    parser.add_argument("--eval", required=True, metavar="FILE", help="Evaluation (dev) data.")
+    add_task_data_flags(parser)
     parser.add_argument("--out", required=True, metavar="DIR", help=f"Output directory ({BEST_DIR}/, {TOKENIZER_DIR}/, "
                         f"{FINETUNE_RUN_FILE}).")
     add_overwrite_flag(parser)
@@ -109,43 +107,13 @@ def run(args):
     chief = is_chief(strategy)
     if chief and not out_checked_early("finetune", args):
         files.check_new_output(args.out, args.overwrite)
-    work = unfinished_dir(args.out)
-    try:
-        # Flushed: each epoch's line shows as it ends, also through a pipe.
-        with files.write_failures_as_user_errors(args.out):
-            result = finetune(config, backbone, tokenizer, args.train, args.eval, work,
-                              log=lambda line: print(line, flush=True), verbose=args.fit_verbose, strategy=strategy,
-                              stop_requested=args.stop_requested)
-    except RunStopped as stop:
-        if not chief:
-            stop.saved, stop.path = None, None
-            stop.then = f"Worker {strategy.cluster_resolver.task_id}: the chief alone writes {args.out}."
-        elif not stop.saved:
-            files.rmtree(work, ignore_errors=True)
-        else:
-            stop.then = (f"The unfinished run is in {work}: rerun the same command to resume it there; it becomes "
-                         f"{args.out} when it ends.")
-        raise
-    except BaseException:
-        if chief and not files.isdir(os.path.join(work, RESUME_DIR)):
-            files.rmtree(work, ignore_errors=True)  # nothing a rerun could resume
-        raise
-    if chief:
-        with files.write_failures_as_user_errors(args.out):
-            _publish(work, args.out, source)
+    # Flushed: each epoch's line shows as it ends, also through a pipe.
+    result = train_then_publish(
+        lambda work: finetune(config, backbone, tokenizer, args.train, args.eval, work,
+                              log=lambda line: print(line, flush=True), verbose=args.fit_verbose,
+                              strategy=strategy, stop_requested=args.stop_requested),
+        args.out, source, strategy)
     best = result["best"]
     saved = f"saved to {args.out}/best" if chief else "the chief saved it to its --out"
     print(f"Best epoch {result['best_epoch']}: " + ", ".join(
         f"{k} {v:.4f}" for k, v in best.items() if isinstance(v, float)) + f"; {saved}")
-
-
-def _publish(work, out, source):
-    """Publishes the finished (or kept) run in `work` as `out`, whole (`files.publish`), and removes `work`.
-
-    `source`: the resolved `--model` (`albert_tf.hub.resolve`), recorded when it came from a hub.
-    """
-    with files.publish(out, ENTRY_FILES) as staging:
-        write_source(source, staging)
-        for name in files.listdir(work):
-            files.move(os.path.join(work, name.rstrip("/")), os.path.join(staging, name.rstrip("/")))
-    files.rmtree(work, ignore_errors=True)

@@ -189,6 +189,12 @@ def add_config_flags(parser, config_cls, names=None, exclude=(), defaults=None):
                                 **options)
 
 
+def add_task_data_flags(parser):
+    """--train and --eval, a task's data files (`finetune`, `distill`)."""
+    parser.add_argument("--train", required=True, metavar="FILE", help="Training data.")
+    parser.add_argument("--eval", required=True, metavar="FILE", help="Evaluation (dev) data.")
+
+
 def add_mixed_precision_flag(parser):
     """--mixed-precision, for a command without a config field of that name, with the help every command shares."""
     parser.add_argument("--mixed-precision", choices=PRECISIONS, default="auto", help=MIXED_PRECISION_HELP)

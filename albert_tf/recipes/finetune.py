@@ -59,7 +59,7 @@ def check_lengths(config, backbone, tokenizer):
 
 
 def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=print, verbose=0, strategy=None,
-             stop_requested=None, preemption_notice=None):
+             stop_requested=None, preemption_notice=None, recipe=None):
     """Fine-tunes `backbone` on a task and keeps the best epoch.
 
     Under a `strategy` other than the default one, `config.fixed_shapes`
@@ -101,6 +101,10 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
             which stops every worker after the same step, as
             `stop_requested` does; None: the platform's (a GCE GPU VM's
             maintenance event).
+        recipe: the task's recipe (default: `config.task`'s). Distillation
+            (`albert_tf.recipes.distill`) passes one whose `encode_training`
+            labels the training rows with a teacher's outputs, and whose
+            `resume_settings` a resume must agree with.
 
     Returns:
         dict with "history" (per-epoch metrics), "best_epoch" and "best".
@@ -116,7 +120,7 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     check_lengths(config, backbone, tokenizer)
     strategy = strategy or tf.distribute.get_strategy()
     config, backbone = _resolve_settings(config, backbone, strategy, log)
-    recipe = get_recipe(config.task)
+    recipe = recipe or get_recipe(config.task)
     if isinstance(recipe, SentenceRecipe):  # the heads that read one vector per example
         log(f"pooling {config.pooling}")
     keras.utils.set_random_seed(config.seed)
@@ -126,7 +130,8 @@ def finetune(config, backbone, tokenizer, train_path, eval_path, out_dir, log=pr
     writes = is_chief(strategy)
     state = _ResumeState(model, strategy, out_dir, writes,
                          settings={"config": config.to_dict(), "train": str(train_path), "eval": str(eval_path),
-                                   "labels": data.label_names, "backbone": backbone.config.to_dict()})
+                                   "labels": data.label_names, "backbone": backbone.config.to_dict(),
+                                   **getattr(recipe, "resume_settings", {})})
     if writes:
         files.makedirs(out_dir)
         tokenizer.save(os.path.join(out_dir, TOKENIZER_DIR))
@@ -173,7 +178,7 @@ class _Data:
 def _read_data(recipe, config, tokenizer, train_path, eval_path, log):
     """The `_Data` of the two files, encoded for the model; refuses a file with no example left."""
     label_names = recipe.label_names(train_path, config)
-    train = recipe.encode(train_path, tokenizer, config, label_names)
+    train = getattr(recipe, "encode_training", recipe.encode)(train_path, tokenizer, config, label_names)
     evaluation = recipe.encode(eval_path, tokenizer, config, label_names)
     for name, encoded in (("train", train), ("eval", evaluation)):
         log(f"{name}: " + "; ".join(encoded.notes))

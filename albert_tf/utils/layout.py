@@ -26,8 +26,11 @@ Fine-tuning run directory (`albert_tf.recipes.finetune`):
     tokenizer/             the tokenizer it was trained with
     finetune.json          the resolved `FinetuneConfig`, label names, per-epoch metrics, the best epoch
     resume/                while the run is unfinished: its checkpoints
+    distill.json           a distilled student's run (`albert_tf.recipes.distill`): the resolved distillation
+                           settings, the student's and teacher's configs, per-epoch metrics
+    distill_report.md      the teacher and the student compared (`albert-tf distill`'s report)
 
-`albert-tf finetune --out OUT` writes its run beside OUT, in
+`albert-tf finetune --out OUT` (and `distill`) writes its run beside OUT, in
 `.unfinished-NAME/` (`unfinished_dir`), which becomes OUT when the run ends.
 
 Exports: a TF-Serving version directory holds saved_model.pb; a TFLite export, model.tflite.
@@ -53,6 +56,8 @@ FINAL_STEP_FILE = "trainer_step.json"
 BEST_DIR = "best"
 FINETUNE_RUN_FILE = "finetune.json"
 RESUME_DIR = "resume"
+DISTILL_RUN_FILE = "distill.json"
+DISTILL_REPORT_FILE = "distill_report.md"
 # The unfinished fine-tuning run beside --out, which a rerun of the same command resumes.
 UNFINISHED_PREFIX = ".unfinished-"
 
