@@ -21,7 +21,7 @@ import tempfile
 
 from albert_tf.commands.flags import add_command
 from albert_tf.export.options import default_max_length
-from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
+from albert_tf.export.batching_parameters import DEFAULT_MAX_BATCH_SIZE, BatchingParameters, parse_batching_parameters
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_model_dir, find_tokenizer
@@ -39,7 +39,8 @@ def add_parser(subparsers):
     parser.add_argument("--host", default="127.0.0.1", help="Address to bind.")
     parser.add_argument("--port", type=int, default=8501, help="Port (8501 is TF-Serving's REST port; 0: any free).")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="Largest request body.")
-    parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request.")
+    parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request (with --enable-batching, at most the batching "
+                        "parameters' max_batch_size, as TF-Serving allows).")
     parser.add_argument("--enable-model-warmup", action=argparse.BooleanOptionalAction, default=True,
                         help="Replay the version's assets.extra/tf_serving_warmup_requests before serving, "
                              "as TF-Serving's --enable_model_warmup does.")
@@ -88,8 +89,6 @@ def _export(model_dir, base_path):
 
 def _batching_parameters(args):
     """The `BatchingParameters` the flags ask for, or None without --enable-batching."""
-    from albert_tf.export.serving.batching import BatchingParameters, parse_batching_parameters
-
     if args.batching_parameters_file and not args.enable_batching:
         raise UserError("--batching-parameters-file applies with --enable-batching; add it.")
     if not args.enable_batching:

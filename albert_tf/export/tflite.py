@@ -51,7 +51,7 @@ from albert_tf.export.saved_model import check_max_length, export_metadata
 from albert_tf.utils import files
 from input_pipeline import features
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import TFLITE_MODEL_FILE
+from albert_tf.utils.layout import TFLITE_METADATA_FILE, TFLITE_MODEL_FILE
 from input_pipeline.finetuning import text_inputs
 
 # What int8-mixed leaves in float. The attention adds a -10000 padding bias to
@@ -62,7 +62,6 @@ from input_pipeline.finetuning import text_inputs
 # SUB, MUL), SOFTMAX and GELU lose the rest. Keeping all of them float brought
 # the fine-tuned sentiment classifier back within 1 point of float32.
 INT8_MIXED_FLOAT_OPS = ("ADD", "MUL", "SUB", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU")
-METADATA_FILE = "export.json"
 # Masked positions the pretrainer's TFLite model takes (the original's
 # max_predictions_per_seq); TFLite needs a fixed size.
 DEFAULT_NUM_MASK_POSITIONS = 20
@@ -225,7 +224,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
     with files.publish(out_dir, (TFLITE_MODEL_FILE,), name="out_dir") as staging:
         if tokenizer is not None:
             tokenizer.write(staging)
-        files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
+        files.write_text(os.path.join(staging, TFLITE_METADATA_FILE), json.dumps(metadata, indent=2))
         files.write_bytes(os.path.join(staging, TFLITE_MODEL_FILE), flatbuffer)
     return os.path.join(files.normpath(out_dir), TFLITE_MODEL_FILE)
 
