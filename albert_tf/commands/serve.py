@@ -28,6 +28,7 @@ from albert_tf.model_dirs import find_model_dir, find_tokenizer
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
 from albert_tf.utils.layout import run_dir_of
+from albert_tf.utils.preemption import sigterm_requests_stop
 
 
 def add_parser(subparsers):
@@ -109,15 +110,23 @@ def _serve(base_path, name, args, batching=None):
     with _address_errors(args.host, args.port):
         server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
     print(f"Serving {model.name} version {model.version} at {server.url} "
-          f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed); "
-          "Ctrl-C stops.", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        model.close()
+          f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed"
+          f"{', through the batcher' if batching is not None and model.warmup_requests else ''}); Ctrl-C stops.",
+          flush=True)
+    # SIGTERM (what Docker, Kubernetes and systemd send) stops it as Ctrl-C does: the caller's temporary export
+    # is removed on the way out either way.
+    with sigterm_requests_stop() as stop:
+        thread = server.start()
+        try:
+            while not stop.wait(0.5):
+                pass
+        except KeyboardInterrupt:
+            pass
+        finally:
+            server.shutdown()
+            server.server_close()
+            thread.join(timeout=10)
+            model.close()
     return 0
 
 
