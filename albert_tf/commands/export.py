@@ -43,6 +43,7 @@ from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units
 from input_pipeline import movie_reviews
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import BATCHING_PARAMETERS_FILE
 from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
@@ -189,11 +190,14 @@ def run(args):
         existing = version_dirs(args.out) if files.isdir(args.out) else []
         version = args.version or (existing[-1] + 1 if existing else 1)
         files.check_new_output(os.path.join(args.out, str(version)), args.overwrite, "version")
-        # An existing version is empty here, or --overwrite was given.
+        batching_file = os.path.join(args.out, BATCHING_PARAMETERS_FILE)
+        kept = files.exists(batching_file) and not args.overwrite
         path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=max_length, version=version,
                                   truncate_from=truncate_from, max_windows=max_windows, precision=precision,
-                                  overwrite=True, xla=args.xla)
-        print(f"Wrote {type(model).__name__} SavedModel ({precision}{', XLA' if args.xla else ''}) to {path}")
+                                  overwrite=args.overwrite, xla=args.xla, replace_batching_parameters=args.overwrite)
+        print(f"Wrote {type(model).__name__} SavedModel ({precision}{', XLA' if args.xla else ''}) to {path}; "
+              + (f"kept the existing {batching_file} (--overwrite replaces it with the suggested one)" if kept
+                 else f"suggested batching parameters in {batching_file}"))
         if args.xla:
             print(f"Serve it with tensorflow_model_server {XLA_SERVER_FLAG}: without it the first request fails.")
         elif precision == "float32" and not onednn_enabled():

@@ -207,7 +207,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             way the weights are constants (see the module docstring). "auto" is the command's,
             resolved by `resolve_export_precision` first.
         overwrite: replace an existing `version` (whole: the old one stays
-            if the export fails).
+            if the export fails); without it an existing (non-empty) version is refused, also one another
+            export writes while this one runs.
         xla: run the forward pass as a function XLA must compile, on the
             float32 weights as variables (see the module docstring); a
             server needs `albert_tf.export.options.XLA_SERVER_FLAG` for it.
@@ -225,7 +226,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     existing = version_dirs(base_dir)
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
-    if version < 1 or (version in existing and not overwrite):
+    final = os.path.join(base_dir, str(version))
+    if version < 1 or (version in existing and not overwrite and files.listdir(final)):
         raise UserError(
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
@@ -250,9 +252,9 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # restore by these, and tracking through the Keras model misses some.
     # Weights frozen to constants need none.
     module.model_variables = [v.value for v in model.variables] if weights == "variables" else []
-    final = os.path.join(base_dir, str(version))
-    # Published whole: TF-Serving never loads a half-written version.
-    with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
+    # Published whole: TF-Serving never loads a half-written version. Without `overwrite`, a version another
+    # export published meanwhile (two exports to one base path at once) is refused, not replaced.
+    with files.publish(final, (SAVED_MODEL_FILE,), replace=overwrite) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         methods = signatures_lib.signature_methods(signatures, interface)
         set_method_names(staging, methods)

@@ -221,7 +221,8 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
     # Checked at the start (before the conversion): published, not checked again.
-    with files.publish(out_dir, (TFLITE_MODEL_FILE,), name="out_dir") as staging:
+    # Another export may have written out_dir since: refused then, unless `overwrite`.
+    with files.publish(out_dir, (TFLITE_MODEL_FILE,), name="out_dir", replace=overwrite) as staging:
         if tokenizer is not None:
             tokenizer.write(staging)
         files.write_text(os.path.join(staging, TFLITE_METADATA_FILE), json.dumps(metadata, indent=2))
