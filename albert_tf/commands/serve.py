@@ -19,6 +19,7 @@ import os
 import socket
 import tempfile
 
+from albert_tf.commands.export import load_model_to_export
 from albert_tf.commands.flags import add_command
 from albert_tf.export.options import default_max_length
 from albert_tf.export.batching_parameters import DEFAULT_MAX_BATCH_SIZE, BatchingParameters, parse_batching_parameters
@@ -76,13 +77,11 @@ def run(args):
 
 
 def _export(model_dir, base_path):
+    """`model_dir` exported as `export` writes it (LoRA merged), with the fine-tuning run's text settings."""
     from albert_tf.export import export_saved_model
-    from albert_tf.loading import load_pretrained
-    from albert_tf.recipes.finetune import run_settings
 
     tokenizer = find_tokenizer(model_dir, required=False)
-    model = load_pretrained(model_dir)
-    run = run_settings(model_dir.path)
+    model, run = load_model_to_export(model_dir)
     export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(run, model),
                        truncate_from=run.truncate_from, max_windows=run.max_windows)
     return base_path

@@ -7,10 +7,12 @@ then finds the graph optimized, its kernels made and its buffers allocated.
 (`WARMUP_BATCH_SIZES`, `warmup_lengths`); `albert-tf serve` replays them too.
 
 The protos (tensorflow_serving/apis/prediction_log.proto and what it
-imports) are written and read here in protobuf's wire format, by hand:
-the `tensorflow-serving-api` package that defines them requires a newer
-TensorFlow than albert-tf does. Only the fields a warmup request sets are
-written: PredictionLog.{classify_log = 2, regress_log = 3, predict_log = 6},
+imports) are written and read here in protobuf's wire format, by hand.
+The `tensorflow-serving-api` package that defines them fits albert-tf's
+TensorFlow (2.20.0 requires tensorflow>=2.20,<3), but it also installs
+grpcio, a gRPC client albert-tf has no use for; the handful of fields a
+warmup request sets costs less written here than that dependency costs
+every user. Only the fields a warmup request sets are written: PredictionLog.{classify_log = 2, regress_log = 3, predict_log = 6},
 each {request = 1}; PredictRequest {model_spec = 1, inputs = 2 (map of
 TensorProto)}; ClassificationRequest and RegressionRequest {model_spec = 1,
 input = 2}; Input {example_list = 1}; ExampleList {examples = 1};
