@@ -28,7 +28,7 @@ from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_model_dir, find_tokenizer
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import run_dir_of
+from albert_tf.utils.layout import BATCHING_PARAMETERS_FILE, WARMUP_FILE, run_dir_of
 from albert_tf.utils.preemption import sigterm_requests_stop
 
 
@@ -44,12 +44,12 @@ def add_parser(subparsers):
     parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request (with --enable-batching, at most the batching "
                         "parameters' max_batch_size, as TF-Serving allows).")
     parser.add_argument("--enable-model-warmup", action=argparse.BooleanOptionalAction, default=True,
-                        help="Replay the version's assets.extra/tf_serving_warmup_requests before serving, "
+                        help=f"Replay the version's {WARMUP_FILE} before serving, "
                              "as TF-Serving's --enable_model_warmup does.")
     parser.add_argument("--enable-batching", action="store_true",
                         help="Run concurrent requests batched, as TF-Serving's --enable_batching does.")
     parser.add_argument("--batching-parameters-file", metavar="FILE",
-                        help="TF-Serving's batching parameters (text proto), e.g. the batching_parameters.txt "
+                        help=f"TF-Serving's batching parameters (text proto), e.g. the {BATCHING_PARAMETERS_FILE} "
                              "`export` writes beside the versions; default: TF-Serving's defaults.")
     return parser
 
@@ -110,7 +110,7 @@ def _serve(base_path, name, args, batching=None):
         server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
     print(f"Serving {model.name} version {model.version} at {server.url} "
           f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed"
-          f"{', through the batcher' if batching is not None and model.warmup_requests else ''}); Ctrl-C stops.",
+          f"{', through the batcher' if model.batching is not None and model.warmup_requests else ''}); Ctrl-C stops.",
           flush=True)
     # SIGTERM (what Docker, Kubernetes and systemd send) stops it as Ctrl-C does: the caller's temporary export
     # is removed on the way out either way.

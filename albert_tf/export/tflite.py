@@ -51,7 +51,7 @@ from albert_tf.export.saved_model import check_max_length, export_metadata
 from albert_tf.utils import files
 from input_pipeline import features
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import TFLITE_METADATA_FILE, TFLITE_MODEL_FILE
+from albert_tf.utils.layout import LABELS_FILE, TFLITE_METADATA_FILE, TFLITE_MODEL_FILE
 from input_pipeline.finetuning import text_inputs
 
 # What int8-mixed leaves in float. The attention adds a -10000 padding bias to
@@ -242,7 +242,7 @@ def _metadata_descriptions(interface):
         return dict(
             name="ALBERT text classifier",
             description="Classifies one text" + (f" as {labels}." if labels else "."),
-            output_description="Softmax probability of each class (labels.txt order), shape (1, classes).",
+            output_description=f"Softmax probability of each class ({LABELS_FILE} order), shape (1, classes).",
             score_range=(0.0, 1.0),
         )
     return dict(

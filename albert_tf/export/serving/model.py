@@ -51,6 +51,7 @@ class ServingModel:
         # TF-Serving wraps the session for batching, then replays the warmup records through it
         # (tensorflow_serving/servables/tensorflow/saved_model_bundle_factory.cc: WrapSessionForBatching;
         # saved_model_warmup.cc: RunSavedModelWarmup, for every version it loads; this server loads one).
+        self.batching = batching
         self._batcher = Batcher(self._call, batching) if batching is not None else None
         try:
             self.warmup_requests = self._warm_up(path) if warmup else 0
