@@ -33,6 +33,7 @@ import argparse
 import dataclasses
 import os
 
+from albert_tf.commands.export_loading import load_model_to_export
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, ONEDNN_SERVER_ENV,
@@ -167,27 +168,6 @@ def _refuse_flag_mixes(args):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
 
 
-def load_model_to_export(model_dir):
-    """(model, the fine-tuning run's settings) of a resolved model directory, as every export writes it.
-
-    A LoRA model has its factors merged into its kernels: the same outputs, and an exported graph without
-    LoRA matmuls. `albert-tf serve --model DIR` exports through here too.
-    """
-    # Deferred for start-up (here and below): these import TensorFlow, and the flags are read (their errors
-    # reported) before.
-    from albert_tf.loading import load_pretrained
-    from albert_tf.recipes.finetune import run_settings
-
-    model = load_pretrained(model_dir)
-    backbone = getattr(model, "backbone", model)
-    if backbone.lora_rank is not None:
-        print(f"Merging the LoRA factors (rank {backbone.lora_rank}) into the attention kernels"
-              + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
-                 if backbone.lora_embedding_rank else "") + ".")
-        backbone.merge_lora()
-    return model, run_settings(model_dir.path)
-
-
 @dataclasses.dataclass(frozen=True)
 class TextSettings:
     """How an export reads text: its tokenizer (None: ids only), length, truncation and windows."""
@@ -212,6 +192,8 @@ def _text_settings(args, model_dir, model, run):
               "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir.path} and no --tokenizer: exporting without text support.")
+    # Deferred for start-up (here and in the steps below): these import TensorFlow, and the flags are read (their
+    # errors reported) before.
     from albert_tf.export.signatures import describe_model
     from albert_tf.export.tflite import METADATA_OUTPUTS
 

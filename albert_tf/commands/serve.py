@@ -19,7 +19,7 @@ import os
 import socket
 import tempfile
 
-from albert_tf.commands.export import load_model_to_export
+from albert_tf.commands.export_loading import load_model_to_export
 from albert_tf.commands.flags import add_command
 from albert_tf.export.options import default_max_length
 from albert_tf.export.batching_parameters import DEFAULT_MAX_BATCH_SIZE, BatchingParameters, parse_batching_parameters
