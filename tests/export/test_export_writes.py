@@ -140,3 +140,16 @@ def test_a_second_tflite_export_to_one_out_is_refused(model_dir, tmp_path, monke
     err = _export(model_dir, out, "--no-metadata", expect_rc=2, fmt="tflite").stderr
     assert "was written by another process while this one ran" in err
     assert (out / TFLITE_MODEL_FILE).read_bytes() == b"the other export's"
+
+
+def test_serve_exports_a_model_directory_through_exports_loading_lora_merged(tmp_path, capsys):
+    from albert_tf import AlbertBackbone
+    from albert_tf.commands import serve
+    from albert_tf.model_dirs import find_model_dir
+    from albert_tf.models import AlbertClassifier
+
+    path = str(tmp_path / "lora")
+    AlbertClassifier(AlbertBackbone(config(), lora_rank=2), num_classes=2).save_pretrained(path)
+    base = serve._export(find_model_dir(path), str(tmp_path / "served"))
+    assert "Merging the LoRA factors (rank 2) into the attention kernels" in capsys.readouterr().out
+    assert sorted(os.listdir(base)) == ["1", BATCHING_PARAMETERS_FILE]
