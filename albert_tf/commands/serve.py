@@ -18,6 +18,7 @@ import errno
 import os
 import socket
 import tempfile
+import threading
 
 from albert_tf.commands.export_loading import load_model_to_export
 from albert_tf.commands.flags import add_command
@@ -115,16 +116,22 @@ def _serve(base_path, name, args, batching=None):
     # SIGTERM (what Docker, Kubernetes and systemd send) stops it as Ctrl-C does: the caller's temporary export
     # is removed on the way out either way.
     with sigterm_requests_stop() as stop:
-        thread = server.start()
+        finished = threading.Event()
+
+        def shut_down_on_sigterm():
+            stop.wait()
+            if not finished.is_set():
+                server.shutdown()  # serve_forever returns within its poll interval
+
+        threading.Thread(target=shut_down_on_sigterm, name="albert-tf-sigterm", daemon=True).start()
         try:
-            while not stop.wait(0.5):
-                pass
+            server.serve_forever()
         except KeyboardInterrupt:
             pass
         finally:
-            server.shutdown()
+            finished.set()
+            stop.set()
             server.server_close()
-            thread.join(timeout=10)
             model.close()
     return 0
 
