@@ -73,7 +73,8 @@ setup(
             # brings kagglehub and kagglesdk and leaves tensorflow, keras and tensorflow-text as they are.
             "keras-hub>=0.20",
             # tensorflow-serving-api's own PredictionLog classes check the warmup records export writes by
-            # hand (albert_tf/export/warmup.py): it requires TensorFlow >= 2.21, so it is no dependency.
+            # hand (albert_tf/export/warmup.py). It fits the TensorFlow albert-tf needs (2.20.0 requires
+            # tensorflow>=2.20,<3) but brings grpcio, which nothing else needs, so it is no dependency.
             "tensorflow-serving-api>=2.20,<2.22",
         ],
         "bench": ["keras-hub>=0.20", "torch==2.13.0", "transformers>=5,<6"],

@@ -254,15 +254,17 @@ def free_ports(count):
 
 
 @contextlib.contextmanager
-def serving(base, stderr_path):
-    """`albert-tf serve BASE --port 0` in its own process; yields a `predict(body)` for its REST :predict URL.
+def serving(base, stderr_path, *flags, stop=signal.SIGINT, env=None):
+    """`albert-tf serve BASE --port 0 FLAGS` in its own process; yields a `predict(body)` for its REST :predict URL.
 
-    `body` is the request's JSON object; `predict` returns the answer's "predictions". On leaving,
-    the server gets Ctrl-C and must stop cleanly (exit 0). Its stderr goes to `stderr_path`.
+    `body` is the request's JSON object; `predict` returns the answer's "predictions"; `predict.url` is the
+    model's URL and `predict.banner` the start-up line. On leaving, the server gets `stop` (Ctrl-C's SIGINT
+    unless told) and must stop cleanly (exit 0). Its stderr goes to `stderr_path`; `env` adds to its environment.
     """
     with open(stderr_path, "w") as stderr:
-        process = start_program(albert_tf_command() + ["serve", str(base), "--port", "0"], stdout=subprocess.PIPE,
-                        stderr=stderr, env=user_environment(), preexec_fn=ctrl_c_reaches_it)
+        process = start_program(albert_tf_command() + ["serve", str(base), "--port", "0", *flags],
+                                stdout=subprocess.PIPE, stderr=stderr, env=user_environment(**(env or {})),
+                                preexec_fn=ctrl_c_reaches_it)
         lines = queue.Queue()
         threading.Thread(target=lambda: [lines.put(line) for line in process.stdout], daemon=True).start()
         try:
@@ -278,7 +280,8 @@ def serving(base, stderr_path):
                 with urllib.request.urlopen(request, timeout=60) as answer:
                     return json.loads(answer.read())["predictions"]
 
+            predict.url, predict.banner = url.group(0), banner
             yield predict
         finally:
-            process.send_signal(signal.SIGINT)  # Ctrl-C: the server stops cleanly
+            process.send_signal(stop)  # Ctrl-C or SIGTERM: the server stops cleanly
             assert process.wait(timeout=60) == 0

@@ -123,6 +123,30 @@ def exported_regressor():
                                     max_length=MAX_LENGTH)
 
 
+@functools.lru_cache(maxsize=None)
+def exported_tagger():
+    """(base_dir, version_dir) of a tiny tagger's SavedModel, with text signatures."""
+    from albert_tf import AlbertBackbone
+    from albert_tf.export import export_saved_model
+    from albert_tf.models import AlbertTagger
+
+    base = scratch_dir() + "/tagger"
+    return base, export_saved_model(AlbertTagger(AlbertBackbone(config()), 3, label_names=["O", "B", "I"]), base,
+                                    tokenizer=tokenizer(), max_length=MAX_LENGTH)
+
+
+@functools.lru_cache(maxsize=None)
+def exported_question_answerer():
+    """(base_dir, version_dir) of a tiny question answerer's SavedModel, with text signatures."""
+    from albert_tf import AlbertBackbone
+    from albert_tf.export import export_saved_model
+    from albert_tf.models import AlbertQuestionAnswerer
+
+    base = scratch_dir() + "/question_answerer"
+    return base, export_saved_model(AlbertQuestionAnswerer(AlbertBackbone(config())), base, tokenizer=tokenizer(),
+                                    max_length=MAX_LENGTH)
+
+
 def graph_nodes(path):
     """Every node of a SavedModel's graph and function library."""
     from tensorflow.core.protobuf import saved_model_pb2
@@ -136,9 +160,9 @@ def graph_nodes(path):
 
 def metadata(path):
     """A SavedModel version's export metadata (assets.extra/albert_tf_export.json)."""
-    from albert_tf.export.saved_model import METADATA_FILE
+    from albert_tf.utils.layout import EXPORT_METADATA_FILE
 
-    with open(os.path.join(path, METADATA_FILE)) as f:
+    with open(os.path.join(path, EXPORT_METADATA_FILE)) as f:
         return json.load(f)
 
 

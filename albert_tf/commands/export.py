@@ -30,20 +30,22 @@ in SITE_DIR.
 """
 
 import argparse
+import dataclasses
 import os
 
+from albert_tf.commands.export_loading import load_model_to_export
 from albert_tf.commands.flags import add_command
 from albert_tf.commands.outputs import add_overwrite_flag
 from albert_tf.export.options import (CALIBRATED_MODES, DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS, ONEDNN_SERVER_ENV,
                                       QUANTIZE_MODES, XLA_SERVER_FLAG, default_max_length)
 from albert_tf.export.web_site import MEDIAPIPE_PACKAGE, MEDIAPIPE_VERSION, find_mediapipe, how_to_get_mediapipe
 from albert_tf.hub import resolve_model
-from albert_tf.model_dirs import MODEL_FILE, find_tokenizer, resolve_model_dir
+from albert_tf.model_dirs import find_tokenizer, resolve_model_dir
 from albert_tf.precision import BF16_CPU_FLAGS, BF16_MIN_HIDDEN_SIZE, bf16_units, cpu_flags, onednn_enabled
 from input_pipeline import movie_reviews
-from input_pipeline.finetuning.examples import check_label_name
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import BATCHING_PARAMETERS_FILE
 from input_pipeline.packing import TRUNCATE_FROM
 
 DEFAULT_CALIBRATION_EXAMPLES = 200
@@ -126,19 +128,27 @@ def add_parser(subparsers):
 
 
 def run(args):
+    _refuse_flag_mixes(args)
+    if args.format == "web":
+        # Looked for before the model loads, so that a wrong --mediapipe costs no conversion (--out was checked
+        # before the command ran: `early_checks`).
+        mediapipe = find_mediapipe(args.mediapipe)
+    model_dir = resolve_model_dir(resolve_model(args.model))
+    model, run_settings = load_model_to_export(model_dir)
+    text = _text_settings(args, model_dir, model, run_settings)
+    if args.format == "saved_model":
+        return _write_saved_model(args, model, text)
+    if args.format == "web":
+        return _write_web(args, model, text, *mediapipe)
+    return _write_tflite(args, model, text)
+
+
+def _refuse_flag_mixes(args):
+    """Refuses flags that do not apply to --format, or to each other, before anything loads."""
     if args.precision is not None:
         # One name for precision in every command: a second spelling would be a second vocabulary to keep.
         new = "mixed_bfloat16" if args.precision == "bf16" else args.precision
         raise UserError(f"--precision is now --mixed-precision, as in the other commands: use --mixed-precision {new}.")
-    # Deferred for start-up (here and below): these import TensorFlow, and the flags are read (their errors
-    # reported) before.
-    from albert_tf.export import export_saved_model, export_tflite, version_dirs
-    from albert_tf.export.signatures import describe_model
-    from albert_tf.export.tflite import METADATA_OUTPUTS
-    from albert_tf.export.web import export_web
-    from albert_tf.loading import load_pretrained
-    from albert_tf.recipes.finetune import run_settings
-
     if args.format == "saved_model" and (args.quantize != "none" or args.dynamic_batch or args.calibration_text):
         raise UserError("--quantize, --dynamic-batch and --calibration-text apply to --format tflite only.")
     if args.format != "saved_model" and args.version is not None:
@@ -154,25 +164,22 @@ def run(args):
     if args.xla and args.mixed_precision not in (None, "auto", "float32"):
         raise UserError(f"--xla runs float32 only (XLA's CPU backend does not use bfloat16 units); drop "
                         f"--mixed-precision {args.mixed_precision} or --xla.")
-    if args.format == "web":
-        # Looked for before the model loads, so that a wrong --mediapipe costs no conversion (--out was checked
-        # before the command ran: `early_checks`).
-        mediapipe_dir, mediapipe_version = find_mediapipe(args.mediapipe)
     if args.no_text and (args.format != "saved_model" or args.tokenizer):
         raise UserError("--no-text applies to --format saved_model, without --tokenizer.")
-    model_dir = resolve_model_dir(resolve_model(args.model))
-    model = load_pretrained(model_dir)
-    # A model directory edited by hand may hold labels `finetune` refuses: they would shift labels.txt.
-    for name in getattr(model, "label_names", None) or ():
-        check_label_name(name, os.path.join(model_dir.path, MODEL_FILE))
-    backbone = getattr(model, "backbone", model)
-    if backbone.lora_rank is not None:
-        # Same outputs, and the exported graph has plain kernels: no LoRA matmuls.
-        print(f"Merging the LoRA factors (rank {backbone.lora_rank}) into the attention kernels"
-              + (f" and the word-embedding table's (rank {backbone.lora_embedding_rank}) into it"
-                 if backbone.lora_embedding_rank else "") + ".")
-        backbone.merge_lora()
-    run = run_settings(model_dir.path)
+
+
+@dataclasses.dataclass(frozen=True)
+class TextSettings:
+    """How an export reads text: its tokenizer (None: ids only), length, truncation and windows."""
+
+    tokenizer: object
+    max_length: int
+    truncate_from: str
+    max_windows: int
+
+
+def _text_settings(args, model_dir, model, run):
+    """The flags' text settings, the fine-tuning run's where a flag is not given; says what differs from plain."""
     max_length = default_max_length(run, model) if args.max_length is None else args.max_length
     tokenizer = None if args.no_text else find_tokenizer(model_dir, args.tokenizer, required=False)
     truncate_from = args.truncate_from or run.truncate_from
@@ -185,52 +192,83 @@ def run(args):
               "outputs averaged" + ("" if args.max_windows else " (as in fine-tuning)") + ".")
     if tokenizer is None and not args.no_text:
         print(f"Notice: no tokenizer with {model_dir.path} and no --tokenizer: exporting without text support.")
-    if args.format == "saved_model":
-        precision = "float32" if args.xla else _saved_model_precision(args.mixed_precision or "auto",
-                                                                        backbone.config.hidden_size)
-        # export_saved_model publishes the version whole, so a failed export
-        # leaves no half-written version for TF-Serving to load.
-        existing = version_dirs(args.out) if files.isdir(args.out) else []
-        version = args.version or (existing[-1] + 1 if existing else 1)
-        files.check_new_output(os.path.join(args.out, str(version)), args.overwrite, "version")
-        # An existing version is empty here, or --overwrite was given.
-        path = export_saved_model(model, args.out, tokenizer=tokenizer, max_length=max_length, version=version,
-                                  truncate_from=truncate_from, max_windows=max_windows, precision=precision,
-                                  overwrite=True, xla=args.xla)
-        print(f"Wrote {type(model).__name__} SavedModel ({precision}{', XLA' if args.xla else ''}) to {path}")
-        if args.xla:
-            print(f"Serve it with tensorflow_model_server {XLA_SERVER_FLAG}: without it the first request fails.")
-        elif precision == "float32" and not onednn_enabled():
-            print(f"Notice: TensorFlow runs no oneDNN on this CPU. Exported and served with {ONEDNN_SERVER_ENV} in "
-                  f"the environment, this form measured faster on such CPUs, and --xla's form (served with "
-                  f"{XLA_SERVER_FLAG}) as fast; see docs/deployment.md.")
-        return 0
-    if not args.no_metadata and tokenizer is not None and describe_model(model).kind in METADATA_OUTPUTS:
+    # Deferred for start-up (here and in the steps below): these import TensorFlow, and the flags are read (their
+    # errors reported) before.
+    from albert_tf.export.signatures import describe_model
+    from albert_tf.export.tflite import METADATA_OUTPUTS
+
+    if (args.format != "saved_model" and not args.no_metadata and tokenizer is not None
+            and describe_model(model).kind in METADATA_OUTPUTS):
         _check_mediapipe_can_follow(model_dir.path, run, tokenizer, max_windows, truncate_from)
-    texts = None
-    if args.quantize in CALIBRATED_MODES:
-        texts = _calibration_texts(args.calibration_text, args.calibration_examples)
-    if args.format == "web":
-        path = export_web(model, args.out, tokenizer=tokenizer, mediapipe_dir=mediapipe_dir, overwrite=args.overwrite,
-                          max_length=max_length, quantize=args.quantize, representative_texts=texts,
-                          truncate_from=truncate_from, max_windows=max_windows)
-        print(f"Wrote a web page running the {type(model).__name__} TFLite model ({args.quantize}) to {path}")
-        if mediapipe_dir is None:
-            print(f"Notice: no {MEDIAPIPE_PACKAGE} found, so the page cannot run yet: {how_to_get_mediapipe()}.")
-        else:
-            print(f"MediaPipe Tasks for Web {mediapipe_version} copied from {mediapipe_dir}"
-                  + ("" if mediapipe_version == MEDIAPIPE_VERSION else
-                     f" (the page is tested with {MEDIAPIPE_VERSION})") + ".")
-        print(f"Serve it: cd {args.out} && python -m http.server --bind 127.0.0.1 8000, then open "
-              "http://127.0.0.1:8000/")
-        return 0
+    return TextSettings(tokenizer, max_length, truncate_from, max_windows)
+
+
+def _write_saved_model(args, model, text):
+    """The next (or --version) version under --out, and the batching file beside it unless one is there."""
+    from albert_tf.export import export_saved_model, version_dirs
+
+    backbone = getattr(model, "backbone", model)
+    precision = "float32" if args.xla else _saved_model_precision(args.mixed_precision or "auto",
+                                                                    backbone.config.hidden_size)
+    # export_saved_model publishes the version whole, so a failed export
+    # leaves no half-written version for TF-Serving to load.
+    existing = version_dirs(args.out) if files.isdir(args.out) else []
+    version = args.version or (existing[-1] + 1 if existing else 1)
+    files.check_new_output(os.path.join(args.out, str(version)), args.overwrite, "version")
+    batching_file = os.path.join(args.out, BATCHING_PARAMETERS_FILE)
+    kept = files.exists(batching_file) and not args.overwrite
+    path = export_saved_model(model, args.out, tokenizer=text.tokenizer, max_length=text.max_length, version=version,
+                              truncate_from=text.truncate_from, max_windows=text.max_windows, precision=precision,
+                              overwrite=args.overwrite, xla=args.xla, replace_batching_parameters=args.overwrite)
+    print(f"Wrote {type(model).__name__} SavedModel ({precision}{', XLA' if args.xla else ''}) to {path}; "
+          + (f"kept the existing {batching_file} (--overwrite replaces it with the suggested one)" if kept
+             else f"suggested batching parameters in {batching_file}"))
+    if args.xla:
+        print(f"Serve it with tensorflow_model_server {XLA_SERVER_FLAG}: without it the first request fails.")
+    elif precision == "float32" and not onednn_enabled():
+        print(f"Notice: TensorFlow runs no oneDNN on this CPU. Exported and served with {ONEDNN_SERVER_ENV} in "
+              f"the environment, this form measured faster on such CPUs, and --xla's form (served with "
+              f"{XLA_SERVER_FLAG}) as fast; see docs/deployment.md.")
+    return 0
+
+
+def _write_web(args, model, text, mediapipe_dir, mediapipe_version):
+    """The web site in --out, with MediaPipe's files where they were found."""
+    from albert_tf.export.web import export_web
+
+    path = export_web(model, args.out, tokenizer=text.tokenizer, mediapipe_dir=mediapipe_dir, overwrite=args.overwrite,
+                      max_length=text.max_length, quantize=args.quantize, representative_texts=_calibration(args),
+                      truncate_from=text.truncate_from, max_windows=text.max_windows)
+    print(f"Wrote a web page running the {type(model).__name__} TFLite model ({args.quantize}) to {path}")
+    if mediapipe_dir is None:
+        print(f"Notice: no {MEDIAPIPE_PACKAGE} found, so the page cannot run yet: {how_to_get_mediapipe()}.")
+    else:
+        print(f"MediaPipe Tasks for Web {mediapipe_version} copied from {mediapipe_dir}"
+              + ("" if mediapipe_version == MEDIAPIPE_VERSION else
+                 f" (the page is tested with {MEDIAPIPE_VERSION})") + ".")
+    print(f"Serve it: cd {args.out} && python -m http.server --bind 127.0.0.1 8000, then open "
+          "http://127.0.0.1:8000/")
+    return 0
+
+
+def _write_tflite(args, model, text):
+    from albert_tf.export import export_tflite
+
     path = export_tflite(
-        model, args.out, tokenizer=tokenizer, max_length=max_length, quantize=args.quantize,
-        representative_texts=texts, batch_size=None if args.dynamic_batch else 1, truncate_from=truncate_from,
-        max_windows=max_windows, metadata=not args.no_metadata, overwrite=args.overwrite,
+        model, args.out, tokenizer=text.tokenizer, max_length=text.max_length, quantize=args.quantize,
+        representative_texts=_calibration(args), batch_size=None if args.dynamic_batch else 1,
+        truncate_from=text.truncate_from, max_windows=text.max_windows, metadata=not args.no_metadata,
+        overwrite=args.overwrite,
     )
     print(f"Wrote {type(model).__name__} TFLite model ({args.quantize}) to {path}")
     return 0
+
+
+def _calibration(args):
+    """The calibration texts --quantize needs, or None."""
+    if args.quantize not in CALIBRATED_MODES:
+        return None
+    return _calibration_texts(args.calibration_text, args.calibration_examples)
 
 
 def _saved_model_precision(requested, hidden_size):

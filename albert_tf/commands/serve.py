@@ -18,16 +18,19 @@ import errno
 import os
 import socket
 import tempfile
+import threading
 
+from albert_tf.commands.export_loading import load_model_to_export
 from albert_tf.commands.flags import add_command
 from albert_tf.export.options import default_max_length
-from albert_tf.export.serving.codec import DEFAULT_MAX_BATCH_SIZE
+from albert_tf.export.batching_parameters import DEFAULT_MAX_BATCH_SIZE, BatchingParameters, parse_batching_parameters
 from albert_tf.export.serving.server import DEFAULT_MAX_BODY_BYTES
 from albert_tf.hub import resolve
 from albert_tf.model_dirs import find_model_dir, find_tokenizer
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import run_dir_of
+from albert_tf.utils.layout import BATCHING_PARAMETERS_FILE, WARMUP_FILE, run_dir_of
+from albert_tf.utils.preemption import sigterm_requests_stop
 
 
 def add_parser(subparsers):
@@ -39,14 +42,15 @@ def add_parser(subparsers):
     parser.add_argument("--host", default="127.0.0.1", help="Address to bind.")
     parser.add_argument("--port", type=int, default=8501, help="Port (8501 is TF-Serving's REST port; 0: any free).")
     parser.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, help="Largest request body.")
-    parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request.")
+    parser.add_argument("--max-batch-size", type=int, default=DEFAULT_MAX_BATCH_SIZE, help="Most rows per request (with --enable-batching, at most the batching "
+                        "parameters' max_batch_size, as TF-Serving allows).")
     parser.add_argument("--enable-model-warmup", action=argparse.BooleanOptionalAction, default=True,
-                        help="Replay the version's assets.extra/tf_serving_warmup_requests before serving, "
+                        help=f"Replay the version's {WARMUP_FILE} before serving, "
                              "as TF-Serving's --enable_model_warmup does.")
     parser.add_argument("--enable-batching", action="store_true",
                         help="Run concurrent requests batched, as TF-Serving's --enable_batching does.")
     parser.add_argument("--batching-parameters-file", metavar="FILE",
-                        help="TF-Serving's batching parameters (text proto), e.g. the batching_parameters.txt "
+                        help=f"TF-Serving's batching parameters (text proto), e.g. the {BATCHING_PARAMETERS_FILE} "
                              "`export` writes beside the versions; default: TF-Serving's defaults.")
     return parser
 
@@ -74,13 +78,11 @@ def run(args):
 
 
 def _export(model_dir, base_path):
+    """`model_dir` exported as `export` writes it (LoRA merged), with the fine-tuning run's text settings."""
     from albert_tf.export import export_saved_model
-    from albert_tf.loading import load_pretrained
-    from albert_tf.recipes.finetune import run_settings
 
     tokenizer = find_tokenizer(model_dir, required=False)
-    model = load_pretrained(model_dir)
-    run = run_settings(model_dir.path)
+    model, run = load_model_to_export(model_dir)
     export_saved_model(model, base_path, tokenizer=tokenizer, max_length=default_max_length(run, model),
                        truncate_from=run.truncate_from, max_windows=run.max_windows)
     return base_path
@@ -88,8 +90,6 @@ def _export(model_dir, base_path):
 
 def _batching_parameters(args):
     """The `BatchingParameters` the flags ask for, or None without --enable-batching."""
-    from albert_tf.export.serving.batching import BatchingParameters, parse_batching_parameters
-
     if args.batching_parameters_file and not args.enable_batching:
         raise UserError("--batching-parameters-file applies with --enable-batching; add it.")
     if not args.enable_batching:
@@ -110,15 +110,29 @@ def _serve(base_path, name, args, batching=None):
     with _address_errors(args.host, args.port):
         server = ModelServer(model, args.host, args.port, args.max_body_bytes, log_requests=True)
     print(f"Serving {model.name} version {model.version} at {server.url} "
-          f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed); "
-          "Ctrl-C stops.", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-        model.close()
+          f"(signatures: {', '.join(sorted(model.signatures))}; {model.warmup_requests} warmup requests replayed"
+          f"{', through the batcher' if model.batching is not None and model.warmup_requests else ''}); Ctrl-C stops.",
+          flush=True)
+    # SIGTERM (what Docker, Kubernetes and systemd send) stops it as Ctrl-C does: the caller's temporary export
+    # is removed on the way out either way.
+    with sigterm_requests_stop() as stop:
+        finished = threading.Event()
+
+        def shut_down_on_sigterm():
+            stop.wait()
+            if not finished.is_set():
+                server.shutdown()  # serve_forever returns within its poll interval
+
+        threading.Thread(target=shut_down_on_sigterm, name="albert-tf-sigterm", daemon=True).start()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            finished.set()
+            stop.set()
+            server.server_close()
+            model.close()
     return 0
 
 

@@ -30,19 +30,17 @@ from google.protobuf.message import DecodeError
 
 from albert_tf import precision as precision_lib
 from albert_tf.export import signatures as signatures_lib
-from albert_tf.export.serving import batching
+from albert_tf.export.batching_parameters import SUGGESTED
 from albert_tf.export.warmup import write_warmup_file
 from albert_tf.export.options import DEFAULT_MAX_LENGTH, EXPORT_PRECISIONS
 from albert_tf.inference import FrozenForward
 from albert_tf.models.pretrained import with_dtype_policy
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import SAVED_MODEL_FILE
+from albert_tf.utils.layout import (ASSETS_EXTRA_DIR, BATCHING_PARAMETERS_FILE, EXPORT_METADATA_FILE,
+                                    SAVED_MODEL_FILE)
 from input_pipeline.tokenizer import CLS_ID, MASK_ID, PAD_ID, SEP_ID, UNK_ID
 
-# TF-Serving ignores assets.extra/ except for warmup records (albert_tf.export.warmup writes them),
-# so export metadata can live there without affecting the server.
-METADATA_FILE = os.path.join("assets.extra", "albert_tf_export.json")
 
 
 def resolve_export_precision(precision, hidden_size, flags=None):
@@ -191,7 +189,7 @@ def export_metadata(interface, max_length, tokenizer, signature_names, truncate_
 
 def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENGTH,
                        version=None, label_names=None, truncate_from="end", max_windows=1, precision="float32",
-                       overwrite=False, xla=False):
+                       overwrite=False, xla=False, replace_batching_parameters=False):
     """Writes `model` as the next version of a TF-Serving model directory.
 
     Args:
@@ -212,10 +210,13 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
             way the weights are constants (see the module docstring). "auto" is the command's,
             resolved by `resolve_export_precision` first.
         overwrite: replace an existing `version` (whole: the old one stays
-            if the export fails).
+            if the export fails); without it an existing (non-empty) version is refused, also one another
+            export writes while this one runs.
         xla: run the forward pass as a function XLA must compile, on the
             float32 weights as variables (see the module docstring); a
             server needs `albert_tf.export.options.XLA_SERVER_FLAG` for it.
+        replace_batching_parameters: write the suggested `BATCHING_PARAMETERS_FILE` over one already in
+            `base_dir` (which a user may have tuned); it is written anyway where there is none.
 
     Returns:
         The path of the written version directory.
@@ -228,7 +229,8 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
     existing = version_dirs(base_dir)
     version = (existing[-1] + 1 if existing else 1) if version is None else int(version)
-    if version < 1 or (version in existing and not overwrite):
+    final = os.path.join(base_dir, str(version))
+    if version < 1 or (version in existing and not overwrite and files.listdir(final)):
         raise UserError(
             f"`version` must be a positive number not already in {base_dir} "
             f"(present: {existing}). Received: version={version}"
@@ -253,19 +255,32 @@ def export_saved_model(model, base_dir, *, tokenizer=None, max_length=DEFAULT_MA
     # restore by these, and tracking through the Keras model misses some.
     # Weights frozen to constants need none.
     module.model_variables = [v.value for v in model.variables] if weights == "variables" else []
-    final = os.path.join(base_dir, str(version))
-    # Published whole: TF-Serving never loads a half-written version.
-    with files.publish(final, (SAVED_MODEL_FILE,)) as staging:
+    # Published whole: TF-Serving never loads a half-written version. Without `overwrite`, a version another
+    # export published meanwhile (two exports to one base path at once) is refused, not replaced.
+    with files.publish(final, (SAVED_MODEL_FILE,), replace=overwrite) as staging:
         tf.saved_model.save(module, staging, signatures=signatures)
         methods = signatures_lib.signature_methods(signatures, interface)
         set_method_names(staging, methods)
         metadata = export_metadata(interface, max_length, tokenizer, signatures, truncate_from, max_windows,
                                    version=version, precision=precision, weights=weights,
                                    compiler="xla" if xla else "none")
-        files.makedirs(os.path.join(staging, "assets.extra"))
+        files.makedirs(os.path.join(staging, ASSETS_EXTRA_DIR))
         # Replayed by TF-Serving (and `albert-tf serve`) at load: the first request is as fast as the next.
         write_warmup_file(staging, signatures, methods, interface.config.vocab_size, max_length)
-        files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
-    # Beside the versions, where TF-Serving's version polling ignores it (not a number).
-    files.write_text(os.path.join(base_dir, batching.SUGGESTED_FILE), batching.SUGGESTED.to_text())
+        files.write_text(os.path.join(staging, EXPORT_METADATA_FILE), json.dumps(metadata, indent=2))
+    write_batching_parameters(base_dir, replace_batching_parameters)
     return final
+
+
+def write_batching_parameters(base_dir, replace=False):
+    """Writes the suggested `BATCHING_PARAMETERS_FILE` into `base_dir` unless one is there; returns whether it did.
+
+    The file is the user's to tune (docs/deployment.md#batching), so a new version keeps it; `replace` writes
+    over it.
+    """
+    path = os.path.join(base_dir, BATCHING_PARAMETERS_FILE)
+    if files.exists(path) and not replace:
+        return False
+    with files.publish(path, directory=False) as staging:
+        files.write_text(staging, SUGGESTED.to_text())
+    return True

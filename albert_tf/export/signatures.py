@@ -43,6 +43,9 @@ import dataclasses
 import tensorflow as tf
 
 from albert_tf.config import AlbertConfig
+from albert_tf.export.signature_names import (  # noqa: F401 - the signatures' public names
+    CLASSIFY_METHOD, EXAMPLES_INPUT, EXAMPLES_SIGNATURE, ID_SIGNATURE, PREDICT_METHOD, REGRESS_METHOD, TEXT_FEATURE,
+    TEXT_PAIR_FEATURE, TEXT_PAIR_SIGNATURE, TEXT_SIGNATURE)
 from input_pipeline import features
 from albert_tf.utils.config_base import check_positive_int
 from albert_tf.utils.errors import UserError
@@ -62,16 +65,6 @@ WINDOWED_KINDS = (CLASSIFIER, MULTI_LABEL, REGRESSOR)
 # Kinds TF-Serving's Classify API answers (every label with its score).
 CLASSIFY_KINDS = (CLASSIFIER, MULTI_LABEL)
 
-ID_SIGNATURE = "serving_default"
-TEXT_SIGNATURE = "serve_text"
-TEXT_PAIR_SIGNATURE = "serve_text_pair"
-EXAMPLES_SIGNATURE = "serve_examples"
-# SignatureDef method names TF-Serving's APIs check (tensorflow/cc/saved_model/signature_constants.h).
-PREDICT_METHOD = "tensorflow/serving/predict"
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
-# The tf.Example features serve_examples reads, and its input (TF-Serving's kClassifyInputs, kRegressInputs).
-TEXT_FEATURE, TEXT_PAIR_FEATURE, EXAMPLES_INPUT = "text", "text_pair", "inputs"
 
 # A QA model's `serve_text` returns answer spans of at most MAX_ANSWER_TOKENS
 # pieces; its question is cut to MAX_QUESTION_TOKENS pieces and the context

@@ -51,7 +51,7 @@ from albert_tf.export.saved_model import check_max_length, export_metadata
 from albert_tf.utils import files
 from input_pipeline import features
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import TFLITE_MODEL_FILE
+from albert_tf.utils.layout import LABELS_FILE, TFLITE_METADATA_FILE, TFLITE_MODEL_FILE
 from input_pipeline.finetuning import text_inputs
 
 # What int8-mixed leaves in float. The attention adds a -10000 padding bias to
@@ -62,7 +62,6 @@ from input_pipeline.finetuning import text_inputs
 # SUB, MUL), SOFTMAX and GELU lose the rest. Keeping all of them float brought
 # the fine-tuned sentiment classifier back within 1 point of float32.
 INT8_MIXED_FLOAT_OPS = ("ADD", "MUL", "SUB", "SOFTMAX", "MEAN", "SQUARED_DIFFERENCE", "RSQRT", "GELU")
-METADATA_FILE = "export.json"
 # Masked positions the pretrainer's TFLite model takes (the original's
 # max_predictions_per_seq); TFLite needs a fixed size.
 DEFAULT_NUM_MASK_POSITIONS = 20
@@ -116,6 +115,38 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         raise ValueError(f"`quantize` must be one of {QUANTIZE_MODES}. Received: quantize={quantize!r}")
     files.check_new_output(out_dir, overwrite, "out_dir")
     interface = signatures_lib.describe_model(model, label_names)
+    tokenizer = _check_request(model, interface, tokenizer, max_length, max_windows, quantize, representative_texts)
+    specs = _input_specs(interface, batch_size, max_length, num_mask_positions)
+    text_classifier = metadata and tokenizer is not None and interface.kind in METADATA_OUTPUTS
+    if text_classifier:
+        check_metadata_length(max_length)
+    serve = _frozen_function(model, interface, specs, text_classifier, quantize)
+    calibration = None
+    if quantize in CALIBRATED_MODES:
+        calibration = _representative_dataset(interface, tokenizer, representative_texts, specs, max_length,
+                                              truncate_from)
+    flatbuffer = _convert(serve, quantize, calibration)
+    if text_classifier:
+        flatbuffer = tflite_metadata.with_text_classifier_metadata(
+            # With the preprocessing inside, where it can be: MediaPipe runs the bare model on raw text.
+            flatbuffer, signatures_lib.ID_SIGNATURE, tokenizer.standalone_model_proto(),
+            interface.label_names if interface.kind in signatures_lib.CLASSIFY_KINDS else None,
+            **_metadata_descriptions(interface),
+        )
+    description = _export_description(interface, max_length, tokenizer, truncate_from, max_windows, quantize,
+                                       batch_size, flatbuffer, text_classifier)
+    # Checked at the start (before the conversion): published, not checked again.
+    # Another export may have written out_dir since: refused then, unless `overwrite`.
+    with files.publish(out_dir, (TFLITE_MODEL_FILE,), name="out_dir", replace=overwrite) as staging:
+        if tokenizer is not None:
+            tokenizer.write(staging)
+        files.write_text(os.path.join(staging, TFLITE_METADATA_FILE), json.dumps(description, indent=2))
+        files.write_bytes(os.path.join(staging, TFLITE_MODEL_FILE), flatbuffer)
+    return os.path.join(files.normpath(out_dir), TFLITE_MODEL_FILE)
+
+
+def _check_request(model, interface, tokenizer, max_length, max_windows, quantize, representative_texts):
+    """Refuses what cannot be exported, before any conversion; returns the tokenizer to ship (or None)."""
     check_max_length(interface, max_length)
     signatures_lib.check_max_windows(interface, max_windows)
     tokenizer = signatures_lib.model_tokenizer(model, tokenizer)
@@ -126,15 +157,21 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
             f"`quantize={quantize!r}` needs a tokenizer and `representative_texts` (real text to "
             "calibrate activation ranges on)."
         )
+    return tokenizer
+
+
+def _input_specs(interface, batch_size, max_length, num_mask_positions):
+    """The id inputs at their fixed sizes (TFLite needs them): `mask_positions` of `num_mask_positions`."""
     specs = signatures_lib.id_input_specs(interface, batch_size, max_length)
     if features.MASK_POSITIONS in specs:
         shape = specs[features.MASK_POSITIONS].shape.as_list()
         shape[-1] = num_mask_positions
         specs[features.MASK_POSITIONS] = tf.TensorSpec(shape, tf.int32, name=features.MASK_POSITIONS)
+    return specs
 
-    text_classifier = metadata and tokenizer is not None and interface.kind in METADATA_OUTPUTS
-    if text_classifier:
-        check_metadata_length(max_length)
+
+def _frozen_function(model, interface, specs, text_classifier, quantize):
+    """The model's forward pass on `specs` with its weights frozen to constants, as a concrete function."""
 
     @tf.function
     def serve(**inputs):
@@ -164,12 +201,14 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         flat = frozen(*[inputs[name] for name in input_order])
         return tf.nest.pack_sequence_as(concrete.structured_outputs, flat)
 
+    return frozen_serve.get_concrete_function(**specs)
+
+
+def _convert(serve, quantize, representative_dataset):
+    """The TFLite flatbuffer (bytes) of a concrete function, builtin ops only, quantized as `quantize` says."""
     # Local scratch (deleted on leaving): the converter reads a local SavedModel.
     with tempfile.TemporaryDirectory() as staging:
-        tf.saved_model.save(
-            tf.Module(), staging,
-            signatures={signatures_lib.ID_SIGNATURE: frozen_serve.get_concrete_function(**specs)},
-        )
+        tf.saved_model.save(tf.Module(), staging, signatures={signatures_lib.ID_SIGNATURE: serve})
         converter = tf.lite.TFLiteConverter.from_saved_model(
             staging, signature_keys=[signatures_lib.ID_SIGNATURE]
         )
@@ -184,9 +223,7 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
                 else tf.lite.OpsSet.TFLITE_BUILTINS_INT8
             )
             converter.target_spec.supported_ops = [integer_ops, tf.lite.OpsSet.TFLITE_BUILTINS]
-            converter.representative_dataset = _representative_dataset(
-                interface, tokenizer, representative_texts, specs, max_length, truncate_from
-            )
+            converter.representative_dataset = representative_dataset
         try:
             if quantize == "int8-mixed":
                 # The quantization debugger's public options are TFLite's way
@@ -197,23 +234,19 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
                         denylisted_ops=list(INT8_MIXED_FLOAT_OPS)
                     ),
                 )
-                flatbuffer = debugger.get_nondebug_quantized_model()
-            else:
-                flatbuffer = converter.convert()
+                return debugger.get_nondebug_quantized_model()
+            return converter.convert()
         except Exception as e:  # the converter raises its own ConverterError
             raise ValueError(
                 f"TFLite conversion with builtin ops only failed (an op would need the Flex "
                 f"delegate, or has no {quantize} kernel): {e}"
             ) from e
 
-    if text_classifier:
-        flatbuffer = tflite_metadata.with_text_classifier_metadata(
-            # With the preprocessing inside, where it can be: MediaPipe runs the bare model on raw text.
-            flatbuffer, signatures_lib.ID_SIGNATURE, tokenizer.standalone_model_proto(),
-            interface.label_names if interface.kind in signatures_lib.CLASSIFY_KINDS else None,
-            **_metadata_descriptions(interface),
-        )
-    metadata = export_metadata(
+
+def _export_description(interface, max_length, tokenizer, truncate_from, max_windows, quantize, batch_size,
+                        flatbuffer, text_classifier):
+    """What `TFLITE_METADATA_FILE` says of the export (the JSON beside the model)."""
+    return export_metadata(
         interface, max_length, tokenizer, [signatures_lib.ID_SIGNATURE], truncate_from, max_windows,
         quantize=quantize,
         batch_size=batch_size,
@@ -226,13 +259,6 @@ def export_tflite(model, out_dir, *, tokenizer=None, max_length=DEFAULT_MAX_LENG
         "byte_fallback, as the sentencepiece library does), pack [CLS] A [SEP] (B [SEP]) with segment ids 0 then 1, truncate to "
         "max_length as truncation says, pad with pad id to max_length (padding_mask 0).",
     )
-    # Checked at the start (before the conversion): published, not checked again.
-    with files.publish(out_dir, (TFLITE_MODEL_FILE,), name="out_dir") as staging:
-        if tokenizer is not None:
-            tokenizer.write(staging)
-        files.write_text(os.path.join(staging, METADATA_FILE), json.dumps(metadata, indent=2))
-        files.write_bytes(os.path.join(staging, TFLITE_MODEL_FILE), flatbuffer)
-    return os.path.join(files.normpath(out_dir), TFLITE_MODEL_FILE)
 
 
 def check_metadata_length(max_length):
@@ -255,7 +281,7 @@ def _metadata_descriptions(interface):
         return dict(
             name="ALBERT text classifier",
             description="Classifies one text" + (f" as {labels}." if labels else "."),
-            output_description="Softmax probability of each class (labels.txt order), shape (1, classes).",
+            output_description=f"Softmax probability of each class ({LABELS_FILE} order), shape (1, classes).",
             score_range=(0.0, 1.0),
         )
     return dict(

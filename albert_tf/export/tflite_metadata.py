@@ -35,6 +35,7 @@ import flatbuffers
 from tensorflow.lite.python import schema_py_generated as tflite_schema
 from tensorflow.lite.tools import flatbuffer_utils
 
+from albert_tf.utils.layout import LABELS_FILE
 from input_pipeline import features
 
 METADATA_NAME = "TFLITE_METADATA"
@@ -44,7 +45,6 @@ MIN_PARSER_VERSION = "1.1.0"
 INPUT_ROLES = {features.TOKEN_IDS: "ids", features.PADDING_MASK: "mask", features.SEGMENT_IDS: "segment_ids"}
 OUTPUT_NAME = "probability"
 TOKENIZER_FILE = "spiece.model"
-LABELS_FILE = "labels.txt"
 
 # Enum values and union type codes of metadata_schema.fbs.
 _TENSOR_AXIS_LABELS = 2

@@ -7,10 +7,12 @@ then finds the graph optimized, its kernels made and its buffers allocated.
 (`WARMUP_BATCH_SIZES`, `warmup_lengths`); `albert-tf serve` replays them too.
 
 The protos (tensorflow_serving/apis/prediction_log.proto and what it
-imports) are written and read here in protobuf's wire format, by hand:
-the `tensorflow-serving-api` package that defines them requires a newer
-TensorFlow than albert-tf does. Only the fields a warmup request sets are
-written: PredictionLog.{classify_log = 2, regress_log = 3, predict_log = 6},
+imports) are written and read here in protobuf's wire format, by hand.
+The `tensorflow-serving-api` package that defines them fits albert-tf's
+TensorFlow (2.20.0 requires tensorflow>=2.20,<3), but it also installs
+grpcio, a gRPC client albert-tf has no use for; the handful of fields a
+warmup request sets costs less written here than that dependency costs
+every user. Only the fields a warmup request sets are written: PredictionLog.{classify_log = 2, regress_log = 3, predict_log = 6},
 each {request = 1}; PredictRequest {model_spec = 1, inputs = 2 (map of
 TensorProto)}; ClassificationRequest and RegressionRequest {model_spec = 1,
 input = 2}; Input {example_list = 1}; ExampleList {examples = 1};
@@ -22,13 +24,17 @@ import os
 
 import numpy as np
 
+from albert_tf.export.batching_parameters import WARMUP_BATCH_SIZES
+from albert_tf.export.signature_names import (CLASSIFY_METHOD, ID_SIGNATURE, REGRESS_METHOD, TEXT_FEATURE,
+                                              TEXT_PAIR_FEATURE)
+from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import WARMUP_FILE
 from input_pipeline import features
 
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
-# Batch sizes a warmup request has: one text, and a batch as clients or the batcher send them.
-WARMUP_BATCH_SIZES = (1, 8)
-# TF-Serving reads at most this many records (servables/tensorflow/saved_model_warmup_util.cc).
+# TF-Serving refuses to load a version whose warmup file holds more records than this
+# (tensorflow_serving/servables/tensorflow/saved_model_warmup_util.h: WarmupConsts::kMaxNumRecords; the check is in
+# saved_model_warmup_util.cc). Batch sizes: `WARMUP_BATCH_SIZES`, tied to the suggested batching parameters.
 MAX_WARMUP_RECORDS = 1000
 PREDICT, CLASSIFY, REGRESS = "predict", "classify", "regress"
 _LOG_FIELDS = {CLASSIFY: 2, REGRESS: 3, PREDICT: 6}
@@ -143,7 +149,7 @@ def parse_prediction_log(data):
     request = next((v for n, v in _fields(log) if n == 1), b"")
     fields = _fields(request)
     spec = next((v for n, v in fields if n == 1), b"")
-    signature_name = next((v for n, v in _fields(spec) if n == 3), b"").decode("utf-8") or "serving_default"
+    signature_name = next((v for n, v in _fields(spec) if n == 3), b"").decode("utf-8") or ID_SIGNATURE
     if kind == PREDICT:
         inputs = {}
         for entry in (v for n, v in fields if n == 2):
@@ -172,8 +178,6 @@ def warmup_requests(signatures, methods, vocab_size, max_length):
     """
     import tensorflow as tf
 
-    from albert_tf.export.signatures import CLASSIFY_METHOD, REGRESS_METHOD
-
     kinds = {CLASSIFY_METHOD: CLASSIFY, REGRESS_METHOD: REGRESS}
     requests = []
     for name in sorted(signatures):
@@ -193,7 +197,9 @@ def write_warmup_file(version_dir, signatures, methods, vocab_size, max_length):
     """Writes `WARMUP_FILE` into a SavedModel version directory (before it is published)."""
     import tensorflow as tf
 
-    requests = warmup_requests(signatures, methods, vocab_size, max_length)[:MAX_WARMUP_RECORDS]
+    requests = warmup_requests(signatures, methods, vocab_size, max_length)
+    if len(requests) > MAX_WARMUP_RECORDS:
+        raise ValueError(f"{len(requests)} warmup requests, more than TF-Serving loads ({MAX_WARMUP_RECORDS}).")
     with tf.io.TFRecordWriter(os.path.join(version_dir, WARMUP_FILE)) as writer:
         for kind, name, inputs in requests:
             writer.write(prediction_log(kind, name, inputs))
@@ -208,19 +214,19 @@ def read_warmup_file(version_dir):
     """
     import tensorflow as tf
 
-    from albert_tf.utils import files
-
     path = os.path.join(version_dir, WARMUP_FILE)
     if not files.isfile(path):
         return []
     requests = []
     try:
-        for record in tf.data.TFRecordDataset(path).take(MAX_WARMUP_RECORDS):
+        for record in tf.data.TFRecordDataset(path).take(MAX_WARMUP_RECORDS + 1):
             requests.append(parse_prediction_log(record.numpy()))
     except (tf.errors.OpError, ValueError) as e:
         message = e.message if isinstance(e, tf.errors.OpError) else str(e)
         raise UserError(f"{path}: not a TFRecord file of TF-Serving PredictionLogs (record {len(requests)}): "
                         f"{message.strip().splitlines()[0]}") from None
+    if len(requests) > MAX_WARMUP_RECORDS:  # TF-Serving's words (saved_model_warmup_util.cc): the load fails
+        raise UserError(f"Number of warmup records exceeds the maximum ({MAX_WARMUP_RECORDS}) at {path}")
     return requests
 
 
@@ -246,8 +252,6 @@ def _input(name, spec, batch, length, vocab_size):
 def _examples(batch, length, pair):
     """Serialized tf.Examples with a `text` (and a `text_pair`) of `length` words."""
     from tensorflow.core.example import example_pb2
-
-    from albert_tf.export.signatures import TEXT_FEATURE, TEXT_PAIR_FEATURE
 
     out = []
     for i in range(batch):

@@ -15,9 +15,10 @@ import os
 
 from albert_tf.export import signatures as signatures_lib
 from albert_tf.export.tflite import export_tflite
-from albert_tf.export.web_site import MODEL_DIR, PAGE_FILE, write_page
+from albert_tf.export.web_site import write_page
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import WEB_MODEL_DIR, WEB_PAGE_FILE
 
 
 def export_web(model, out_dir, *, tokenizer, mediapipe_dir=None, overwrite=False, **tflite_options):
@@ -46,7 +47,7 @@ def export_web(model, out_dir, *, tokenizer, mediapipe_dir=None, overwrite=False
     if tokenizer is None:
         raise UserError("--format web needs the model's tokenizer (MediaPipe tokenizes the typed text with it): "
                         "pass --tokenizer DIR.")
-    with files.publish_output(out_dir, overwrite, (PAGE_FILE,), "out_dir") as staging:
-        export_tflite(model, os.path.join(staging, MODEL_DIR), tokenizer=tokenizer, metadata=True, **tflite_options)
+    with files.publish_output(out_dir, overwrite, (WEB_PAGE_FILE,), "out_dir") as staging:
+        export_tflite(model, os.path.join(staging, WEB_MODEL_DIR), tokenizer=tokenizer, metadata=True, **tflite_options)
         write_page(staging, mediapipe_dir)
-    return os.path.join(files.normpath(out_dir), PAGE_FILE)
+    return os.path.join(files.normpath(out_dir), WEB_PAGE_FILE)

@@ -12,6 +12,7 @@ import subprocess
 
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
+from albert_tf.utils.layout import WEB_MEDIAPIPE_DIR, WEB_MODEL_DIR, WEB_PAGE_FILE, WEB_SCRIPT_FILE
 
 # The @mediapipe/tasks-text release the page is tested with (tests/browser/package.json pins the same).
 MEDIAPIPE_VERSION = "1.0.1"
@@ -24,10 +25,6 @@ MEDIAPIPE_FILES = (
     "wasm/text_wasm_internal.js", "wasm/text_wasm_internal.wasm",
     "wasm/text_wasm_nosimd_internal.js", "wasm/text_wasm_nosimd_internal.wasm",
 )
-PAGE_FILE = "index.html"
-SCRIPT_FILE = "classify.js"
-MODEL_DIR = "model"
-MEDIAPIPE_DIR = "mediapipe"
 _ASSETS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web_page")
 _VERSION_SLOT = "%MEDIAPIPE_VERSION%"
 
@@ -82,14 +79,14 @@ def _package_version(package_dir, name):
 
 def write_page(site_dir, mediapipe_dir=None):
     """Writes the page, its script and (from `mediapipe_dir`, a checked package) MediaPipe's files into `site_dir`."""
-    with open(os.path.join(_ASSETS, PAGE_FILE), encoding="utf-8") as f:
+    with open(os.path.join(_ASSETS, WEB_PAGE_FILE), encoding="utf-8") as f:
         page = f.read().replace(_VERSION_SLOT, MEDIAPIPE_VERSION)
-    files.write_text(os.path.join(site_dir, PAGE_FILE), page)
-    with open(os.path.join(_ASSETS, SCRIPT_FILE), encoding="utf-8") as f:
-        files.write_text(os.path.join(site_dir, SCRIPT_FILE), f.read())
+    files.write_text(os.path.join(site_dir, WEB_PAGE_FILE), page)
+    with open(os.path.join(_ASSETS, WEB_SCRIPT_FILE), encoding="utf-8") as f:
+        files.write_text(os.path.join(site_dir, WEB_SCRIPT_FILE), f.read())
     if mediapipe_dir is None:
         return
     for name in MEDIAPIPE_FILES:
-        target = os.path.join(site_dir, MEDIAPIPE_DIR, name)
+        target = os.path.join(site_dir, WEB_MEDIAPIPE_DIR, name)
         files.makedirs(os.path.dirname(target))
         files.write_bytes(target, files.read_bytes(os.path.join(mediapipe_dir, name)))

@@ -256,7 +256,7 @@ def in_staging(path):
 
 
 @contextlib.contextmanager
-def publish(target, entry_files=(), directory=True, name=None):
+def publish(target, entry_files=(), directory=True, name=None, replace=True):
     """Yields a staging path beside `target`; when the block succeeds, it replaces `target` whole.
 
     The one way every command and the trainer write an output that readers
@@ -281,6 +281,11 @@ def publish(target, entry_files=(), directory=True, name=None):
         directory: whether the block writes a directory (True) or a file (False).
         name: the flag or argument that named `target`, for the error
             raised when its place cannot be written.
+        replace: whether an existing `target` (a file, a non-empty
+            directory) may be replaced. False refuses, and deletes the
+            staging path, when another writer published `target` while the
+            block ran: locally one rename that fails where `target` holds
+            anything, so of two writers exactly one wins.
 
     Raises:
         UserError: naming `target` (and `name`) when its place cannot be
@@ -306,13 +311,68 @@ def publish(target, entry_files=(), directory=True, name=None):
         _staging.add(_place(staging))
     try:
         yield staging
-    except BaseException:
+    except BaseException as error:
         _delete(staging)
+        reason = _write_failure(error)
+        if reason is not None:
+            raise UserError(f"{name + ' ' if name else ''}{target}: cannot write there ({reason}); nothing was "
+                            "written.") from None
         raise
     finally:
         with _staging_lock:
             _staging.discard(_place(staging))
+    if not replace:
+        _put_in_place_if_new(staging, target, name, entry_files)
+        return
     _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
+
+
+# Why a write fails that the user, not the program, must fix: a full disk or quota, a refused permission, a
+# read-only file system. TensorFlow's file system reports them as these status codes (tsl's ErrnoToCode).
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+_TF_RESOURCE_EXHAUSTED, _TF_PERMISSION_DENIED = 8, 7
+
+
+def _write_failure(error):
+    """The reason (one line) of a failed write the user must fix, or None for any other error.
+
+    An OSError of `_WRITE_ERRNOS`, or TensorFlow's error for one (`tf.errors.OpError`, recognized by its
+    `error_code` without importing TensorFlow here).
+    """
+    if isinstance(error, OSError) and error.errno in _WRITE_ERRNOS:
+        return error.strerror or os.strerror(error.errno)
+    if getattr(error, "error_code", None) in (_TF_RESOURCE_EXHAUSTED, _TF_PERMISSION_DENIED) and hasattr(
+            error, "message"):
+        return (error.message.strip().splitlines() or [type(error).__name__])[0]
+    return None
+
+
+def _put_in_place_if_new(staging, target, name, entry_files):
+    """Moves `staging` to `target` unless `target` is a file or a non-empty directory; refuses then."""
+    taken = UserError(f"{name + ' ' if name else ''}{target} was written by another process while this one ran; "
+                      "nothing was replaced (pass --overwrite to replace it, or choose another output).")
+    try:
+        if is_url(target):  # object stores have no rename that fails on an existing name: checked just before
+            if exists(target) and not (isdir(target) and not listdir(target)):
+                raise taken
+            move(staging, target, entry_files)
+            return
+        if not isdir(staging):
+            with open(staging, "rb") as f:  # on disk before the name points to it
+                os.fsync(f.fileno())
+            try:
+                os.link(staging, target)  # fails where `target` exists, unlike a rename
+            except FileExistsError:
+                raise taken from None
+            return
+        try:
+            os.rename(staging, target)  # fails where `target` is a file or a non-empty directory
+        except OSError as error:
+            if error.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR):
+                raise taken from None
+            raise
+    finally:
+        _delete(staging)
 
 
 @contextlib.contextmanager
@@ -416,7 +476,7 @@ def publish_output(path, overwrite, entry_files=(), name="--out", directory=True
     Arguments as `check_new_output` and `publish`.
     """
     check_new_output(path, overwrite, name, directory)
-    return publish(path, entry_files, directory, name)
+    return publish(path, entry_files, directory, name, replace=overwrite)
 
 
 def _put_in_place(staging, target, previous, entry_files):

@@ -33,7 +33,15 @@ Fine-tuning run directory (`albert_tf.recipes.finetune`):
 `albert-tf finetune --out OUT` (and `distill`) writes its run beside OUT, in
 `.unfinished-NAME/` (`unfinished_dir`), which becomes OUT when the run ends.
 
-Exports: a TF-Serving version directory holds saved_model.pb; a TFLite export, model.tflite.
+TF-Serving export (`albert_tf.export.saved_model`), a base path of versions:
+    batching_parameters.txt   TF-Serving's batching parameters `export` suggests (kept once there)
+    N/saved_model.pb          version N's SavedModel, which a loader reads first
+    N/assets.extra/tf_serving_warmup_requests  the requests TF-Serving replays at load
+    N/assets.extra/albert_tf_export.json       what the export holds (TF-Serving ignores it)
+
+TFLite export (`albert_tf.export.tflite`): model.tflite, export.json; labels.txt
+is zipped into a classifier's model.tflite with its metadata. Web site
+(`albert_tf.export.web`): index.html, classify.js, model/, mediapipe/.
 """
 
 import os
@@ -63,7 +71,20 @@ UNFINISHED_PREFIX = ".unfinished-"
 
 # Exports.
 SAVED_MODEL_FILE = "saved_model.pb"  # what a SavedModel loader reads first
+# TF-Serving reads assets.extra/ of a version for its warmup records only
+# (tensorflow_serving/servables/tensorflow/saved_model_warmup_util.cc), so other files can live there too.
+ASSETS_EXTRA_DIR = "assets.extra"
+WARMUP_FILE = os.path.join(ASSETS_EXTRA_DIR, "tf_serving_warmup_requests")
+EXPORT_METADATA_FILE = os.path.join(ASSETS_EXTRA_DIR, "albert_tf_export.json")
+# Beside the versions, where TF-Serving's version polling ignores it (not a number).
+BATCHING_PARAMETERS_FILE = "batching_parameters.txt"
 TFLITE_MODEL_FILE = "model.tflite"
+TFLITE_METADATA_FILE = "export.json"
+LABELS_FILE = "labels.txt"
+WEB_PAGE_FILE = "index.html"
+WEB_SCRIPT_FILE = "classify.js"
+WEB_MODEL_DIR = "model"
+WEB_MEDIAPIPE_DIR = "mediapipe"
 
 # The model directory a run holds, as a reader of a run looks for it: a fine-tuned model before a pretrained one.
 RUN_MODEL_DIRS = (BEST_DIR, FINAL_DIR)

@@ -13,7 +13,7 @@ from scipy.special import softmax
 from albert_tf import AlbertBackbone, AlbertPretrainer, inference
 from albert_tf.export import export_saved_model, load_saved_model, pack_texts, truncated_lengths
 from albert_tf.export.options import DEFAULT_MAX_LENGTH, default_max_length
-from albert_tf.export.saved_model import METADATA_FILE
+from albert_tf.utils.layout import EXPORT_METADATA_FILE
 from albert_tf.models import AlbertClassifier, AlbertQuestionAnswerer
 from albert_tf.recipes import RunSettings
 from export_fixtures import (
@@ -72,7 +72,7 @@ def test_classifier_ids_and_text_signatures_match_keras():
         assert out["label_ids"].tolist() == logits.argmax(-1).tolist()
         assert [l.decode() for l in out["labels"]] == [LABELS[i] for i in logits.argmax(-1)]
 
-    with open(os.path.join(path, METADATA_FILE)) as f:
+    with open(os.path.join(path, EXPORT_METADATA_FILE)) as f:
         metadata = json.load(f)
     assert metadata["kind"] == "classifier" and metadata["label_names"] == LABELS
     assert metadata["max_length"] == MAX_LENGTH
@@ -206,7 +206,7 @@ def test_windowed_serve_text_averages_the_windows_as_the_python_reference(tmp_pa
     # Pairs keep one window; the id signature is unchanged.
     pairs = _call(loaded.signatures["serve_text_pair"], text=np.array(texts, object), text_pair=np.array(texts, object))
     assert pairs["logits"].shape == (len(texts), 2)
-    with open(os.path.join(path, METADATA_FILE)) as f:
+    with open(os.path.join(path, EXPORT_METADATA_FILE)) as f:
         metadata = json.load(f)
     assert metadata["max_windows"] == 3 and "up to 3 near-equal windows" in metadata["long_text"]
 

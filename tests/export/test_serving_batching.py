@@ -7,8 +7,9 @@ import time
 import numpy as np
 import pytest
 
-from albert_tf.export.serving.batching import (SUGGESTED, SUGGESTED_FILE, Batcher, BatchingParameters,
-                                               parse_batching_parameters)
+from albert_tf.export.batching_parameters import SUGGESTED, BatchingParameters, parse_batching_parameters
+from albert_tf.export.serving.batching import Batcher
+from albert_tf.utils.layout import BATCHING_PARAMETERS_FILE
 from albert_tf.export.serving.codec import RequestError
 from albert_tf.utils.errors import UserError
 from cli_helpers import run_cli
@@ -154,5 +155,5 @@ def test_export_writes_the_suggested_file_beside_the_versions():
     from export_fixtures import exported_classifier
 
     base, _ = exported_classifier()
-    with open(os.path.join(base, SUGGESTED_FILE)) as f:
+    with open(os.path.join(base, BATCHING_PARAMETERS_FILE)) as f:
         assert parse_batching_parameters(f.read()) == SUGGESTED

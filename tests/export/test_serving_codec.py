@@ -63,7 +63,6 @@ def test_wrong_dtype_shape_and_names_are_400():
     assert "must hold strings" in refused({"signature_name": "serve_text", "instances": [3]})
     assert "does not have named input(s): ['padding_mask']" in refused({"instances": [{"token_ids": [1]}]})
     assert "not found in signature def" in refused({"signature_name": "nope", "instances": ["a"]})
-    assert "max_batch_size=4" in refused({"signature_name": "serve_text", "instances": ["a"] * 5})
     assert "invalid base64" in refused({"signature_name": "serve_text", "instances": [{"b64": "%%"}]})
 
 
@@ -77,10 +76,11 @@ def test_predict_and_classify_requests_are_checked_alike_up_to_their_rows():
         "Serving signature name: 3 not found in signature def. Available: ['serve_text', 'serving_default']")
     assert refused_example({"signature_name": "nope", "examples": [{}]}) == (
         "Serving signature name: \"nope\" not found in signature def. Available: ['classify_text', 'serving_default']")
+    # TF-Serving's batch queue's words (tensorflow/core/kernels/batching_util/shared_batch_scheduler.h).
     assert refused({"signature_name": "serve_text", "instances": ["a"] * 5}) == (
-        "The request has 5 rows; at most max_batch_size=4 are accepted.")
+        "Task size 5 is larger than maximum input batch size 4")
     assert refused_example({"signature_name": "classify_text", "examples": [{"text": "a"}] * 5}) == (
-        "The request has 5 examples; at most max_batch_size=4 are accepted.")
+        "Task size 5 is larger than maximum input batch size 4")
     name, serialized = parse_examples({"signature_name": "classify_text", "examples": [{"text": "a"}] * 4}, METHODS,
                                       CLASSIFY, max_batch_size=4)
     assert name == "classify_text" and len(serialized) == 4
@@ -118,3 +118,33 @@ def test_tensorflow_assertions_become_their_own_message_on_one_line():
     rank = "assertion failed: [`text` must have rank 1; received shape:] [2 3]"
     assert clean_tf_error(rank + node) == "`text` must have rank 1; received shape: [2 3]"
     assert clean_tf_error("Something else went wrong" + node) == "Something else went wrong"
+
+
+def test_huge_numbers_and_surrogate_feature_names_are_400_not_500():
+    with pytest.raises(RequestError, match="JSON Parse error: Exceeds the limit") as error:
+        decode_json(b'{"instances": [' + b"7" * 5000 + b"]}")
+    assert error.value.status == 400
+    floats = {"x": tf.TensorSpec((None,), tf.float32)}
+    message = refused({"instances": [10**400]}, parse=lambda r: parse_predict(r, {"serving_default": floats}))
+    assert message == "Input `x` holds a number outside the float32 range."
+    assert refused_example({"signature_name": "classify_text", "examples": [{"text": "a", "f": [1.5, 10**400]}]}) == (
+        "Feature \"f\" of element 0 of 'examples' holds a number outside the float range.")
+    request = decode_json(b'{"signature_name": "classify_text", "examples": [{"\\ud800x": "a"}]}')
+    message = refused_example(request)
+    assert "its name holds a lone surrogate (\\ud800)" in message
+
+
+def test_the_batch_size_is_checked_before_any_input_converts(monkeypatch):
+    from albert_tf.export.serving import codec
+
+    monkeypatch.setattr(codec, "to_array", lambda *a: pytest.fail("converted before the batch size was checked"))
+    rows = [{"token_ids": [1] * 1000, "padding_mask": [1] * 1000}] * 5
+    assert refused({"instances": rows}).startswith("Task size 5 ")
+    assert refused({"inputs": {"token_ids": [[1]] * 5, "padding_mask": [[1]] * 5}}).startswith("Task size 5 ")
+
+
+def test_raw_text_sent_to_the_id_signature_names_serve_text():
+    message = refused({"instances": [{"token_ids": "a fine film", "padding_mask": [1]}]})
+    assert "must hold integers" in message and '"signature_name": "serve_text"' in message
+    message = refused({"instances": [{"token_ids": [1.5], "padding_mask": [1]}]})
+    assert "serve_text" not in message

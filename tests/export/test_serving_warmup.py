@@ -11,10 +11,14 @@ from tensorflow_serving.apis import prediction_log_pb2
 
 from albert_tf.export.serving import ServingModel
 from albert_tf.export.signatures import EXAMPLES_SIGNATURE
-from albert_tf.export.warmup import (CLASSIFY, PREDICT, REGRESS, WARMUP_BATCH_SIZES, WARMUP_FILE, parse_prediction_log,
-                                     prediction_log, warmup_lengths)
+from albert_tf.export.batching_parameters import (SUGGESTED, WARMUP_BATCH_SIZES, BatchingParameters,
+                                                  parse_batching_parameters)
+from albert_tf.export.serving import RequestError
+from albert_tf.export.warmup import CLASSIFY, PREDICT, REGRESS, parse_prediction_log, prediction_log, warmup_lengths
+from albert_tf.utils.layout import BATCHING_PARAMETERS_FILE, WARMUP_FILE
 from albert_tf.utils.errors import UserError
-from export_fixtures import MAX_LENGTH, exported_classifier, exported_regressor
+from export_fixtures import (MAX_LENGTH, exported_classifier, exported_question_answerer, exported_regressor,
+                             exported_tagger)
 
 
 def _records(version_dir):
@@ -54,7 +58,7 @@ def test_the_export_holds_a_request_per_signature_batch_size_and_length_tf_servi
     expected = {(name, b, n, None) for name in ("serving_default", "serve_text", "serve_text_pair") for b, n in sizes}
     expected |= {(EXAMPLES_SIGNATURE, b, n, pair) for b, n in sizes for pair in (False, True)}
     assert seen == expected and len(logs) == len(expected)
-    assert warmup_lengths(MAX_LENGTH) == (16, MAX_LENGTH) and WARMUP_BATCH_SIZES == (1, 8)
+    assert warmup_lengths(MAX_LENGTH) == (16, MAX_LENGTH) and WARMUP_BATCH_SIZES == (1, SUGGESTED.max_batch_size)
     assert warmup_lengths(128) == (16, 32, 64, 128) and warmup_lengths(100) == (16, 32, 64, 100)
     assert warmup_lengths(8) == (8,)
 
@@ -108,3 +112,54 @@ def test_serve_replays_every_record_at_load_and_a_broken_file_fails_the_load(tmp
         ServingModel(str(base))
     os.remove(warmup)
     assert ServingModel(str(base)).warmup_requests == 0
+
+
+def _batch_size(log):
+    kind = log.WhichOneof("log_type")
+    if kind != "predict_log":
+        return len(getattr(log, kind).request.input.example_list.examples)
+    return max(tf.make_ndarray(p).shape[0] for p in log.predict_log.request.inputs.values())
+
+
+@pytest.mark.parametrize("export", [
+    exported_classifier,
+    pytest.param(exported_regressor, marks=pytest.mark.slow),
+    pytest.param(exported_tagger, marks=pytest.mark.slow),
+    pytest.param(exported_question_answerer, marks=pytest.mark.slow),
+])
+def test_every_warmup_record_passes_the_batcher_the_suggested_file_configures(export):
+    # TF-Serving replays the records through its batching session (saved_model_bundle_factory.cc), whose queue
+    # refuses a task larger than max_batch_size: one failed record fails the load.
+    base, version = export()
+    with open(os.path.join(base, BATCHING_PARAMETERS_FILE)) as f:
+        params = parse_batching_parameters(f.read())
+    logs = _records(version)
+    assert max(_batch_size(log) for log in logs) == params.max_batch_size
+    model = ServingModel(base, batching=params)
+    try:
+        assert model.warmup_requests == len(logs) > 0
+        # And a request larger than the queue takes gets TF-Serving's answer.
+        with pytest.raises(RequestError) as error:
+            model.predict({"instances": [{n: [1] for n in model.input_specs["serving_default"]}]
+                           * (params.max_batch_size + 1)})
+        assert (error.value.status, error.value.message) == (
+            400, f"Task size {params.max_batch_size + 1} is larger than maximum input batch size {params.max_batch_size}")
+    finally:
+        model.close()
+
+
+def test_warmup_runs_through_the_batcher_so_a_smaller_queue_fails_the_load():
+    with pytest.raises(UserError, match=r"record \d+ \(\w+\) failed: Task size \d+ is larger than maximum input "
+                                        r"batch size 1"):
+        ServingModel(exported_classifier()[0], batching=BatchingParameters(max_batch_size=1, num_batch_threads=1))
+
+
+def test_more_warmup_records_than_tf_serving_reads_fail_the_load(tmp_path):
+    base = tmp_path / "model"
+    shutil.copytree(exported_classifier()[0], base)
+    record = prediction_log(PREDICT, "serve_text", {"text": np.array([b"a fine film"], object)})
+    with tf.io.TFRecordWriter(str(base / "1" / WARMUP_FILE)) as writer:
+        for _ in range(1001):
+            writer.write(record)
+    with pytest.raises(UserError, match=r"Number of warmup records exceeds the maximum \(1000\)"):
+        ServingModel(str(base))

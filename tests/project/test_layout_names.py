@@ -8,13 +8,18 @@ and comments describe the layout to a reader and are left alone.
 """
 
 import ast
+import os
 
 from albert_tf.utils import layout
 from source_scan import ROOT, modules
 
 HOME = ROOT / "albert_tf" / "utils" / "layout.py"
 NAMES = (layout.DATA_METADATA_FILE, layout.FINETUNE_RUN_FILE, layout.SAVED_MODEL_FILE, layout.TFLITE_MODEL_FILE,
-         layout.UNFINISHED_PREFIX, layout.TRAINING_CONFIG_FILE, layout.FINAL_STEP_FILE, layout.TRAIN_LOG_FILE)
+         layout.UNFINISHED_PREFIX, layout.TRAINING_CONFIG_FILE, layout.FINAL_STEP_FILE, layout.TRAIN_LOG_FILE,
+         # What an export writes (the web site's "model" and "mediapipe" directories are words too common to scan).
+         layout.ASSETS_EXTRA_DIR, os.path.basename(layout.WARMUP_FILE), os.path.basename(layout.EXPORT_METADATA_FILE),
+         layout.BATCHING_PARAMETERS_FILE, layout.TFLITE_METADATA_FILE, layout.LABELS_FILE, layout.WEB_PAGE_FILE,
+         layout.WEB_SCRIPT_FILE)
 
 
 def _docstrings(tree):

@@ -15,7 +15,7 @@ from albert_tf.utils.lazy import lazy_names
 
 # Public name -> module that defines it.
 _EXPORTS = {
-    "DEFAULT_MAX_BATCH_SIZE": "albert_tf.export.serving.codec",
+    "DEFAULT_MAX_BATCH_SIZE": "albert_tf.export.batching_parameters",
     "RequestError": "albert_tf.export.serving.codec",
     "ServingModel": "albert_tf.export.serving.model",
     "DEFAULT_MAX_BODY_BYTES": "albert_tf.export.serving.server",

@@ -1,132 +1,25 @@
-"""Server-side batching as TF-Serving does it: its `batching_parameters` file, and a batcher over a signature.
-
-The file is TF-Serving's `BatchingParameters` text proto (what
-`tensorflow_model_server --enable_batching --batching_parameters_file=F`
-reads), e.g.
-
-    max_batch_size { value: 32 }
-    batch_timeout_micros { value: 2000 }
-    num_batch_threads { value: 2 }
-    max_enqueued_batches { value: 64 }
-    allowed_batch_sizes: 8
-    allowed_batch_sizes: 32
-    pad_variable_length_inputs: false
+"""Server-side batching as TF-Serving does it: a batcher over a signature.
 
 `Batcher` merges concurrent requests to one signature (same shapes past the
 batch; with pad_variable_length_inputs, padded with zeros to the longest)
 into one call of at most max_batch_size rows, waiting at most
 batch_timeout_micros for a batch to fill, on num_batch_threads threads;
-a batch is padded to the next allowed size with copies of its first row,
-and each request gets its own rows back. A request joining a queue that
-already holds max_enqueued_batches full batches is refused (503), as
-TF-Serving does. No TensorFlow here: the batcher calls the function it is given.
+a batch is padded to the next allowed size with copies of the first row of
+its last request, and each request gets its own rows back. A request of
+more than max_batch_size rows is refused (400), and one joining a queue that
+already holds max_enqueued_batches full batches too (503), as TF-Serving
+does (tensorflow_serving/batching/batching_session.cc, over TensorFlow's
+shared_batch_scheduler.h). The parameters are
+`albert_tf.export.batching_parameters`'. No TensorFlow here: the batcher
+calls the function it is given.
 """
 
-import dataclasses
-import os
-import re
 import threading
 import time
 from http import HTTPStatus
 
+from albert_tf.export.batching_parameters import task_too_large
 from albert_tf.export.serving.codec import RequestError
-from albert_tf.utils.errors import UserError
-
-# The file `export` writes beside the version directories: a suggestion for TF-Serving and `albert-tf serve`.
-SUGGESTED_FILE = "batching_parameters.txt"
-
-
-@dataclasses.dataclass(frozen=True)
-class BatchingParameters:
-    """TF-Serving's BatchingParameters, with its defaults (session_bundle_config.proto)."""
-
-    max_batch_size: int = 1000
-    batch_timeout_micros: int = 0
-    num_batch_threads: int = dataclasses.field(default_factory=lambda: os.cpu_count() or 1)
-    max_enqueued_batches: int = 10
-    allowed_batch_sizes: tuple = ()
-    pad_variable_length_inputs: bool = False
-
-    def to_text(self):
-        """The text proto TF-Serving's --batching_parameters_file reads."""
-        lines = [f"{name} {{ value: {getattr(self, name)} }}" for name in _WRAPPED]
-        lines += [f"allowed_batch_sizes: {size}" for size in self.allowed_batch_sizes]
-        lines.append(f"pad_variable_length_inputs: {str(self.pad_variable_length_inputs).lower()}")
-        return "\n".join(lines) + "\n"
-
-
-# Fields TF-Serving wraps in google.protobuf.Int64Value ("name { value: N }").
-_WRAPPED = ("max_batch_size", "batch_timeout_micros", "num_batch_threads", "max_enqueued_batches")
-_TOKEN = re.compile(r'\s*(?:#[^\n]*|([A-Za-z_][A-Za-z_0-9]*|-?\d+|[{}:]|"[^"\n]*"))')
-
-
-def parse_batching_parameters(text, path="--batching-parameters-file"):
-    """TF-Serving's batching parameters text -> `BatchingParameters`.
-
-    Raises:
-        UserError: naming `path`, for a field TF-Serving does not know (or this
-            server does not: thread pool and batch splitting options) or a bad value.
-    """
-    tokens, position = [], 0
-    while position < len(text):
-        match = _TOKEN.match(text, position)
-        if not match or match.end() == position:
-            if text[position:].strip() == "":
-                break
-            raise UserError(f"{path}: cannot read {text[position:position + 30]!r} (a text proto: "
-                            "`max_batch_size { value: 32 }`, `allowed_batch_sizes: 8`).")
-        position = match.end()
-        if match.group(1):
-            tokens.append(match.group(1))
-    values, allowed, i = {}, [], 0
-
-    def expect(token):
-        nonlocal i
-        if i >= len(tokens) or tokens[i] != token:
-            got = tokens[i] if i < len(tokens) else "the end of the file"
-            raise UserError(f"{path}: expected {token!r} after {tokens[i - 1]!r}, found {got!r}.")
-        i += 1
-
-    def integer(name):
-        nonlocal i
-        if i >= len(tokens) or not re.fullmatch(r"-?\d+", tokens[i]):
-            raise UserError(f"{path}: {name} needs an integer value.")
-        i += 1
-        return int(tokens[i - 1])
-
-    while i < len(tokens):
-        name = tokens[i]
-        i += 1
-        if name in _WRAPPED:
-            if i < len(tokens) and tokens[i] == ":":
-                i += 1
-            expect("{")
-            expect("value")
-            expect(":")
-            values[name] = integer(name)
-            expect("}")
-        elif name == "allowed_batch_sizes":
-            expect(":")
-            allowed.append(integer(name))
-        elif name == "pad_variable_length_inputs":
-            expect(":")
-            if i >= len(tokens) or tokens[i] not in ("true", "false"):
-                raise UserError(f"{path}: pad_variable_length_inputs must be true or false.")
-            values[name] = tokens[i] == "true"
-            i += 1
-        else:
-            raise UserError(f"{path}: unknown field {name!r}; this server reads {', '.join(_WRAPPED)}, "
-                            "allowed_batch_sizes and pad_variable_length_inputs.")
-    params = BatchingParameters(**values, allowed_batch_sizes=tuple(allowed))
-    for name in _WRAPPED:
-        if getattr(params, name) < (0 if name == "batch_timeout_micros" else 1):
-            raise UserError(f"{path}: {name} must be {'>= 0' if name == 'batch_timeout_micros' else '>= 1'}. "
-                            f"Received: {getattr(params, name)}")
-    if allowed and (any(b <= a for a, b in zip(allowed, allowed[1:])) or allowed[0] < 1
-                    or allowed[-1] != params.max_batch_size):
-        raise UserError(f"{path}: allowed_batch_sizes must increase, from >= 1, and end with max_batch_size="
-                        f"{params.max_batch_size} (as TF-Serving requires). Received: {allowed}")
-    return params
 
 
 class _Task:
@@ -157,8 +50,7 @@ class Batcher:
         """Runs `signature_name` on `arrays` within a batch; returns this request's rows of the outputs."""
         rows = next(iter(arrays.values())).shape[0]
         if rows > self.params.max_batch_size:
-            raise RequestError(f"Task size {rows} is larger than maximum input batch size "
-                               f"{self.params.max_batch_size} (max_batch_size of the batching parameters).")
+            raise RequestError(task_too_large(rows, self.params.max_batch_size))
         task = _Task(arrays, rows)
         with self._condition:
             queue = self._queues.setdefault(self._key(signature_name, arrays), [])
@@ -244,6 +136,7 @@ class Batcher:
         import numpy as np
 
         rows = sum(t.rows for t in tasks)
+        # tensorflow_serving/batching/batching_util.cc: RoundToLowestAllowedBatchSize.
         target = next((size for size in self.params.allowed_batch_sizes if size >= rows), rows)
         merged = {}
         for name in tasks[0].arrays:
@@ -253,14 +146,10 @@ class Batcher:
                 parts = [np.pad(p, [(0, 0)] + [(0, int(m - s)) for m, s in zip(longest, p.shape[1:])],
                                 constant_values=b"" if p.dtype == object else 0) for p in parts]
             array = np.concatenate(parts)
-            if target > rows:  # TF-Serving pads a batch to an allowed size with copies of its first row
-                array = np.concatenate([array, np.repeat(array[:1], target - rows, axis=0)])
+            if target > rows:
+                # batching_session.cc (MergeInputTensors) pads to the lowest allowed batch size with copies of the
+                # last task's first row: a row some request sent, so valid for the model.
+                last = parts[-1][:1]
+                array = np.concatenate([array, np.repeat(last, target - rows, axis=0)])
             merged[name] = array
         return merged
-
-
-# What `export` suggests: the batching row of bench/results/serving_batching.md with the most requests/s and the
-# lowest p99 at 4 and 16 clients (1.04x and 1.12x no batching's requests/s there, 0.86x at one client, on 2 cores;
-# docs/deployment.md#batching).
-SUGGESTED = BatchingParameters(max_batch_size=4, batch_timeout_micros=1000, num_batch_threads=2,
-                               max_enqueued_batches=64, allowed_batch_sizes=(), pad_variable_length_inputs=False)

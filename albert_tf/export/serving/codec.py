@@ -10,7 +10,11 @@ Request (`POST ...:predict`):
 Strings are JSON strings or {"b64": "..."}.
 
 Response: row format -> {"predictions": [...]}, columnar -> {"outputs": ...};
-with a single output its name is dropped, as TF-Serving does.
+with a single output its name is dropped, as TF-Serving does. An error is
+{"error": "one line"} (tensorflow_serving/util/json_tensor.cc:
+MakeJsonFromStatus), with the HTTP status TF-Serving maps its status code to
+(tensorflow_serving/model_servers/http_server.cc: ToHTTPStatusCode): every
+malformed request is 400, never 500.
 
 Classify and regress (`POST ...:classify`, `...:regress`):
     {"signature_name": S, "context": {...}, "examples": [{"text": "..."}, ...]}
@@ -26,7 +30,8 @@ import json
 import re
 from http import HTTPStatus
 
-DEFAULT_MAX_BATCH_SIZE = 256
+from albert_tf.export.batching_parameters import DEFAULT_MAX_BATCH_SIZE, task_too_large
+from albert_tf.export.signature_names import ID_SIGNATURE, TEXT_SIGNATURE
 # A predict body nests at most: object, "instances" list, row object, then the
 # input's own dimensions (rank <= 3 here). 32 leaves room and stops a body
 # nested thousands deep before anything recurses over it.
@@ -66,6 +71,8 @@ def decode_json(body, max_depth=MAX_JSON_DEPTH):
         raise RequestError(f"JSON Parse error: {e}") from e
     except RecursionError as e:
         raise RequestError(f"JSON Parse error: the body nests lists/objects more than {max_depth} deep.") from e
+    except ValueError as e:  # an integer of more digits than Python converts (sys.get_int_max_str_digits)
+        raise RequestError(f"JSON Parse error: {e}") from e
     depth = json_depth(value)
     if depth > max_depth:
         raise RequestError(
@@ -109,13 +116,30 @@ def parse_predict(request, input_specs, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
         raise RequestError("The request must have exactly one of 'instances' (row format) or 'inputs' (columnar format).")
     row_format = "instances" in request
     values = _rows_to_columns(request["instances"], specs) if row_format else _columns(request["inputs"], specs)
-    arrays = {name: to_array(values[name], specs[name], name) for name in specs}
+    # Before any conversion: a body of many rows costs its size in Python objects, not a copy per row.
+    _check_batch_size(max((len(v) for v in values.values() if isinstance(v, list)), default=None), max_batch_size)
+    try:
+        arrays = {name: to_array(values[name], specs[name], name) for name in specs}
+    except RequestError as e:
+        if signature_name == ID_SIGNATURE and TEXT_SIGNATURE in input_specs and _holds_text(values):
+            e.message += (f' Raw text goes to the text signature: "signature_name": "{TEXT_SIGNATURE}" '
+                          '(it tokenizes in the model).')
+        raise
     batch_sizes = {a.shape[0] if a.ndim else None for a in arrays.values()}
     if len(batch_sizes) > 1:
         shapes = {n: a.shape for n, a in arrays.items()}
         raise RequestError(f"All inputs must have the same batch size (first dimension). Received: {shapes}")
-    _check_batch_size(batch_sizes.pop(), "rows", max_batch_size)
     return signature_name, arrays, row_format
+
+
+def _holds_text(values):
+    """Whether the first leaf of any input's value is a JSON string."""
+    for value in values.values():
+        while isinstance(value, list) and value:
+            value = value[0]
+        if isinstance(value, str):
+            return True
+    return False
 
 
 def parse_examples(request, method_names, method, max_batch_size=DEFAULT_MAX_BATCH_SIZE):
@@ -142,7 +166,7 @@ def parse_examples(request, method_names, method, max_batch_size=DEFAULT_MAX_BAT
         raise RequestError("'examples' must be a non-empty list of JSON objects, one per tf.Example.")
     if not isinstance(context, dict):
         raise RequestError("'context' must be a JSON object of features.")
-    _check_batch_size(len(examples), "examples", max_batch_size)
+    _check_batch_size(len(examples), max_batch_size)
     serialized = []
     for i, example in enumerate(examples):
         if not isinstance(example, dict):
@@ -170,7 +194,7 @@ def _signature_name(request, keys, expected, signatures):
     unknown = sorted(set(request) - {"signature_name", *keys})
     if unknown:
         raise RequestError(f"Unknown request keys {unknown}; expected {expected}.")
-    signature_name = request.get("signature_name", "serving_default")
+    signature_name = request.get("signature_name", ID_SIGNATURE)
     if not isinstance(signature_name, str) or signature_name not in signatures:
         raise RequestError(
             f"Serving signature name: {json.dumps(signature_name)} not found in signature def. "
@@ -179,10 +203,10 @@ def _signature_name(request, keys, expected, signatures):
     return signature_name
 
 
-def _check_batch_size(size, unit, max_batch_size):
-    """Refuses a request of more than `max_batch_size` `unit` ("rows", "examples"); a size of None has no batch."""
+def _check_batch_size(size, max_batch_size):
+    """Refuses a request of more than `max_batch_size` rows as TF-Serving's batch queue does; None: no batch."""
     if size is not None and size > max_batch_size:
-        raise RequestError(f"The request has {size} {unit}; at most max_batch_size={max_batch_size} are accepted.")
+        raise RequestError(task_too_large(size, max_batch_size))
 
 
 def to_example(features, index=0):
@@ -192,8 +216,9 @@ def to_example(features, index=0):
     example = example_pb2.Example()
     for name, value in features.items():
         values = value if isinstance(value, list) else [value]
+        where = f"Feature {_shown(name)} of element {index} of 'examples'"
+        _check_text(name, where + ": its name")
         feature = example.features.feature[name]
-        where = f"Feature `{name}` of element {index} of 'examples'"
         if all(isinstance(v, str) or (isinstance(v, dict) and set(v) == {"b64"}) for v in values):
             feature.bytes_list.value.extend(_to_bytes(v, name) for v in values)
         elif all(isinstance(v, int) and not isinstance(v, bool) for v in values):
@@ -201,7 +226,10 @@ def to_example(features, index=0):
                 raise RequestError(f"{where} holds an integer outside the int64 range.")
             feature.int64_list.value.extend(values)
         elif all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values):
-            feature.float_list.value.extend(values)
+            try:
+                feature.float_list.value.extend(values)
+            except OverflowError:
+                raise RequestError(f"{where} holds a number outside the float range.") from None
         else:
             raise RequestError(f"{where} must be a string, {{\"b64\": ...}}, a number or a list of one kind of "
                                f"them. Received the value {_shown(value)}")
@@ -263,7 +291,10 @@ def to_array(value, spec, name):
             raise RequestError(
                 f"Input `{name}` must hold numbers ({spec.dtype.name}). Received the value {_shown(leaves[bad])}"
             )
-        array = np.array(leaves, dtype=spec.dtype.as_numpy_dtype).reshape(shape)
+        try:
+            array = np.array(leaves, dtype=spec.dtype.as_numpy_dtype).reshape(shape)
+        except OverflowError:
+            raise RequestError(f"Input `{name}` holds a number outside the {spec.dtype.name} range.") from None
     else:
         raise RequestError(f"Input `{name}` has dtype {spec.dtype.name}, which this server does not accept.")
     if not spec.shape.is_compatible_with(array.shape):
@@ -372,17 +403,23 @@ def _shape_and_leaves(value, name):
     return (), [value]
 
 
+def _check_text(value, where):
+    """`value` (a str) as UTF-8 bytes; a lone surrogate is a RequestError naming `where`.
+
+    JSON's \\uD800-style escapes decode to lone surrogates, which no UTF-8 text
+    holds; the model's string ops and protobuf's strings would reject them anyway.
+    """
+    try:
+        return value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        bad = value[e.start:e.end].encode("unicode_escape").decode("ascii")
+        raise RequestError(f"{where} holds a lone surrogate ({bad}) at character {e.start}: not valid Unicode "
+                           "text.") from e
+
+
 def _to_bytes(value, name):
     if isinstance(value, str):
-        try:
-            return value.encode("utf-8")
-        except UnicodeEncodeError as e:
-            # JSON's \uD800-style escapes decode to lone surrogates, which no
-            # UTF-8 text holds; the model's string ops would reject them anyway.
-            bad = value[e.start:e.end].encode("unicode_escape").decode("ascii")
-            raise RequestError(
-                f"Input `{name}` holds a lone surrogate ({bad}) at character {e.start}: not valid Unicode text."
-            ) from e
+        return _check_text(value, f"Input `{name}`")
     if isinstance(value, dict):
         try:
             return base64.b64decode(value["b64"], validate=True)

@@ -4,14 +4,15 @@ import gc
 import os
 from http import HTTPStatus
 
+from albert_tf.export.batching_parameters import DEFAULT_MAX_BATCH_SIZE
 from albert_tf.export.saved_model import load_saved_model, version_dirs
-from albert_tf.export.signatures import CLASSIFY_METHOD, EXAMPLES_INPUT, REGRESS_METHOD
-from albert_tf.export.warmup import PREDICT, WARMUP_FILE, read_warmup_file
+from albert_tf.export.signature_names import CLASSIFY_METHOD, EXAMPLES_INPUT, REGRESS_METHOD
+from albert_tf.export.warmup import PREDICT, read_warmup_file
 from albert_tf.export.serving import codec
 from albert_tf.export.serving.batching import Batcher
 from albert_tf.utils import files
 from albert_tf.utils.errors import UserError
-from albert_tf.utils.layout import SAVED_MODEL_FILE
+from albert_tf.utils.layout import SAVED_MODEL_FILE, WARMUP_FILE
 
 
 class ServingModel:
@@ -20,14 +21,16 @@ class ServingModel:
     Args:
         base_path: the directory holding numbered versions (`1/`, `2/`, ...).
         name: the model name in request paths; default: the directory's name.
-        max_batch_size: most rows a request may hold.
+        max_batch_size: most rows a request may hold; with `batching`, at most its max_batch_size, the limit
+            TF-Serving's batch queue applies.
         warmup: replay the version's `assets.extra/tf_serving_warmup_requests` before answering, as
             TF-Serving does (its --enable_model_warmup); `warmup_requests` says how many ran.
-        batching: a `batching.BatchingParameters`: concurrent requests run batched, as TF-Serving's
-            --enable_batching runs them; None runs each request alone. `close()` stops its threads.
+        batching: a `BatchingParameters`: concurrent requests run batched, as TF-Serving's
+            --enable_batching runs them, warmup requests included; None runs each request alone.
+            `close()` stops its threads.
     """
 
-    def __init__(self, base_path, name=None, max_batch_size=codec.DEFAULT_MAX_BATCH_SIZE, warmup=True,
+    def __init__(self, base_path, name=None, max_batch_size=DEFAULT_MAX_BATCH_SIZE, warmup=True,
                  batching=None):
         versions = version_dirs(base_path)
         if not versions:
@@ -37,20 +40,29 @@ class ServingModel:
             )
         self.name = name or os.path.basename(files.normpath(base_path))
         self.version = versions[-1]
-        self.max_batch_size = int(max_batch_size)
+        self.max_batch_size = int(max_batch_size if batching is None else min(max_batch_size,
+                                                                                   batching.max_batch_size))
         path = os.path.join(base_path, str(self.version))
         self._loaded = load_saved_model(path)
         self.signatures = dict(self._loaded.signatures)
         self.input_specs = {name: fn.structured_input_signature[1] for name, fn in self.signatures.items()}
         self._signature_defs = _signature_defs(path, self.signatures)
         self.method_names = {name: d["method_name"] for name, d in self._signature_defs.items()}
-        self.warmup_requests = self._warm_up(path) if warmup else 0
+        # TF-Serving wraps the session for batching, then replays the warmup records through it
+        # (tensorflow_serving/servables/tensorflow/saved_model_bundle_factory.cc: WrapSessionForBatching;
+        # saved_model_warmup.cc: RunSavedModelWarmup, for every version it loads; this server loads one).
+        self.batching = batching
+        self._batcher = Batcher(self._call, batching) if batching is not None else None
+        try:
+            self.warmup_requests = self._warm_up(path) if warmup else 0
+        except BaseException:
+            self.close()
+            raise
         # The loaded model's Python objects live as long as the server: out of the garbage collector's
         # sight, a full collection no longer walks them in the middle of a request (the first one after
         # the load met it: 2x the steady latency; bench/results/serving_warmup.md).
         gc.collect()
         gc.freeze()
-        self._batcher = Batcher(self._call, batching) if batching is not None else None
 
     def close(self):
         """Stops the batching threads, if any."""
@@ -58,7 +70,10 @@ class ServingModel:
             self._batcher.close()
 
     def _warm_up(self, path):
-        """Runs every warmup request of the version; returns how many. A failing one fails the load, as in TF-Serving."""
+        """Runs every warmup request of the version, through the batcher when batching; returns how many.
+
+        A failing one fails the load, as in TF-Serving (saved_model_warmup_util.cc).
+        """
         requests = read_warmup_file(path)
         for i, (kind, signature_name, inputs) in enumerate(requests):
             if signature_name not in self.signatures:
@@ -66,7 +81,7 @@ class ServingModel:
                                 f"{signature_name!r}, which the model lacks (it has {sorted(self.signatures)}).")
             arrays = inputs if kind == PREDICT else {EXAMPLES_INPUT: _strings(inputs)}
             try:
-                self._call(signature_name, arrays)
+                self.run(signature_name, arrays)
             except codec.RequestError as e:
                 raise UserError(f"{os.path.join(path, WARMUP_FILE)}: record {i} ({signature_name}) failed: "
                                 f"{e.message}") from None

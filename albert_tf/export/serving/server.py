@@ -126,7 +126,8 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self):
         length = self.headers.get("Content-Length")
-        if length is None or not length.isdigit():
+        # ASCII digits only: str.isdigit() also takes "²" and other digits int() refuses.
+        if length is None or not re.fullmatch(r"[0-9]+", length.strip()):
             self.close_connection = True
             raise RequestError("The request needs a Content-Length header (chunked bodies are not supported).")
         length = int(length)
