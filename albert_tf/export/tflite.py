@@ -273,8 +273,9 @@ def _metadata_descriptions(interface):
         return dict(
             name="ALBERT multi-label text classifier",
             description="Tags one text with any of its labels" + (f" ({labels})." if labels else "."),
-            output_description="Independent sigmoid probability of each label (labels.txt order), shape "
-            "(1, labels): no softmax; a label applies at or above its threshold (export.json's thresholds).",
+            output_description=f"Independent sigmoid probability of each label ({LABELS_FILE} order), shape "
+            f"(1, labels): no softmax; a label applies at or above its threshold ({TFLITE_METADATA_FILE}'s "
+            "thresholds).",
             score_range=(0.0, 1.0),
         )
     if interface.kind == signatures_lib.CLASSIFIER:

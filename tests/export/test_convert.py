@@ -233,7 +233,8 @@ def test_output_dir_must_be_new_or_empty(tmp_path):
 
 def count_checks_and_publishes(monkeypatch):
     """{"checks": n, "publishes": n}, counted from now on: the outputs' checks (`check_writable`) and the
-    renames that put outputs in place (`move` of a directory, `replace` of a file)."""
+    renames that put outputs in place (`move` of a directory, `replace` of a file, or the one rename that
+    refuses a target another writer made meanwhile, `_put_in_place_if_new`)."""
     from albert_tf.utils import files
 
     counts = {"checks": 0, "publishes": 0}
@@ -247,6 +248,7 @@ def count_checks_and_publishes(monkeypatch):
     monkeypatch.setattr(files, "check_writable", counted("checks", files.check_writable))
     monkeypatch.setattr(files, "move", counted("publishes", files.move))
     monkeypatch.setattr(files, "replace", counted("publishes", files.replace))
+    monkeypatch.setattr(files, "_put_in_place_if_new", counted("publishes", files._put_in_place_if_new))
     return counts
 
 
