@@ -6,11 +6,13 @@
     albert-tf convert --to keras-hub --model runs/base --out PRESET
 
 --to hf takes a model or run directory (its final/ or best/), or a HF
-directory, and writes its tokenizer too (spiece.model + tokenizer_config.json),
-so transformers' `AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf
+directory: a backbone or pretraining run, or a classification, regression or
+multilabel run pooled on [CLS] (fine-tuned with --pooling cls, as
+AlbertForSequenceClassification); other task models are refused. It
+writes the tokenizer too (spiece.model + tokenizer_config.json), so
+transformers' `AutoTokenizer.from_pretrained(HF_DIR)` encodes as albert-tf
 does, except on text with `` or '' or a digit before a comma (a printed note
-says so). --from hf
-keeps the source's spiece.model as DIR/tokenizer. The model may also be given
+says so). --from hf keeps the source's spiece.model as DIR/tokenizer. The model may also be given
 positionally (SRC), as in earlier versions. --from hf and --to hf take a hub
 handle too (`--from hf --model hf://albert/albert-base-v2`), downloaded once into
 the HuggingFace cache; DIR/model_source.json then records its repository and commit.
@@ -89,8 +91,7 @@ def run(args):
         print(f"Wrote keras-hub AlbertBackbone preset to {args.out}{note}")
         return 0
     if args.to_format == "hf":
-        kind = ("AlbertForPreTraining" if hasattr(model, "mlm_head") else
-                "AlbertForSequenceClassification (multi-label)" if hasattr(model, "thresholds") else "AlbertModel")
+        kind = convert.hf_kind(model)
         note = "" if tokenizer is not None else " without a tokenizer (none found; pass --tokenizer DIR)"
         print(f"Wrote HF {kind} to {args.out}{note}")
         if tokenizer is not None:

@@ -5,7 +5,7 @@ directory of AlbertModel, AlbertForPreTraining or AlbertForMaskedLM (read by
 `albert_tf.hf_checkpoint`, loaded by `albert_tf.loading.load_hf`).
 `to_hf` / `convert_to_hf` write one that `AlbertForPreTraining.from_pretrained`
 (or `AlbertModel.from_pretrained`, for a backbone; `AlbertForSequenceClassification`,
-for a multilabel model) loads with no missing or unexpected keys, with the
+for a classifier, regressor or multilabel model pooled on [CLS]) loads with no missing or unexpected keys, with the
 safetensors numpy API.
 
 The tokenizer goes along both ways: `spiece.model` plus a
@@ -28,7 +28,9 @@ from albert_tf.hub import write_source
 from albert_tf.model_dirs import (
     CONFIG_FILE, ENTRY_FILES, SAFETENSORS_FILE, SPECIAL_TOKENS_FILE, TOKENIZER_CONFIG_FILE, TOKENIZER_DIR, hf_tokenizer,
 )
-from albert_tf.models import AlbertMultiLabelClassifier, AlbertPretrainer, checkpoint_weights
+from albert_tf.models import (
+    AlbertBackbone, AlbertClassifier, AlbertMultiLabelClassifier, AlbertPretrainer, AlbertRegressor, checkpoint_weights,
+)
 from albert_tf.models.pretrained import save_pretrained
 from albert_tf.loading import load_hf, load_pretrained
 from input_pipeline.tokenizer import CLS_PIECE, MASK_PIECE, PAD_PIECE, SEP_PIECE, UNK_PIECE
@@ -96,6 +98,46 @@ def hf_tokenizer_files(tokenizer, max_length):
     }
 
 
+# transformers' `problem_type` of each model that converts to AlbertForSequenceClassification.
+_PROBLEM_TYPES = {
+    AlbertClassifier: "single_label_classification",
+    AlbertRegressor: "regression",
+    AlbertMultiLabelClassifier: "multi_label_classification",
+}
+
+
+def hf_architecture(model):
+    """The transformers class `model` converts to.
+
+    Returns:
+        "AlbertModel" for an `AlbertBackbone`, "AlbertForPreTraining" for an
+        `AlbertPretrainer`, "AlbertForSequenceClassification" for a
+        classifier, regressor or multilabel model pooled on [CLS].
+
+    Raises:
+        UserError: another task model, or one that pools the mean token
+            (HF's head reads the pooled [CLS] vector).
+    """
+    if isinstance(model, AlbertPretrainer):
+        return "AlbertForPreTraining"
+    if isinstance(model, AlbertBackbone):
+        return "AlbertModel"
+    if type(model) not in _PROBLEM_TYPES:
+        raise UserError(f"The model is an {type(model).__name__}: convert --to hf takes a backbone or a pretraining "
+                        "run, or a classification, regression or multilabel run pooled on [CLS] (--pooling cls).")
+    if model.pooling != "cls":
+        raise UserError(f"HF's AlbertForSequenceClassification reads the pooled [CLS] vector; this model pools "
+                        f"{model.pooling!r}. Fine-tune with --pooling cls to convert it.")
+    return "AlbertForSequenceClassification"
+
+
+def hf_kind(model):
+    """What `model` converts to, for messages: its transformers class, and the problem type of a sequence head."""
+    architecture = hf_architecture(model)
+    problem = _PROBLEM_TYPES.get(type(model))
+    return architecture if problem is None else f"{architecture} ({problem})"
+
+
 def hf_tensors(model):
     """`model`'s weights as HF names them -> float32 numpy arrays (HF layout).
 
@@ -103,16 +145,19 @@ def hf_tensors(model):
     picked by HF's formula: a backbone without the projection gets an
     identity kernel and a zero bias (the same function), and each HF group
     holds the weights of the group those layers use here
-    (`checkpoint_weights.hf_group_sources`).
+    (`checkpoint_weights.hf_group_sources`). A sequence head becomes HF's
+    `classifier` Linear.
 
     Raises:
         ValueError: partial sharing, or a grouping HF cannot express.
+        UserError: a model with no HF form (`hf_architecture`).
     """
+    architecture = hf_architecture(model)
     backbone = getattr(model, "backbone", model)
-    multilabel = isinstance(model, AlbertMultiLabelClassifier)
-    prefix = BACKBONE_PREFIX if isinstance(model, AlbertPretrainer) or multilabel else ""
+    sequence_head = architecture == "AlbertForSequenceClassification"
+    prefix = "" if architecture == "AlbertModel" else BACKBONE_PREFIX
     scheme = checkpoint_weights.hf_scheme(prefix)
-    entries = checkpoint_weights.weight_entries(backbone if multilabel else model)
+    entries = checkpoint_weights.weight_entries(backbone if sequence_head else model)
     sources = checkpoint_weights.hf_group_sources(backbone.config)
     tensors = {}
     for e in entries:
@@ -130,7 +175,7 @@ def hf_tensors(model):
         name = prefix + checkpoint_weights.HF_PROJECTION
         tensors[name + ".weight"] = np.eye(hidden, dtype=np.float32)
         tensors[name + ".bias"] = np.zeros(hidden, np.float32)
-    if multilabel:
+    if sequence_head:
         kernel, bias = (np.asarray(keras.ops.convert_to_numpy(v), np.float32) for v in model.head.weights)
         tensors["classifier.weight"] = np.ascontiguousarray(kernel.T)  # torch Linear: (labels, H)
         tensors["classifier.bias"] = bias
@@ -138,55 +183,54 @@ def hf_tensors(model):
 
 
 def hf_config(model):
-    """The HF config.json dict for `model`."""
+    """The HF config.json dict for `model` (raises as `hf_architecture`)."""
+    architecture = hf_architecture(model)
     backbone = getattr(model, "backbone", model)
     values = backbone.config.to_dict()
     values.pop("sharing")  # always "all" here (checked by `weight_entries`); not an HF field
     # Not HF fields either: the HF model has the projection (`hf_tensors`) and groups by HF's formula.
     values.pop("embedding_projection", None)
     values.pop("group_formula", None)
-    values["architectures"] = [
-        "AlbertForPreTraining" if isinstance(model, AlbertPretrainer) else "AlbertModel"
-    ]
-    if isinstance(model, AlbertMultiLabelClassifier):
-        values.update(_multilabel_config(model))
+    values["architectures"] = [architecture]
+    if architecture == "AlbertForSequenceClassification":
+        values.update(_sequence_head_config(model))
     return values
 
 
-def _multilabel_config(model):
-    """The config.json fields of a multilabel model as AlbertForSequenceClassification, multi-label.
+def _sequence_head_config(model):
+    """The config.json fields of a classifier, regressor or multilabel model as AlbertForSequenceClassification.
 
-    transformers applies BCE-with-logits (and its pipeline a sigmoid) for
-    `problem_type: multi_label_classification`. Its head reads the pooled
-    [CLS] vector, so a model that pools the mean token has no HF form.
+    transformers picks the loss (and its pipeline the activation) by
+    `problem_type`: cross-entropy and a softmax for single-label, MSE and
+    the raw score for regression, BCE-with-logits and a sigmoid for
+    multi-label. `num_labels` follows from `id2label`.
     """
-    if model.pooling != "cls":
-        raise UserError(f"HF's AlbertForSequenceClassification reads the pooled [CLS] vector; this model pools "
-                        f"{model.pooling!r}. Fine-tune with --pooling cls to convert it.")
-    names = model.label_names or [f"LABEL_{i}" for i in range(model.num_labels)]
-    return {
-        "architectures": ["AlbertForSequenceClassification"],
-        "problem_type": "multi_label_classification",
+    names = model.label_names or [f"LABEL_{i}" for i in range(model.head.units)]  # transformers' own default names
+    values = {
+        "problem_type": _PROBLEM_TYPES[type(model)],
         "id2label": {str(i): name for i, name in enumerate(names)},
         "label2id": {name: i for i, name in enumerate(names)},
         "classifier_dropout_prob": model.dropout,
-        # Not read by transformers: albert-tf's per-label decision thresholds, for the user's own code.
-        "label_thresholds": dict(zip(names, model.thresholds)),
     }
+    if isinstance(model, AlbertMultiLabelClassifier):
+        # Not read by transformers: albert-tf's per-label decision thresholds, for the user's own code.
+        values["label_thresholds"] = dict(zip(names, model.thresholds))
+    return values
 
 
 def to_hf(model, out_dir, tokenizer=None, overwrite=False, source=None):
     """Writes `model` as a HF `save_pretrained` directory (config.json + model.safetensors).
 
     An `AlbertPretrainer` becomes AlbertForPreTraining, an `AlbertBackbone`
-    AlbertModel. The tied decoder is not written, as transformers' own
+    AlbertModel, a classifier, regressor or multilabel model pooled on [CLS]
+    AlbertForSequenceClassification (`hf_architecture`). The tied decoder is not written, as transformers' own
     `save_pretrained` does not write it. With `tokenizer`, its spiece.model
     and a matching tokenizer_config.json are written too; with `source` (an
     `albert_tf.hub.ResolvedModel`), the hub model it came from.
 
     Raises:
         ValueError: for partial sharing (no HF equivalent), another model
-            type, or a non-empty `out_dir` without `overwrite`; nothing is
+            type (a `UserError`, as `hf_architecture`), or a non-empty `out_dir` without `overwrite`; nothing is
             written then.
     """
     with files.publish_output(out_dir, overwrite, ENTRY_FILES, "out_dir") as staging:
