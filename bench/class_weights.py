@@ -15,8 +15,8 @@ and TF-IDF + L2 logistic regression (benchlib.baselines, deterministic: one run)
 
     python bench/class_weights.py --pretrained runs/demo/final --seeds 0 1 2 --write bench/results/class_weights.md
 
-Each finished fine-tuning is kept in OUT/ROW_seedN/ and a rerun reuses it. Scores are valid on a busy
-machine; the wall time it prints is not a timing.
+Each finished fine-tuning is kept in OUT/ROW_seedN/ and a rerun reuses it (give other settings another
+`--out`). Scores are valid on a busy machine; the wall time it prints is not a timing.
 """
 
 import argparse
@@ -27,6 +27,7 @@ import time
 
 import numpy as np
 
+from albert_tf.utils.layout import FINETUNE_RUN_FILE
 from benchlib.baselines import fit_logistic_regression, tfidf_features
 from benchlib.machine import machine_line, measure_ceilings
 from benchlib.output import emit_table
@@ -140,7 +141,7 @@ def main():
     for seed in args.seeds:
         for row, flags in ROWS.items():
             out = os.path.join(args.out, f"{'balanced' if flags else 'unweighted'}_seed{seed}")
-            if not os.path.isfile(os.path.join(out, "finetune.json")):
+            if not os.path.isfile(os.path.join(out, FINETUNE_RUN_FILE)):
                 cli("finetune", *common, *flags, "--seed", seed, "--out", out, "--overwrite")
             predicted, class_weights = test_predictions(out, paths["test"])
             weights[row] = class_weights
