@@ -152,6 +152,23 @@ def _script(name, monkeypatch):
     return runpy.run_path(os.path.join(BENCH_DIR, name))
 
 
+def test_class_weights_split_holds_the_share_of_positives_in_every_part_and_no_row_twice(monkeypatch):
+    """Each part has its size and round(size * share) positives; the parts are disjoint and seeded; the
+    minority's recall and macro F1 are scored on the positive class and both classes."""
+    script = _script("class_weights.py", monkeypatch)
+    rows = [(f"text {i}", int(i % 3 == 0)) for i in range(300)]
+    sizes = {"train": 100, "dev": 30, "test": 45}
+    parts = script["imbalanced_split"](rows, 7, sizes, 0.1)
+    assert {name: (len(part), sum(label for _, label in part)) for name, part in parts.items()} == {
+        "train": (100, 10), "dev": (30, 3), "test": (45, 4)}
+    texts = [text for part in parts.values() for text, _ in part]
+    assert len(set(texts)) == len(texts)
+    assert parts == script["imbalanced_split"](rows, 7, sizes, 0.1) != script["imbalanced_split"](rows, 8, sizes, 0.1)
+    scores = script["scores"]([0, 0, 0, 1, 1], [0, 0, 1, 1, 0])
+    assert scores["minority_recall"] == 0.5 and scores["accuracy"] == 0.6
+    assert scores["macro_f1"] == pytest.approx((2 * 2 / (2 * 2 + 2) + 2 * 1 / (2 * 1 + 2)) / 2)
+
+
 def test_precision_accuracy_compares_losses_at_the_steps_both_runs_logged(monkeypatch):
     """Raw and smoothed relative differences are taken at common steps only; the smoothing is a trailing mean."""
     script = _script("precision_accuracy.py", monkeypatch)
