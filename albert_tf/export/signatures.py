@@ -257,10 +257,11 @@ def check_id_inputs(interface, inputs, max_length):
 
 
 def check_max_windows(interface, max_windows):
-    """`max_windows` when it suits the model: 1, or more for a classifier or regressor."""
+    """`max_windows` when it suits the model: 1, or more for a classifier, multilabel or regressor model."""
     check_positive_int("max_windows", max_windows)
     if max_windows > 1 and interface.kind not in WINDOWED_KINDS:
-        raise UserError(f"`max_windows` applies to {' and '.join(WINDOWED_KINDS)} models; this one is a "
+        kinds = ", ".join(WINDOWED_KINDS[:-1]) + " and " + WINDOWED_KINDS[-1]
+        raise UserError(f"`max_windows` applies to {kinds} models; this one is a "
                          f"{interface.kind}. Received: max_windows={max_windows!r}")
     return max_windows
 

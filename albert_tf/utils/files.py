@@ -327,9 +327,10 @@ def publish(target, entry_files=(), directory=True, name=None, replace=True):
     _put_in_place(staging, target, os.path.join(parent, PREVIOUS_PREFIX + suffix), entry_files)
 
 
-# Why a write fails that the user, not the program, must fix: a full disk or quota, a refused permission, a
-# read-only file system. TensorFlow's file system reports them as these status codes (tsl's ErrnoToCode).
-_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS)
+# Why a write fails that the user, not the program, must fix: a full disk or quota, a file too large for the
+# file system, a refused permission, a read-only file system. TensorFlow's file system reports them as these
+# status codes (tsl's ErrnoToCode).
+_WRITE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS)
 _TF_RESOURCE_EXHAUSTED, _TF_PERMISSION_DENIED = 8, 7
 
 
@@ -388,26 +389,23 @@ def _unwritable_as_user_error(target, name):
         raise UserError(f"{name + ' ' if name else ''}{target}: cannot write there ({reason}).") from None
 
 
-# What an OSError of a write says when the place, not the program, is at fault: the disk or the quota is full,
-# the file too large for it, the file system read-only. (A PermissionError, of a read or a write, is the
-# CLI's one line already.)
-_WRITE_FAILURES = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS})
-
-
 @contextlib.contextmanager
 def write_failures_as_user_errors(path, name="--out"):
-    """Turns an OSError of writing under `path` (a full disk or quota, a read-only place: `_WRITE_FAILURES`) into a UserError naming the file it failed on and `name`; other errors pass on.
+    """Turns a failed write under `path` that the user must fix (`_write_failure`: a full disk or quota, a
+    refused permission, a read-only place) into a UserError naming the file it failed on and `name`; other
+    errors pass on, and so does the UserError of a `publish` block inside, which names its own target.
 
     For a block whose writes all go under `path`: what it leaves there is its own to clean up (`publish`
     deletes its staging path on any exception)."""
     try:
         yield
-    except OSError as e:
-        if e.errno not in _WRITE_FAILURES:
+    except Exception as e:
+        reason = _write_failure(e)
+        if reason is None:
             raise
         # A failed write() names no file; a failed open() does.
-        where = os.fspath(e.filename) if e.filename else "there"
-        raise UserError(f"{name + ' ' if name else ''}{path}: cannot write {where} ({e.strerror or e}).") from None
+        where = os.fspath(e.filename) if getattr(e, "filename", None) else "there"
+        raise UserError(f"{name + ' ' if name else ''}{path}: cannot write {where} ({reason}).") from None
 
 
 def check_new_output(path, overwrite, name="--out", directory=True):

@@ -152,6 +152,8 @@ def test_a_full_disk_is_one_line_naming_out_and_leaves_nothing_behind(inputs, tm
 
     monkeypatch.setattr(files, "open_file", disk_full_at_the_run_file)
     done = run_cli(*_argv(inputs, tmp_path / "run"), expect_rc=2)
-    assert done.stderr.strip() == (f"albert-tf finetune: error: --out {tmp_path / 'run'}: cannot write there "
-                                   "(No space left on device)."), done.stderr
+    # One line naming the file that could not be written (the run file, in the unfinished run beside --out).
+    line = done.stderr.strip()
+    assert "\n" not in line and line.startswith("albert-tf finetune: error: "), done.stderr
+    assert f"{tmp_path / '.unfinished-run' / FINETUNE_RUN_FILE}" in line and "(No space left on device)" in line, line
     assert not list(tmp_path.iterdir())

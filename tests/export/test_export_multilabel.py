@@ -48,16 +48,16 @@ def test_the_signatures_post_processing_is_a_sigmoid_per_label_with_its_threshol
 @pytest.mark.slow
 def test_saved_model_signatures_return_sigmoid_scores_and_the_labels_over_threshold(tmp_path):
     from albert_tf.export import export_saved_model
-    from albert_tf.export.saved_model import METADATA_FILE
+    from albert_tf.utils.layout import EXPORT_METADATA_FILE
     from albert_tf.export.serving import ServingModel
-    from albert_tf.export.serving.batching import BatchingParameters
+    from albert_tf.export.batching_parameters import BatchingParameters
 
     model, packed = _random_model()
     expected = _sigmoid(model(packed)["logits"])
     assert expected.min() < 0.3 and expected.max() > 0.7  # not all near 0.5: a softmax would differ
     export_saved_model(model, str(tmp_path), tokenizer=export_fixtures.tokenizer(),
                        max_length=export_fixtures.MAX_LENGTH)
-    metadata = json.loads((tmp_path / "1" / METADATA_FILE).read_text())
+    metadata = json.loads((tmp_path / "1" / EXPORT_METADATA_FILE).read_text())
     assert metadata["thresholds"] == [0.01, 0.5, 0.99]
     serving = ServingModel(str(tmp_path), batching=BatchingParameters(max_batch_size=8, batch_timeout_micros=1000,
                                                                       num_batch_threads=1))

@@ -218,7 +218,7 @@ def test_windowed_serve_text_averages_the_windows_as_the_python_reference(tmp_pa
     window_scores = np.asarray(regressor(inputs)["predictions"])
     expected = np.array([window_scores[text_index == i].mean() for i in range(len(texts))])
     assert max_abs_diff(out["predictions"], expected) <= 1e-5
-    with pytest.raises(ValueError, match="`max_windows` applies to classifier and regressor models"):
+    with pytest.raises(ValueError, match="`max_windows` applies to classifier, multilabel and regressor models"):
         export_saved_model(AlbertBackbone(config()), str(tmp_path / "b"), tokenizer=tokenizer(), max_length=MAX_LENGTH,
                            max_windows=2)
 

@@ -137,11 +137,11 @@ def test_every_command_names_precision_with_one_flag_and_one_vocabulary():
     subparsers = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
     flags = {name: action for name, parser in subparsers.choices.items() for action in parser._actions
              if "--mixed-precision" in action.option_strings}
-    assert set(flags) == {"pretrain", "demo", "finetune", "predict", "export"}
+    assert set(flags) == {"pretrain", "demo", "finetune", "distill", "predict", "export"}
     # The export's SavedModel has no float16 path: the same names, one fewer, and a help of its own.
     assert {name: action.help for name, action in flags.items() if name != "export"} == dict.fromkeys(
-        {"pretrain", "demo", "finetune", "predict"}, MIXED_PRECISION_HELP)
+        {"pretrain", "demo", "finetune", "distill", "predict"}, MIXED_PRECISION_HELP)
     assert {name: tuple(action.choices) for name, action in flags.items()} == {
-        **dict.fromkeys(("pretrain", "demo", "finetune", "predict"), PRECISIONS),
+        **dict.fromkeys(("pretrain", "demo", "finetune", "distill", "predict"), PRECISIONS),
         "export": tuple(p for p in PRECISIONS if p != "mixed_float16"),
     }
