@@ -92,6 +92,7 @@ def _digest(directory):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_the_student_is_a_fine_tuning_run_that_every_reader_takes_and_the_teacher_stays_as_it_was(root, tmp_path):
     teacher_files = _digest(root / "teacher")
     done = _distill(root, tmp_path / "student", "--unlabeled", root / "more.txt", "--epochs", "2")
