@@ -6,9 +6,7 @@ within one pytest process.
 
 import atexit
 import csv
-import fcntl
 import functools
-import hashlib
 import json
 import os
 import shutil
@@ -20,6 +18,7 @@ import numpy as np
 
 from helpers import tiny_config
 from cli_helpers import run_program
+from venv_cache import venv_python
 
 VOCAB_SIZE = 300
 MAX_LENGTH = 24
@@ -200,14 +199,9 @@ def run_mediapipe(model_path, texts):
     return json.loads(done.stdout)
 
 
-# tflite-support 0.4.4 (2023, the last release) pins protobuf < 4 and links libusb-1.0, which this
-# machine image lacks: libusb-package ships it. Made once per checkout; a failed install fails the test.
-TASK_LIBRARY_REQUIREMENTS = ["tflite-support==0.4.4", "numpy<2", "libusb-package==1.0.30.0"]
-
-
 def task_library_python():
     """(python, env) of a venv holding the TFLite Task Library."""
-    python = venv_python("task-library", TASK_LIBRARY_REQUIREMENTS, timeout=600)
+    python = venv_python("task-library")
     libusb = subprocess.run([python, "-c", "import libusb_package, os; print(os.path.dirname(libusb_package.__file__))"],
                             capture_output=True, text=True, check=True).stdout.strip()
     if not os.path.exists(os.path.join(libusb, "libusb-1.0.so.0")):  # the soname the Task Library asks for
@@ -226,50 +220,10 @@ def run_task_library(model_path, texts):
     return json.loads(done.stdout)
 
 
-# What tensorflow/serving's newest build links: TensorFlow's and TensorFlow Text's ops of this minor version.
-TF_SERVING_REQUIREMENTS = ["tensorflow==2.20.*", "tensorflow-text==2.20.*"]
-
-
 @functools.lru_cache(maxsize=None)
 def tf_serving_python():
-    """The python of a venv holding exactly TF_SERVING_REQUIREMENTS, no albert-tf."""
-    return venv_python("tf-serving", TF_SERVING_REQUIREMENTS, timeout=1800)
-
-
-def venv_cache():
-    """The per-user folder the test venvs are kept in: $XDG_CACHE_HOME/albert-tf/test-venvs (~/.cache/...)."""
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(cache, "albert-tf", "test-venvs")
-
-
-def venv_python(name, requirements, timeout):
-    """The python of a venv holding `requirements` (and no albert-tf), made once per user and machine.
-
-    The venv's folder is named by a hash of its requirements and of the Python that runs it, so a
-    second run (another clone, a fresh CI checkout) finds it made, and a changed pin makes a new one.
-    One test process builds it while any other that needs it waits on a lock; it is built beside its
-    final name and renamed into place, so a run that stops halfway leaves no half-made venv there. A
-    failed install fails the test.
-    """
-    key = hashlib.sha256("\n".join([sys.version, *requirements]).encode()).hexdigest()[:16]
-    venv = os.path.join(venv_cache(), f"{name}-{key}")
-    python = os.path.join(venv, "bin", "python")
-    os.makedirs(venv_cache(), exist_ok=True)
-    with open(f"{venv}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if os.path.exists(python):
-            return python
-        building = tempfile.mkdtemp(prefix=f".{name}-", dir=venv_cache())
-        try:
-            subprocess.run([sys.executable, "-m", "venv", "--clear", building], check=True, timeout=300)
-            done = subprocess.run([os.path.join(building, "bin", "python"), "-m", "pip", "install", "-q",
-                                   *requirements], capture_output=True, text=True, timeout=timeout)
-            if done.returncode != 0:
-                raise AssertionError(f"could not install {requirements}:\n{done.stderr[-4000:]}")
-            os.rename(building, venv)
-        finally:
-            shutil.rmtree(building, ignore_errors=True)
-    return python
+    """The python of a venv holding exactly TF_SERVING_REQUIREMENTS (tests/venv_cache.py), no albert-tf."""
+    return venv_python("tf-serving")
 
 
 def run_as_tf_serving(version_dir, requests):

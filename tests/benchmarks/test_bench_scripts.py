@@ -457,3 +457,22 @@ def test_a_rows_script_times_each_row_in_a_worker_of_its_own_with_the_flags_it_w
     results = eval(done.stdout.strip().splitlines()[-1])
     assert sorted(results) == ["a", "b"] and all(len(rounds) == 2 for rounds in results.values())
     assert {p.read_text() for p in tmp_path.glob("*.started")} == {"3 2"} and len(list(tmp_path.glob("*.started"))) == 2
+
+
+def test_test_durations_ranks_tests_and_sums_files_of_two_runs(monkeypatch, tmp_path):
+    monkeypatch.syspath_prepend(BENCH_DIR)
+    durations = importlib.import_module("test_durations")
+
+    def junit(path, times):
+        cases = "".join(f'<testcase classname="tests.{m}" name="{n}" time="{t}"/>' for m, n, t in times)
+        path.write_text(f'<testsuites><testsuite name="pytest">{cases}</testsuite></testsuites>')
+        return str(path)
+
+    before = junit(tmp_path / "before.xml", [("commands.test_kill", "test_a[x]", 30), ("commands.test_kill", "test_b", 5),
+                                             ("models.test_lora", "test_c", 1)])
+    after = junit(tmp_path / "after.xml", [("commands.test_kill", "test_a[x]", 10), ("models.test_lora", "test_c", 2)])
+    text = durations.tables(durations.durations(after), durations.durations(before), slowest=1)
+    assert "| 1 | `commands/test_kill.py::test_a[x]` | 10.0 | a fresh process per kill" in text
+    assert "test_c`" not in text  # only the slowest one
+    assert "| `commands/test_kill.py` | 35 | 10 |" in text and "| `models/test_lora.py` | 1 | 2 |" in text
+    assert "- before: 3 tests, 36 s" in text and "- after: 2 tests, 12 s" in text
