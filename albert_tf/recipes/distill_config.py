@@ -17,7 +17,7 @@ STUDENT_SIZES = {
 # start on rt (72.0 against 68.4) and was 0.4 points behind on source, inside the seeds' spread: "auto" starts
 # from the teacher wherever the widths allow it.
 DEFAULT_STUDENT_SIZE = "quarter"
-STUDENT_INITS = ("teacher", "fresh")
+STUDENT_INITS = ("teacher", "embeddings", "fresh")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,8 +40,10 @@ class DistillConfig(JsonConfig):
     student_heads: int | None = doc(None, "Student attention heads (default: by --student).")
     student_intermediate_size: int | None = doc(None, "Student feed-forward width (default: by --student).")
     student_init: str = doc("auto", "teacher: start from the teacher's weights (its shared block run over fewer "
-                            "layers, its head; needs the teacher's widths); fresh: random weights; auto: teacher "
-                            "where the widths allow it.", choices=("auto", *STUDENT_INITS))
+                            "layers, its head; needs the teacher's widths); embeddings: the teacher's embeddings "
+                            "(word, position, token type and their LayerNorm; needs the teacher's E), the rest "
+                            "fresh; fresh: random weights; auto: teacher where the widths allow it, else "
+                            "embeddings where E does.", choices=("auto", *STUDENT_INITS))
 
     def __post_init__(self):
         check_positive("temperature", self.temperature)
