@@ -10,7 +10,7 @@ Each task gets a fixed seeded split: `--train` labelled rows, `--dev` dev rows
 
 Rows per seed (the seed drives the head's init, shuffling and dropout):
 - teacher: `finetune` of `--model` (the demo's pretrained model);
-- labels alone: the student's size (`--student`, default the default
+- labels alone: the student's size (`--student`, distill's default unless
   --student) fine-tuned on the labels alone from the pretrained model, started
   as distill starts a student from its teacher (the block run over fewer
   layers where the widths match, else the embeddings; `finetune --model` of

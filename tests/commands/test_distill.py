@@ -72,7 +72,7 @@ def _bad_input(root, tmp_path, case):
         (tmp_path / "tagger" / "finetune.json").write_text(json.dumps(record))
         return ["--teacher", tmp_path / "tagger"], "was fine-tuned on tagging; distill supports sentence"
     if case == "student not smaller":
-        return ["--student-layers", "4"], "--student must be smaller than the teacher"
+        return ["--student", "quarter", "--student-layers", "4"], "--student must be smaller than the teacher"
     if case == "tokenizer mismatch":
         from export_fixtures import tokenizer
 
@@ -110,9 +110,9 @@ def test_the_student_is_a_fine_tuning_run_that_every_reader_takes_and_the_teache
     teacher_files = _digest(root / "teacher")
     done = _distill(root, tmp_path / "student", "--unlabeled", root / "more.txt", "--epochs", "2")
     assert _digest(root / "teacher") == teacher_files
-    assert "student L 1, H 32, E 16, heads 4, I 64 (teacher start)" in done.stdout, done.stdout
+    assert "student L 1, H 16, E 16, heads 2, I 32 (embeddings start)" in done.stdout, done.stdout
     record = json.loads((tmp_path / "student" / "distill.json").read_text())
-    assert record["distill"]["temperature"] == 2.0 and record["init"] == "teacher"
+    assert record["distill"]["temperature"] == 2.0 and record["init"] == "embeddings"
     assert [r["epoch"] for r in record["history"]] == [1, 2] and "accuracy" in record["history"][0]
     assert record["student"]["num_hidden_layers"] == 1 and record["unlabeled"] == [str(root / "more.txt")]
     report = (tmp_path / "student" / "distill_report.md").read_text()
@@ -205,7 +205,7 @@ def test_on_a_task_the_few_labels_underspecify_the_soft_targets_on_unlabelled_te
         # The same rows and steps; a label weight of 1 drops the soft targets, so unlabelled rows teach nothing.
         run_cli("distill", "--teacher", tmp_path / "teacher", "--train", tmp_path / "train.csv", "--eval",
                 tmp_path / "eval.csv", "--unlabeled", tmp_path / "more.txt", "--out", tmp_path / name,
-                "--student-init", "fresh", "--label-weight", weight, "--epochs", "3", "--learning-rate", "2e-3",
+                "--student", "quarter", "--student-init", "fresh", "--label-weight", weight, "--epochs", "3", "--learning-rate", "2e-3",
                 "--no-report", *SHORT)
         record = json.loads((tmp_path / name / "distill.json").read_text())
         accuracy[name] = max(r["accuracy"] for r in record["history"])

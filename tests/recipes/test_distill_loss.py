@@ -60,11 +60,11 @@ def test_named_sizes_scale_the_teacher_and_flags_override_them():
 
 def test_a_student_as_large_as_the_teacher_is_refused():
     with pytest.raises(UserError, match="--student must be smaller than the teacher"):
-        student_config(TEACHER, DistillConfig(student_layers=8))
+        student_config(TEACHER, DistillConfig(student="quarter", student_layers=8))
 
 
 def test_the_teacher_start_needs_the_teacher_widths():
-    quarter = student_config(TEACHER, DistillConfig())
+    quarter = student_config(TEACHER, DistillConfig(student="quarter"))
     narrow = student_config(TEACHER, DistillConfig(student="narrow"))
     assert resolve_init(DistillConfig(), TEACHER, quarter) == "teacher"
     assert resolve_init(DistillConfig(), TEACHER, narrow) == "embeddings"
