@@ -10,21 +10,26 @@ Each task gets a fixed seeded split: `--train` labelled rows, `--dev` dev rows
 
 Rows per seed (the seed drives the head's init, shuffling and dropout):
 - teacher: `finetune` of `--model` (the demo's pretrained model);
-- labels alone: the student's size (a quarter of the layers, the default
-  --student) fine-tuned on the labels from the pretrained model's own block,
-  run over that many layers (`finetune --model` of that model directory);
-- distilled: `distill --teacher` with the default student, on the labelled rows;
+- labels alone: the student's size (`--student`, distill's default unless
+  --student) fine-tuned on the labels alone from the pretrained model, started
+  as distill starts a student from its teacher (the block run over fewer
+  layers where the widths match, else the embeddings; `finetune --model` of
+  that model directory);
+- distilled: `distill --teacher --student` on the labelled rows;
 - distilled + unlabeled: the same with `--unlabeled` (the teacher labels them);
 - distilled + unlabeled, fresh start: `--student-init fresh` (the default start
-  is the teacher's own weights), which says which start to make the default.
+  is the teacher's weights or its embeddings), which says which start to make
+  the default.
 Baselines: the majority label and TF-IDF + logistic regression, on the same
 training rows. Latency is not measured here (see `albert-tf distill`'s report);
 accuracy is valid on a busy machine, timings are not.
 
     python bench/distill.py --model runs/demo/final --out runs/distill_bench \\
-        [--seeds 0 1 2] [--write bench/results/distill.md]
+        [--student tiny] [--rows ROW ...] [--seeds 0 1 2] [--write bench/results/distill.md]
 
-Each finished run is kept in OUT/TASK/ROW_seedN/ and a rerun reuses it.
+Each finished run is kept in OUT/TASK/ROW_seedN/ (a student row's name holds
+its size) and a rerun reuses it; the teacher's runs are shared by every
+--student. bench/distill_latency.py times the run directories.
 """
 
 import argparse
@@ -38,6 +43,8 @@ import numpy as np
 from benchlib.baselines import majority, tfidf_logistic_regression
 from benchlib.output import emit_table
 from benchlib.sentiment_data import DEFAULT_SPLIT_SEED, write_csv
+
+from albert_tf.recipes.distill_config import DEFAULT_STUDENT_SIZE, STUDENT_SIZES
 
 ROWS = ("teacher", "labels alone", "distilled", "distilled + unlabeled", "distilled + unlabeled, fresh start")
 
@@ -76,18 +83,25 @@ def cli(*argv):
         sys.exit(f"albert-tf {' '.join(map(str, argv))} exited {code}")
 
 
-def student_start(model_dir, out, layers):
-    """The pretrained model's block run over `layers` layers: a model directory for `finetune --model`."""
+def student_start(model_dir, out, shape):
+    """The pretrained model started as a student of `shape` (an `AlbertConfig`), as `distill` starts one from its
+    teacher (`resolve_init`'s "auto"): a model directory for `finetune --model`."""
     from albert_tf.models import AlbertBackbone
     from albert_tf.model_dirs import find_tokenizer
+    from albert_tf.recipes.distill import resolve_init, start_student
+    from albert_tf.recipes.distill_config import DistillConfig
 
     if not os.path.isdir(out):
-        teacher = AlbertBackbone.from_pretrained(model_dir)
-        student = AlbertBackbone(teacher.config.replace(num_hidden_layers=layers))
-        student.set_weights(teacher.get_weights())
-        student.save_pretrained(out)
+        pretrained = AlbertBackbone.from_pretrained(model_dir)
+        start_student(pretrained, shape, resolve_init(DistillConfig(), pretrained.config, shape)).save_pretrained(out)
         find_tokenizer(model_dir).save(os.path.join(out, "tokenizer"))
     return out
+
+
+def run_name(row, student, seed):
+    """OUT/TASK's directory name of a row's run: the teacher's is shared, a student row's names its size."""
+    name = row.replace(" ", "_").replace(",", "").replace("+", "and")
+    return f"{name}_seed{seed}" if row == "teacher" else f"{name}_{student}_seed{seed}"
 
 
 def best_dev(run_dir):
@@ -104,30 +118,31 @@ def run_task(args, task):
     with open(unlabeled, "w", encoding="utf-8") as f:
         f.write("\n".join(" ".join(text.split()) for text, _ in parts["unlabeled"]) + "\n")
     from albert_tf.config import AlbertConfig
-    from albert_tf.recipes.distill import student_config
+    from albert_tf.recipes.distill import describe, student_config
     from albert_tf.recipes.distill_config import DistillConfig
 
-    layers = student_config(AlbertConfig.load(os.path.join(args.model, "config.json")),
-                            DistillConfig()).num_hidden_layers
-    start = student_start(args.model, os.path.join(args.out, f"pretrained_L{layers}"), layers)
+    shape = student_config(AlbertConfig.load(os.path.join(args.model, "config.json")),
+                           DistillConfig(student=args.student))
+    start = student_start(args.model, os.path.join(args.out, f"pretrained_{args.student}"), shape)
+    print(f"{task}: student {args.student} ({describe(shape)})", flush=True)
     common = ["--train", train, "--eval", dev, "--max-seq-length", args.max_seq_length, "--truncate",
               "--epochs", args.epochs]
-    scores = {row: [] for row in ROWS}
+    student = ["--student", args.student, "--no-report"]
+    scores = {row: [] for row in args.rows}
     for seed in args.seeds:
-        runs = {row: os.path.join(root, f"{row.replace(' ', '_').replace(',', '').replace('+', 'and')}_seed{seed}")
-                for row in ROWS}
+        runs = {row: os.path.join(root, run_name(row, args.student, seed)) for row in ROWS}
         teacher = runs["teacher"]
         commands = {
             "teacher": ["finetune", "--task", "classification", "--model", args.model, "--out", teacher],
             "labels alone": ["finetune", "--task", "classification", "--model", start, "--out", runs["labels alone"]],
-            "distilled": ["distill", "--teacher", teacher, "--no-report", "--out", runs["distilled"]],
-            "distilled + unlabeled": ["distill", "--teacher", teacher, "--no-report", "--unlabeled", unlabeled,
+            "distilled": ["distill", "--teacher", teacher, *student, "--out", runs["distilled"]],
+            "distilled + unlabeled": ["distill", "--teacher", teacher, *student, "--unlabeled", unlabeled,
                                       "--out", runs["distilled + unlabeled"]],
             "distilled + unlabeled, fresh start": [
-                "distill", "--teacher", teacher, "--no-report", "--unlabeled", unlabeled, "--student-init", "fresh",
+                "distill", "--teacher", teacher, *student, "--unlabeled", unlabeled, "--student-init", "fresh",
                 "--out", runs["distilled + unlabeled, fresh start"]],
         }
-        for row in ROWS:
+        for row in args.rows:
             if not os.path.isfile(os.path.join(runs[row], "finetune.json")):
                 cli(*commands[row], *common, "--seed", seed)
             scores[row].append(best_dev(runs[row]))
@@ -142,7 +157,7 @@ def table(args, results):
              f"spread (max - min), in points; {args.train} labelled training rows, {args.dev} dev rows, "
              f"{args.unlabeled} unlabelled rows, {args.epochs} epochs, max_seq_length {args.max_seq_length}.", "",
              "| row | " + " | ".join(results) + " |", "|---|" + "---:|" * len(results)]
-    for row in ROWS:
+    for row in args.rows:
         cells = []
         for task, (scores, _) in results.items():
             teacher = statistics.median(scores["teacher"])
@@ -161,6 +176,10 @@ def main():
     parser.add_argument("--model", required=True, help="The pretrained model the teacher fine-tunes.")
     parser.add_argument("--out", required=True)
     parser.add_argument("--tasks", nargs="+", default=["rt", "source"])
+    parser.add_argument("--student", default=DEFAULT_STUDENT_SIZE, choices=tuple(STUDENT_SIZES),
+                        help="The students' size (distill's --student).")
+    parser.add_argument("--rows", nargs="+", default=list(ROWS), choices=ROWS, metavar="ROW",
+                        help="The rows to run, of: " + "; ".join(ROWS) + ". The teacher's comes first whatever.")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--train", type=int, default=800)
     parser.add_argument("--dev", type=int, default=500)
@@ -169,6 +188,7 @@ def main():
     parser.add_argument("--max-seq-length", type=int, default=64)
     parser.add_argument("--write", help="Also write the table to this Markdown file.")
     args = parser.parse_args()
+    args.rows = ["teacher"] + [row for row in ROWS if row in args.rows and row != "teacher"]
     results = {task: run_task(args, task) for task in args.tasks}
     emit_table(table(args, results), args.write)
 

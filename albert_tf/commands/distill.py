@@ -11,7 +11,8 @@ that the teacher labels. It keeps the teacher's tokenizer, task, labels and
 pooling. --student names its size relative to the teacher; --student-layers
 and the other --student-* flags set it outright. A student as wide as the
 teacher starts from the teacher's weights, running fewer layers of ALBERT's
-shared block (--student-init).
+shared block; a narrower one with the teacher's embedding size from the
+teacher's embeddings (--student-init).
 
 OUT is a fine-tuning run directory, as `finetune` writes it (predict, export,
 serve and convert take it), with OUT/distill.json (the distillation settings

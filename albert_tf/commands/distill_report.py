@@ -40,16 +40,17 @@ def report(teacher_dir, student_dir, log=print):
     record = json.loads(files.read_text(os.path.join(student_dir, DISTILL_RUN_FILE)))
     best = next(r for r in record["history"] if r["epoch"] == record["best_epoch"])
     metric = record["metric"]
-    rows = [_measure("teacher", teacher_dir, record["teacher_eval"][metric]),
-            _measure("student", student_dir, best[metric])]
+    rows = [measure("teacher", teacher_dir, record["teacher_eval"][metric]),
+            measure("student", student_dir, best[metric])]
     table = _table(rows, metric)
     log(table)
     files.write_text(os.path.join(student_dir, DISTILL_REPORT_FILE), table + "\n")
     return rows
 
 
-def _measure(name, run_dir, score):
-    """{"name", "score", "parameters", sizes in bytes and latencies in ms} of the run's best model."""
+def measure(name, run_dir, score, runs=_RUNS):
+    """{"name", "score", "parameters", sizes in bytes and latencies in ms (median of `runs` calls)} of the run's
+    best model."""
     config, model, _, _ = load_run(run_dir)
     length = config.max_seq_length
     row = {"name": name, "score": score, "parameters": model.count_params()}
@@ -57,13 +58,13 @@ def _measure(name, run_dir, score):
         precision, _ = resolve_export_precision("auto", model.backbone.config.hidden_size)
         saved = export_saved_model(model, os.path.join(scratch, "saved_model"), max_length=length,
                                    precision=precision)
-        row["saved_model_ms"] = _time_saved_model(saved, length, model.backbone.config.vocab_size)
+        row["saved_model_ms"] = _time_saved_model(saved, length, model.backbone.config.vocab_size, runs)
         row["saved_model_precision"] = precision
         for quantize, key in (("none", "float32"), ("dynamic", "int8")):
             path = export_tflite(model, os.path.join(scratch, f"tflite-{quantize}"), max_length=length,
                                  quantize=quantize, metadata=False)
             row[f"tflite_{key}_bytes"] = os.path.getsize(path)
-            row[f"tflite_{key}_ms"] = _time_tflite(path, model.backbone.config.vocab_size)
+            row[f"tflite_{key}_ms"] = _time_tflite(path, model.backbone.config.vocab_size, runs)
     return row
 
 
@@ -74,30 +75,30 @@ def _ids(shape, dtype, name, vocab_size):
     return (np.ones if name.endswith("padding_mask") else np.zeros)(shape, dtype)
 
 
-def _median_ms(call):
+def _median_ms(call, runs):
     for _ in range(_WARMUP):
         call()
     times = []
-    for _ in range(_RUNS):
+    for _ in range(runs):
         start = time.perf_counter()
         call()
         times.append(time.perf_counter() - start)
     return 1000 * statistics.median(times)
 
 
-def _time_saved_model(path, length, vocab_size):
+def _time_saved_model(path, length, vocab_size, runs):
     function = tf.saved_model.load(path).signatures["serving_default"]
     specs = function.structured_input_signature[1]
     inputs = {k: tf.constant(_ids((1, length), s.dtype.as_numpy_dtype, k, vocab_size)) for k, s in specs.items()}
-    return _median_ms(lambda: function(**inputs))
+    return _median_ms(lambda: function(**inputs), runs)
 
 
-def _time_tflite(path, vocab_size):
+def _time_tflite(path, vocab_size, runs):
     interpreter = Interpreter(model_path=path)
     interpreter.allocate_tensors()
     for detail in interpreter.get_input_details():
         interpreter.set_tensor(detail["index"], _ids(detail["shape"], detail["dtype"], detail["name"], vocab_size))
-    return _median_ms(interpreter.invoke)
+    return _median_ms(interpreter.invoke, runs)
 
 
 def _table(rows, metric):

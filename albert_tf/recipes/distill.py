@@ -33,7 +33,9 @@ already holds the teacher's features.
 Students: `student_config` derives one from the teacher's `AlbertConfig` by a
 named size (`STUDENT_SIZES`) and explicit overrides. A student as wide as the
 teacher can start from the teacher's own weights, running fewer layers of the
-same shared block (`student_init="teacher"`); any student can start fresh.
+same shared block (`student_init="teacher"`); a narrower one with the teacher's
+E from its embeddings, the E -> H projection and the block fresh
+(`student_init="embeddings"`); any student can start fresh.
 """
 
 import dataclasses
@@ -103,21 +105,43 @@ def describe(config):
 
 
 def resolve_init(config, teacher, student):
-    """"teacher" or "fresh": `config.student_init` with "auto" resolved (teacher where the shapes match).
+    """"teacher", "embeddings" or "fresh": `config.student_init` with "auto" resolved (teacher where the shapes
+    match, else embeddings where the embedding tables do).
 
     Raises:
-        UserError: "teacher" for a student whose widths differ from the teacher's.
+        UserError: "teacher" for a student whose widths differ from the teacher's, or "embeddings" for one
+            whose embedding tables do.
     """
     same = dataclasses.replace(teacher, num_hidden_layers=student.num_hidden_layers,
                                num_hidden_groups=student.num_hidden_groups) == student
     # The shared blocks' weights do not depend on L only with one group (G groups need L >= G, and hold G blocks).
     fits = same and teacher.num_hidden_groups == student.num_hidden_groups
+    # The embedding layer's weights depend on V, E, the positions and the token types alone, not on H.
+    tables = ("vocab_size", "embedding_size", "max_position_embeddings", "type_vocab_size")
+    embeddings_fit = all(getattr(teacher, name) == getattr(student, name) for name in tables)
     if config.student_init == "auto":
-        return "teacher" if fits else "fresh"
+        return "teacher" if fits else "embeddings" if embeddings_fit else "fresh"
     if config.student_init == "teacher" and not fits:
         raise UserError(f"--student-init teacher needs the teacher's widths and groups; the student has "
+                        f"{describe(student)}, the teacher {describe(teacher)}. Use --student-init embeddings "
+                        "or fresh.")
+    if config.student_init == "embeddings" and not embeddings_fit:
+        raise UserError(f"--student-init embeddings needs the teacher's embedding size E; the student has "
                         f"{describe(student)}, the teacher {describe(teacher)}. Use --student-init fresh.")
     return config.student_init
+
+
+def start_student(teacher, shape, init):
+    """The student's `AlbertBackbone` of `shape` (an `AlbertConfig`), started as `init` says from `teacher`'s
+    backbone ("teacher", "embeddings" or "fresh", as `resolve_init` returns it); the teacher is left as it is."""
+    student = AlbertBackbone(shape)
+    if init == "teacher":
+        # One shared block: the same weights whatever L, so the student's are the teacher's.
+        student.set_weights(teacher.get_weights())
+    elif init == "embeddings":
+        # A narrower student keeps the teacher's E-wide tables; its projection to its own H starts fresh.
+        student.embeddings.set_weights(teacher.embeddings.get_weights())
+    return student
 
 
 def distillation_loss(labels, teacher, student, labelled, temperature, label_weight, label_loss, regression):
@@ -313,10 +337,7 @@ def distill(teacher, teacher_config, config, distill_config, tokenizer, train_pa
     strategy = strategy or tf.distribute.get_strategy()
     keras.utils.set_random_seed(config.seed)
     with strategy.scope():
-        student = AlbertBackbone(student_shape)
-        if init == "teacher":
-            # One shared block: the same weights whatever L, so the student's are the teacher's.
-            student.set_weights(teacher.backbone.get_weights())
+        student = start_student(teacher.backbone, student_shape, init)
     log(f"student {describe(student_shape)} ({init} start), teacher {describe(teacher.backbone.config)}")
     label_names = teacher.label_names if not recipe.regression else None
     # The teacher scored on the student's evaluation file: the report compares the two there.

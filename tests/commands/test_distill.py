@@ -41,6 +41,19 @@ def root(tmp_path_factory):
     return root
 
 
+def _resumable(root):
+    """The student's flags in the fast tests: 80 training rows (40 labelled, 40 the teacher's alone), one epoch of
+    10 steps, no report."""
+    return ("--unlabeled", root / "more.txt", "--epochs", "1", "--no-report")
+
+
+@pytest.fixture(scope="module")
+def student(root):
+    """root/student: teacher/'s student, distilled with `_resumable`'s flags."""
+    _distill(root, root / "student", *_resumable(root))
+    return root / "student"
+
+
 def _distill(root, out, *flags, expect_rc=0):
     return run_cli("distill", "--teacher", root / "teacher", "--train", root / "train.csv", "--eval",
                    root / "eval.csv", "--out", out, *SHORT, *flags, expect_rc=expect_rc)
@@ -59,7 +72,7 @@ def _bad_input(root, tmp_path, case):
         (tmp_path / "tagger" / "finetune.json").write_text(json.dumps(record))
         return ["--teacher", tmp_path / "tagger"], "was fine-tuned on tagging; distill supports sentence"
     if case == "student not smaller":
-        return ["--student-layers", "4"], "--student must be smaller than the teacher"
+        return ["--student", "quarter", "--student-layers", "4"], "--student must be smaller than the teacher"
     if case == "tokenizer mismatch":
         from export_fixtures import tokenizer
 
@@ -97,25 +110,15 @@ def test_the_student_is_a_fine_tuning_run_that_every_reader_takes_and_the_teache
     teacher_files = _digest(root / "teacher")
     done = _distill(root, tmp_path / "student", "--unlabeled", root / "more.txt", "--epochs", "2")
     assert _digest(root / "teacher") == teacher_files
-    assert "student L 1, H 32, E 16, heads 4, I 64 (teacher start)" in done.stdout, done.stdout
+    assert "student L 1, H 16, E 16, heads 2, I 32 (embeddings start)" in done.stdout, done.stdout
     record = json.loads((tmp_path / "student" / "distill.json").read_text())
-    assert record["distill"]["temperature"] == 2.0 and record["init"] == "teacher"
+    assert record["distill"]["temperature"] == 2.0 and record["init"] == "embeddings"
     assert [r["epoch"] for r in record["history"]] == [1, 2] and "accuracy" in record["history"][0]
     assert record["student"]["num_hidden_layers"] == 1 and record["unlabeled"] == [str(root / "more.txt")]
     report = (tmp_path / "student" / "distill_report.md").read_text()
     assert report.splitlines()[2].startswith("| teacher |") and report.splitlines()[3].startswith("| student |")
     assert report in done.stdout
-
-    texts = ["a gorgeous, witty film", "flat, dull and far too long", "it is a movie"]
-    predicted = run_cli("predict", "--model", tmp_path / "student", input="\n".join(texts) + "\n")
-    expected = [json.loads(line)["probabilities"] for line in predicted.stdout.splitlines()]
-    run_cli("export", "--model", tmp_path / "student", "--format", "saved_model", "--out", tmp_path / "sm")
-    import tensorflow as tf
-
-    from albert_tf.export.saved_model import load_saved_model
-
-    answer = load_saved_model(str(tmp_path / "sm" / "1")).signatures["serve_text"](text=tf.constant(texts))
-    np.testing.assert_allclose(answer["probabilities"].numpy(), expected, atol=1e-5)
+    # predict and the SavedModel export agree on the student: test_the_student_predicts_as_its_export_answers.
     for flags in (["--format", "saved_model", "--xla"], ["--format", "saved_model", "--mixed-precision",
                                                            "mixed_bfloat16"],
                   ["--format", "tflite"], ["--format", "tflite", "--quantize", "dynamic"], ["--format", "web"]):
@@ -128,16 +131,27 @@ def test_the_student_is_a_fine_tuning_run_that_every_reader_takes_and_the_teache
             assert len(refused.stderr.strip().splitlines()) == 1 and words in refused.stderr, refused.stderr
 
 
-@pytest.mark.slow
-def test_sigterm_then_the_same_command_gives_the_uninterrupted_student(root, tmp_path, monkeypatch):
+def test_the_student_predicts_as_its_export_answers(student, tmp_path):
+    import tensorflow as tf
+
+    from albert_tf.export.saved_model import load_saved_model
+
+    texts = ["a gorgeous, witty film", "flat, dull and far too long", "it is a movie"]
+    predicted = run_cli("predict", "--model", student, input="\n".join(texts) + "\n")
+    expected = [json.loads(line)["probabilities"] for line in predicted.stdout.splitlines()]
+    run_cli("export", "--model", student, "--format", "saved_model", "--out", tmp_path / "sm")
+    answer = load_saved_model(str(tmp_path / "sm" / "1")).signatures["serve_text"](text=tf.constant(texts))
+    np.testing.assert_allclose(answer["probabilities"].numpy(), expected, atol=1e-5)
+
+
+def test_sigterm_then_the_same_command_gives_the_uninterrupted_student(root, student, tmp_path, monkeypatch):
     import signal
 
     import albert_tf.recipes.finetune as recipe
     from albert_tf.loading import load_pretrained
 
-    # 80 training rows (40 labelled, 40 the teacher's alone): 10 steps; the signal comes in step 4.
-    flags = ("--unlabeled", root / "more.txt", "--epochs", "1", "--no-report")
-    _distill(root, tmp_path / "whole", *flags)
+    # `_resumable`'s 10 steps; the signal comes in step 4. `student` ran the same command uninterrupted.
+    flags = _resumable(root)
     steps, on_batch_end = [], recipe._StopAtStep.on_train_batch_end
 
     def signalled_at_step_4(self, batch, logs=None):
@@ -152,7 +166,7 @@ def test_sigterm_then_the_same_command_gives_the_uninterrupted_student(root, tmp
     monkeypatch.setattr(recipe._StopAtStep, "on_train_batch_end", on_batch_end)
     resumed = _distill(root, tmp_path / "run", *flags)
     assert ": epoch 1, step 4" in resumed.stdout, resumed.stdout
-    whole, rerun = (load_pretrained(str(tmp_path / name / "best")).get_weights() for name in ("whole", "run"))
+    whole, rerun = (load_pretrained(str(path / "best")).get_weights() for path in (student, tmp_path / "run"))
     for a, b in zip(whole, rerun, strict=True):
         np.testing.assert_array_equal(a, b)
     assert json.loads((tmp_path / "run" / "distill.json").read_text())["history"][0]["epoch"] == 1
@@ -170,7 +184,6 @@ def _keyword_rows(rng, n, keywords):
     return rows
 
 
-@pytest.mark.slow
 def test_on_a_task_the_few_labels_underspecify_the_soft_targets_on_unlabelled_text_beat_the_labels_alone(
         root, tmp_path):
     # Eight keywords decide the label; the teacher learned all eight, the student's eight labelled rows show two
@@ -192,7 +205,7 @@ def test_on_a_task_the_few_labels_underspecify_the_soft_targets_on_unlabelled_te
         # The same rows and steps; a label weight of 1 drops the soft targets, so unlabelled rows teach nothing.
         run_cli("distill", "--teacher", tmp_path / "teacher", "--train", tmp_path / "train.csv", "--eval",
                 tmp_path / "eval.csv", "--unlabeled", tmp_path / "more.txt", "--out", tmp_path / name,
-                "--student-init", "fresh", "--label-weight", weight, "--epochs", "3", "--learning-rate", "2e-3",
+                "--student", "quarter", "--student-init", "fresh", "--label-weight", weight, "--epochs", "3", "--learning-rate", "2e-3",
                 "--no-report", *SHORT)
         record = json.loads((tmp_path / name / "distill.json").read_text())
         accuracy[name] = max(r["accuracy"] for r in record["history"])

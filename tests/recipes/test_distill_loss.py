@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from albert_tf.config import AlbertConfig
-from albert_tf.recipes.distill import distillation_loss, resolve_init, student_config
+from albert_tf.recipes.distill import distillation_loss, resolve_init, start_student, student_config
 from albert_tf.recipes.distill_config import DistillConfig
 from albert_tf.utils.errors import UserError
 
@@ -60,13 +60,33 @@ def test_named_sizes_scale_the_teacher_and_flags_override_them():
 
 def test_a_student_as_large_as_the_teacher_is_refused():
     with pytest.raises(UserError, match="--student must be smaller than the teacher"):
-        student_config(TEACHER, DistillConfig(student_layers=8))
+        student_config(TEACHER, DistillConfig(student="quarter", student_layers=8))
 
 
 def test_the_teacher_start_needs_the_teacher_widths():
-    quarter = student_config(TEACHER, DistillConfig())
+    quarter = student_config(TEACHER, DistillConfig(student="quarter"))
     narrow = student_config(TEACHER, DistillConfig(student="narrow"))
     assert resolve_init(DistillConfig(), TEACHER, quarter) == "teacher"
-    assert resolve_init(DistillConfig(), TEACHER, narrow) == "fresh"
+    assert resolve_init(DistillConfig(), TEACHER, narrow) == "embeddings"
     with pytest.raises(UserError, match="--student-init teacher needs the teacher's widths"):
         resolve_init(DistillConfig(student_init="teacher"), TEACHER, narrow)
+    other_e = student_config(TEACHER, DistillConfig(student="narrow", student_embedding_size=8))
+    assert resolve_init(DistillConfig(), TEACHER, other_e) == "fresh"
+    with pytest.raises(UserError, match="--student-init embeddings needs the teacher's embedding size E"):
+        resolve_init(DistillConfig(student_init="embeddings"), TEACHER, other_e)
+
+
+def test_a_narrower_student_starts_from_the_teacher_embeddings_and_the_teacher_is_unchanged():
+    from albert_tf import AlbertBackbone
+
+    teacher = AlbertBackbone(TEACHER)
+    before = [w.copy() for w in teacher.get_weights()]
+    narrow = student_config(TEACHER, DistillConfig(student="narrow"))
+    student = start_student(teacher, narrow, "embeddings")
+    assert student.config.hidden_size == 16
+    for mine, theirs in zip(student.embeddings.get_weights(), teacher.embeddings.get_weights(), strict=True):
+        np.testing.assert_array_equal(mine, theirs)
+    fresh = start_student(teacher, narrow, "fresh")
+    assert not np.array_equal(fresh.embeddings.get_weights()[0], teacher.embeddings.get_weights()[0])
+    for now, then in zip(teacher.get_weights(), before, strict=True):
+        np.testing.assert_array_equal(now, then)
