@@ -25,12 +25,12 @@ TESTS = REPO / "tests"
 
 # ---- The one place where the docs' runs are made small ---------------------------------------
 # The README's main job pretrains for 3,000 steps on 19,928 reviews (minutes). Here it pretrains a
-# tiny model for 20 steps on 300 reviews, without XLA (whose compile takes longer than the steps);
-# every block that reads `runs/demo` reads that run. Each
+# tiny model for 20 steps on 300 reviews (its tokenizer trained on the same 300), without XLA (whose
+# compile takes longer than the steps); every block that reads `runs/demo` reads that run. Each
 # line that equals a key is run as its value, and a key no block uses is an error, so the list
 # cannot go stale.
 TINY_DEMO = (
-    "--steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 --tokenizer-documents 1500 "
+    "--steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 --tokenizer-documents 300 "
     "--documents 300 --heldout-documents 60 --eval-examples 40 --baseline-batches 2 --compile-step none"
 )
 SUBSTITUTIONS = {
