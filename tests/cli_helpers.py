@@ -6,11 +6,14 @@ TensorFlow's C++ side and of worker processes are caught too), working
 directory, environment, umask, `sys.argv` and signal handlers, all given back
 when it returns: the command starts in a few milliseconds instead of paying
 TensorFlow's import (seconds). Where the process itself is what a test checks
-(its start-up, its signals and exit, a cluster of processes, a server, the
-docs' shell blocks), `fresh=True` starts the console script in a new process;
+(its start-up, its signals and exit, a cluster of processes, a server),
+`fresh=True` starts the console script in a new process;
 so does a command that changes what TensorFlow fixes once per process
 (--logical-cpus, a TF_CONFIG cluster) or that ends its process on Ctrl-C
 (exit 130). docs/architecture.md ("Where the tests are") lists those tests.
+
+`exit_status_in_process` runs a command on given descriptors: the docs'
+shell blocks hand theirs over (tests/doc_blocks_worker.py).
 
 `start_program`/`run_program` are `subprocess.Popen`/`subprocess.run` for the
 worker scripts and `python -c` probes the tests start.
@@ -112,19 +115,26 @@ def needs_own_process(args, env, expect_rc=0):
 
 def run_in_process(args, *, cwd=None, input=None, env=None, umask=None):
     """`albert_tf.cli.main(args)` in this process, as `run_cli` describes; returns a `CompletedProcess`."""
-    from albert_tf.cli import main
-
     with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         if input is not None:
             stdin.write(input.encode())
             stdin.seek(0)
-        with _as_a_process(args, (stdin, out, err), cwd, user_environment() if env is None else env, umask):
-            code = _exit_status(main, args)
+        files = stdin.fileno(), out.fileno(), err.fileno()
+        code = exit_status_in_process(args, files, cwd, user_environment() if env is None else env, umask)
         texts = []
         for stream in (out, err):
             stream.seek(0)
             texts.append(io.TextIOWrapper(io.BytesIO(stream.read()), encoding="utf-8", errors="replace").read())
     return subprocess.CompletedProcess(albert_tf_command() + list(args), code, *texts)
+
+
+def exit_status_in_process(args, fds, cwd, env, umask):
+    """The exit status of `albert_tf.cli.main(args)` run in this process with `fds` as its stdin, stdout and
+    stderr, and `cwd`, `env` and `umask` (None: this process's) as its own; this process's all back after."""
+    from albert_tf.cli import main
+
+    with _as_a_process(args, fds, cwd, env, umask):
+        return _exit_status(main, args)
 
 
 def _exit_status(main, args):
@@ -142,7 +152,7 @@ def _exit_status(main, args):
 
 
 @contextlib.contextmanager
-def _as_a_process(args, files, cwd, env, umask):
+def _as_a_process(args, fds, cwd, env, umask):
     """The command's stdio on fds 0-2 and sys.std*, its directory, environment, argv and umask, then
     this process's back, signal handlers and shown warnings included."""
     saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
@@ -156,8 +166,8 @@ def _as_a_process(args, files, cwd, env, umask):
     mask = os.umask(0)
     os.umask(mask if umask is None else umask)
     try:
-        for fd, file in enumerate(files):
-            os.dup2(file.fileno(), fd)
+        for fd, given in enumerate(fds):
+            os.dup2(given, fd)
         sys.stdin = open(0, "r", encoding="utf-8", closefd=False)
         sys.stdout = open(1, "w", encoding="utf-8", closefd=False)
         sys.stderr = open(2, "w", encoding="utf-8", errors="backslashreplace", closefd=False, buffering=1)

@@ -2,9 +2,10 @@
 
 A page's ```python blocks run with this environment's Python and its ```bash / ```sh blocks with
 bash (`-e -o pipefail`, this environment's bin/ first on PATH), in order, in one working directory
-and one process per page (tests/doc_blocks_worker.py). A block that cannot run here carries
-`<!-- not run: REASON -->` on the line above it. Every other fence names its language (`text`
-for output), so no command hides in an unnamed block.
+and one process per page (tests/doc_blocks_worker.py), which also runs the shell blocks' `albert-tf`
+commands (each as its own process would: its descriptors, directory, environment, umask, exit
+status). A block that cannot run here carries `<!-- not run: REASON -->` on the line above it.
+Every other fence names its language (`text` for output), so no command hides in an unnamed block.
 """
 
 import json
@@ -24,12 +25,12 @@ TESTS = REPO / "tests"
 
 # ---- The one place where the docs' runs are made small ---------------------------------------
 # The README's main job pretrains for 3,000 steps on 19,928 reviews (minutes). Here it pretrains a
-# tiny model for 20 steps on 300 reviews, without XLA (whose compile takes longer than the steps);
-# every block that reads `runs/demo` reads that run. Each
+# tiny model for 20 steps on 300 reviews (its tokenizer trained on the same 300), without XLA (whose
+# compile takes longer than the steps); every block that reads `runs/demo` reads that run. Each
 # line that equals a key is run as its value, and a key no block uses is an error, so the list
 # cannot go stale.
 TINY_DEMO = (
-    "--steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 --tokenizer-documents 1500 "
+    "--steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 --tokenizer-documents 300 "
     "--documents 300 --heldout-documents 60 --eval-examples 40 --baseline-batches 2 --compile-step none"
 )
 SUBSTITUTIONS = {
@@ -92,7 +93,8 @@ def run_page(page, workdir):
     """Runs `page`'s runnable blocks in `workdir`; returns a failure message or None.
 
     The blocks run as a user runs them, with the installed `albert-tf`, in one process per page
-    (tests/doc_blocks_worker.py): its Python blocks in that process, its shell blocks in bash.
+    (tests/doc_blocks_worker.py): its Python blocks in that process, its shell blocks in bash, their
+    `albert-tf` commands in that process unless one must be a process of its own.
     """
     bin_dir = str(Path(sys.executable).parent)
     path = bin_dir + os.pathsep + os.environ.get("PATH", "")
@@ -168,6 +170,27 @@ def test_docs_blocks_run_as_written(page, tour, tmp_path):
     shutil.copytree(readme_dir, workdir, symlinks=True)
     failure = run_page(page, workdir)
     assert failure is None, failure
+
+
+def test_a_shell_blocks_albert_tf_commands_run_in_the_page_process_as_programs_of_their_own_would(tmp_path):
+    """Through the worker's stand-in `albert-tf`: pipes, redirections, `$?` and `set -e` see each command's
+    own status and output; a `&` job is a process of its own; a failing command fails its block."""
+    (tmp_path / "block_1.sh").write_text(
+        "albert-tf --help | head -1 > first.txt\n"
+        "albert-tf no-such-command 2> err.txt || echo \"exit $?\" > status.txt\n"
+        "albert-tf no-such-command 2> /dev/null & wait $! || echo \"background $?\" >> status.txt\n")
+    (tmp_path / "block_2.sh").write_text("albert-tf no-such-command\necho not reached\n")
+    runnable = [{"line": line, "language": "bash", "script": f"block_{line}.sh"} for line in (1, 2)]
+    done = run_program([sys.executable, str(TESTS / "doc_blocks_worker.py")], input=json.dumps(runnable),
+                       cwd=tmp_path, env=user_environment(PYTHONPATH=str(REPO)), timeout=120)
+    assert done.returncode == 1 and done.stderr.endswith("FAILED 2 2\n"), done.stderr[-3000:]
+    assert "not reached" not in done.stdout
+    assert (tmp_path / "first.txt").read_text().startswith("usage: albert-tf")
+    assert "unknown command 'no-such-command'" in (tmp_path / "err.txt").read_text()
+    assert (tmp_path / "status.txt").read_text() == "exit 2\nbackground 2\n"
+    ran = re.findall(r"^--- block at line (\d+) took [\d.]+ s, (\d+) albert-tf commands in this process ---$",
+                     done.stderr, re.M)
+    assert ran == [("1", "2"), ("2", "1")], done.stderr[-3000:]
 
 
 def test_every_substitution_is_used():
