@@ -75,7 +75,8 @@ def _ids(shape, dtype, name, vocab_size):
     return (np.ones if name.endswith("padding_mask") else np.zeros)(shape, dtype)
 
 
-def _median_ms(call, runs):
+def median_ms(call, runs):
+    """Milliseconds: the median of `runs` timed calls of `call`, after `_WARMUP` untimed ones."""
     for _ in range(_WARMUP):
         call()
     times = []
@@ -86,19 +87,29 @@ def _median_ms(call, runs):
     return 1000 * statistics.median(times)
 
 
-def _time_saved_model(path, length, vocab_size, runs):
+def saved_model_call(path, length, vocab_size):
+    """A zero-argument call of the SavedModel's serving_default on one row of `length` token ids."""
     function = tf.saved_model.load(path).signatures["serving_default"]
     specs = function.structured_input_signature[1]
     inputs = {k: tf.constant(_ids((1, length), s.dtype.as_numpy_dtype, k, vocab_size)) for k, s in specs.items()}
-    return _median_ms(lambda: function(**inputs), runs)
+    return lambda: function(**inputs)
 
 
-def _time_tflite(path, vocab_size, runs):
+def tflite_call(path, vocab_size):
+    """A zero-argument call of the TFLite model at `path` on one row of token ids (its fixed shape)."""
     interpreter = Interpreter(model_path=path)
     interpreter.allocate_tensors()
     for detail in interpreter.get_input_details():
         interpreter.set_tensor(detail["index"], _ids(detail["shape"], detail["dtype"], detail["name"], vocab_size))
-    return _median_ms(interpreter.invoke, runs)
+    return interpreter.invoke
+
+
+def _time_saved_model(path, length, vocab_size, runs):
+    return median_ms(saved_model_call(path, length, vocab_size), runs)
+
+
+def _time_tflite(path, vocab_size, runs):
+    return median_ms(tflite_call(path, vocab_size), runs)
 
 
 def _table(rows, metric):

@@ -391,6 +391,34 @@ def test_serving_ops_sums_the_traced_op_time_of_a_savedmodel_by_op_type(monkeypa
     assert all(count >= 1 for _, count in ops.values())
 
 
+@pytest.mark.slow
+def test_distill_latency_exports_the_layer_norm_form_each_saved_model_row_names(monkeypatch, tmp_path):
+    """saved_model traces LayerNorm as the batch norm the graph optimizer fuses (where TensorFlow runs oneDNN);
+    saved_model_keras_ln as Keras' own ops; both run at batch 1."""
+    import keras
+    import tensorflow as tf
+    from tensorflow.python.util import _pywrap_util_port
+
+    from albert_tf import AlbertBackbone
+    from albert_tf.models.classifier import AlbertClassifier
+    from helpers import tiny_config
+
+    script = _script("distill_latency.py", monkeypatch)
+    keras.utils.set_random_seed(0)
+    model = AlbertClassifier(AlbertBackbone(tiny_config(vocab_size=300)), num_classes=2)
+    model.set_weights([w + 0.02 for w in model.get_weights()])
+    forms = ("saved_model", "saved_model_keras_ln")
+    calls, precision = script["calls"](model, 16, forms, str(tmp_path), precision="float32")
+    assert precision == "float32" and sorted(calls) == sorted(forms)
+    for form in forms:
+        calls[form]()
+        (version,) = [name for name in os.listdir(tmp_path / form) if name.isdigit()]
+        graph = tf.saved_model.load(str(tmp_path / form / version)).signatures["serving_default"].graph
+        ops = {node.op for function in graph.as_graph_def().library.function for node in function.node_def}
+        fused = form == "saved_model" and _pywrap_util_port.IsMklEnabled()
+        assert ("FusedBatchNormV3" in ops) == fused and ("Rsqrt" in ops) != fused, (form, sorted(ops))
+
+
 def test_ceilings_leave_tensorflow_out_of_bf16_only_where_onednn_is_kept_to_avx2(monkeypatch):
     script = _script("ceilings.py", monkeypatch)
     libraries = script["libraries"]
