@@ -466,7 +466,7 @@ class _ResumeState:
 
     def remove(self):
         if self._writes:
-            files.rmtree(self.directory, ignore_errors=True)
+            checkpoints.remove_checkpoints(self.directory)
 
 
 def _build(config, recipe, backbone, data, log):

@@ -102,6 +102,14 @@ def save_checkpoint(checkpoint, directory, step, keep):
     return target
 
 
+def remove_checkpoints(directory):
+    """Deletes `directory`, a checkpoint directory, its checkpoints' `.index` files first: a kill part way
+    leaves complete checkpoints and debris, never an `.index` file without its shards."""
+    for step in checkpoint_steps(directory):
+        files.remove(checkpoint_path(directory, step) + ".index")
+    files.rmtree(directory, ignore_errors=True)
+
+
 def restore_newest_readable(checkpoint, directory, print_fn=print):
     """Restores the newest checkpoint of `directory` that reads back whole.
 

@@ -1,11 +1,18 @@
-"""Every long command, killed at moments spread over its run, in a fresh process: SIGTERM and SIGKILL.
+"""Every long command, killed at moments spread over its run, in a process of its own: SIGTERM and SIGKILL.
 
-A killed process is the subject here, so each kill is a fresh `python -m
-albert_tf.cli` (plain `subprocess.Popen`). A kill lands in a phase of the
-run: the test waits for a line the command prints once that phase has begun,
-with work (and, for SIGTERM, safe points) still ahead of it, then signals;
-for a command that prints only at its end, at 40%, 70% or 90% of the time of
-its uninterrupted run (one fresh run, timed). After each kill:
+A killed process is the subject here, so each kill is a process of its own,
+forked by a server that imported TensorFlow, Keras and the commands' modules
+once and started nothing of TensorFlow's runtime (tests/fork_server.py): the
+kernel delivers the real SIGTERM or SIGKILL to it, and the test checks the
+status it exits with, as with `python -m albert_tf.cli`, whose
+`albert_tf.cli.main` it runs with its own stdio, directory, environment and
+signal dispositions; what it skips is the seconds that start-up spends
+importing (start-up has its own tests, in fresh processes:
+test_quick_journey.py). A kill lands in a phase of the run: the test waits
+for a line the command prints once that phase has begun, with work (and, for
+SIGTERM, safe points) still ahead of it, then signals; for a command that
+prints only at its end, at 40%, 70% or 90% of the time of its uninterrupted
+run (one run, timed, forked as the kills are). After each kill:
 
 - nothing half-written is readable as valid: the command's own loader reads
   --out whole, or --out is absent;
@@ -27,19 +34,18 @@ export saved_model and tflite, demo), each leaving a different state (nothing
 yet, a run under way, its end being written): 24. SIGTERM in pretraining
 (pretrain twice, the demo), in each of finetune's 3 epochs, in the demo's
 tokenizer, and in the middle of the 4 commands timed: 11. 35 kills, and 4
-timed runs: 39 processes. The reruns and the other uninterrupted runs are in
-the test process. Each property also has a fast in-process test
-(test_finetune_sigterm.py, test_demo_sigterm.py, test_finetune_resume.py,
-test_preemption.py, test_faults.py, test_demo.py, test_error_protocol.py,
-test_reruns_and_damaged_data.py).
+timed runs (train-tokenizer's and create-data's also make the tokenizer and
+the records the others read): 39 forked processes. The reruns and the other
+uninterrupted runs are in the test process. Each property also has a fast
+in-process test (test_finetune_sigterm.py, test_demo_sigterm.py,
+test_finetune_resume.py, test_preemption.py, test_faults.py, test_demo.py,
+test_error_protocol.py, test_reruns_and_damaged_data.py).
 """
 
 import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 
@@ -50,6 +56,7 @@ import tensorflow as tf
 from albert_tf.loading import load_pretrained
 from albert_tf.model_dirs import load_tokenizer
 from cli_helpers import run_cli, user_environment
+from fork_server import ForkServer
 from input_pipeline import movie_reviews, read_metadata
 from input_pipeline.pretraining.tfrecord_shards import shard_paths
 
@@ -113,9 +120,33 @@ def commands(root):
     }
 
 
+# What the killed commands import when they run, imported once by the fork server.
+_WORK_MODULES = [f"albert_tf.commands.{name}" for name in ("train_tokenizer", "create_data", "pretrain", "finetune",
+                                                            "export", "demo")]
+_WORK_MODULES += ["albert_tf.apps.demo", "albert_tf.recipes.finetune", "albert_tf.training", "albert_tf.loading",
+                  "albert_tf.export", "albert_tf.models"]
+
+
 @pytest.fixture(scope="module")
-def root(tmp_path_factory):
-    """The inputs every command reads: a corpus, a tokenizer, records, a pretrained run, CSVs, a fine-tuned model."""
+def server():
+    """Forks each killed and timed command (tests/fork_server.py), its imports made once, while `root` builds."""
+    server = ForkServer(_WORK_MODULES, env=user_environment(PYTHONUNBUFFERED="1"))
+    yield server
+    server.close()
+
+
+@pytest.fixture(scope="module")
+def uninterrupted():
+    """{name: (timed, out)} of the uninterrupted runs made so far: see `baseline`."""
+    return {}
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory, server, uninterrupted):
+    """The inputs every command reads: a corpus, a tokenizer, records, a pretrained run, CSVs, a fine-tuned model.
+
+    The tokenizer and the records are the timed runs of train-tokenizer and create-data.
+    """
     root = tmp_path_factory.mktemp("kill")
     documents = movie_reviews.imdb_documents("pretrain", limit=60)
     (root / "reviews.txt").write_text("\n\n".join("\n".join(d) for d in documents) + "\n")
@@ -127,11 +158,13 @@ def root(tmp_path_factory):
         (root / name).write_text("text,label\n" + "".join(
             f"\"{rows[i][0].replace(chr(34), '')}\",{('neg', 'pos')[rows[i][1]]}\n" for i in part))
     table = commands(root)
-    run_cli(*_with_out(table["train-tokenizer"], root / "tok"))
-    run_cli(*_with_out(table["create-data"], root / "data"))
+    for name, out in (("train-tokenizer", "tok"), ("create-data", "data")):
+        uninterrupted[name] = _lines_with_times(server.start(_with_out(table[name], root / out), cwd=root)), root / out
     run_cli(*_with_out(table["pretrain-text"], root / "pretrain-run"))
+    uninterrupted["pretrain-text"] = None, root / "pretrain-run"
     shutil.copytree(root / "pretrain-run" / "final", root / "pretrained")
     run_cli(*_with_out(table["finetune"], root / "finetuned"))
+    uninterrupted["finetune"] = None, root / "finetuned"
     return root
 
 
@@ -139,27 +172,23 @@ def _with_out(argv, out):
     return [str(out) if a == "OUT" else a for a in argv]
 
 
-def _start(argv, cwd):
-    return subprocess.Popen([sys.executable, "-m", "albert_tf.cli", *argv], cwd=cwd, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=user_environment(PYTHONUNBUFFERED="1"))
-
-
 def _lines_with_times(process):
-    """[(seconds since start, line)] of the process's output, until it ends."""
+    """[(seconds since start, line)] of the process's output, until it ends (exit 0), and the seconds it took."""
     start, lines = time.perf_counter(), []
     for line in process.stdout:
         lines.append((time.perf_counter() - start, line.rstrip("\n")))
-    process.wait()
+    assert process.wait() == 0, "\n".join(line for _, line in lines)
     return lines, time.perf_counter() - start
 
 
-def _kill_at(argv, cwd, at, signum):
-    """Runs `argv`, sends `signum` once it printed a line that `at` (a regex) matches, or `at` seconds in.
+def _kill_at(server, argv, cwd, at, signum):
+    """Runs `argv` in a process forked by `server`, sends `signum` once it printed a line that `at` (a regex)
+    matches, or `at` seconds in.
 
     Returns:
         (exit code, output).
     """
-    process = _start(argv, cwd)
+    process = server.start(argv, cwd=cwd)
     seen = []
     if isinstance(at, str):
         for line in process.stdout:
@@ -245,30 +274,27 @@ def _assert_same(name, got, want):
         assert got == want, name
 
 
-# Uninterrupted runs the `root` fixture made, with the same flags.
-_MADE_BY_ROOT = {"pretrain-text": "pretrain-run", "finetune": "finetuned"}
-
-
 @pytest.fixture(scope="module")
-def baseline(root):
-    """`baseline(name)`: (timed, result) of the command's uninterrupted run, made once.
+def baseline(root, server, uninterrupted):
+    """`baseline(name)`: (timed, result) of the command's uninterrupted run, made once (the `root` fixture's
+    where it made one with the same flags).
 
-    timed: for a command whose moments are times, (its lines with their times, seconds), from a fresh process;
-    else None (the run is in the test process, or the `root` fixture's).
+    timed: for a command whose moments are times, (its lines with their times, seconds), from a process forked
+    as the kills are; else None (the run is in the test process).
     """
     found = {}
 
     def of(name):
         if name not in found:
-            out = root / "baseline" / name
-            argv = _with_out(commands(root)[name], out)
-            timed = None
-            if not isinstance(next(iter(MOMENTS[name].values())), str):
-                timed = _lines_with_times(_start(argv, root))
-            elif name in _MADE_BY_ROOT:
-                out = root / _MADE_BY_ROOT[name]
-            else:
-                run_cli(*argv, cwd=root)
+            if name not in uninterrupted:
+                out = root / "baseline" / name
+                argv = _with_out(commands(root)[name], out)
+                if isinstance(next(iter(MOMENTS[name].values())), str):
+                    uninterrupted[name] = None, out
+                    run_cli(*argv, cwd=root)
+                else:
+                    uninterrupted[name] = _lines_with_times(server.start(argv, cwd=root)), out
+            timed, out = uninterrupted[name]
             found[name] = (timed, _result(name, str(out)))
         return found[name]
 
@@ -303,11 +329,11 @@ KILLS += [(name, "SIGTERM", "middle") for name, moments in MOMENTS.items() if mo
 
 @pytest.mark.parametrize("name,signal_name,which", KILLS, ids=["-".join(kill) for kill in KILLS])
 def test_a_command_killed_at_any_moment_leaves_nothing_half_written_and_its_rerun_ends_as_an_uninterrupted_run(
-        root, baseline, name, signal_name, which, tmp_path):
+        root, server, baseline, name, signal_name, which, tmp_path):
     argv = _with_out(commands(root)[name], tmp_path / "out")
     timed, expected = baseline(name)
     at = MOMENTS[name][which]
-    code, output = _kill_at(argv, root, at if timed is None else timed[1] * at, SIGNALS[signal_name])
+    code, output = _kill_at(server, argv, root, at if timed is None else timed[1] * at, SIGNALS[signal_name])
     _readable_or_absent(name, str(tmp_path / "out"))
     said = [line for line in output.splitlines()
             if line.startswith(f"albert-tf {argv[0]}:") and not line.startswith(f"albert-tf {argv[0]}: warning:")]

@@ -6,6 +6,7 @@ the middle of a save); the rerun must resume where the files say, finish, and
 leave a complete `final/` and no debris.
 """
 
+import contextlib
 import os
 import pathlib
 import sys
@@ -235,6 +236,32 @@ def test_damaged_pretrained_files_give_a_value_error_naming_the_file(tmp_path, d
         load_pretrained(directory)
     message = str(error.value)
     assert str(directory / file) in message and what in message, message
+
+
+def test_a_kill_while_a_runs_checkpoints_are_removed_leaves_only_checkpoints_that_restore(tmp_path, monkeypatch):
+    # Fine-tuning removes its resume/ checkpoints at the end of the run: a kill at any file deletion of that.
+    checkpoint = tf.train.Checkpoint(value=tf.Variable(1.0))
+    deletions, real_unlink = [], os.unlink
+
+    def unlink_then_kill(path, *args, **kwargs):
+        if len(deletions) == kill_at:
+            raise KeyboardInterrupt
+        deletions.append(path)
+        real_unlink(path, *args, **kwargs)
+
+    for kill_at in range(8):  # two checkpoints (an index and a shard each) and the state file: 5 deletions
+        directory = str(tmp_path / f"resume-{kill_at}")
+        for step in (120, 240):
+            checkpoints.save_checkpoint(checkpoint, directory, step, keep=2)
+        deletions.clear()
+        monkeypatch.setattr(os, "unlink", unlink_then_kill)
+        monkeypatch.setattr(os, "remove", unlink_then_kill)
+        with contextlib.suppress(KeyboardInterrupt):
+            checkpoints.remove_checkpoints(directory)
+        monkeypatch.undo()
+        for step in checkpoints.checkpoint_steps(directory):
+            checkpoint.read(checkpoints.checkpoint_path(directory, step)).assert_existing_objects_matched()
+    assert not os.path.exists(directory)  # a deletion that ran to its end
 
 
 @pytest.mark.parametrize("root", ["local", "ram"])
