@@ -58,13 +58,13 @@ def measure(name, run_dir, score, runs=_RUNS):
         precision, _ = resolve_export_precision("auto", model.backbone.config.hidden_size)
         saved = export_saved_model(model, os.path.join(scratch, "saved_model"), max_length=length,
                                    precision=precision)
-        row["saved_model_ms"] = _time_saved_model(saved, length, model.backbone.config.vocab_size, runs)
+        row["saved_model_ms"] = median_ms(saved_model_call(saved, length, model.backbone.config.vocab_size), runs)
         row["saved_model_precision"] = precision
         for quantize, key in (("none", "float32"), ("dynamic", "int8")):
             path = export_tflite(model, os.path.join(scratch, f"tflite-{quantize}"), max_length=length,
                                  quantize=quantize, metadata=False)
             row[f"tflite_{key}_bytes"] = os.path.getsize(path)
-            row[f"tflite_{key}_ms"] = _time_tflite(path, model.backbone.config.vocab_size, runs)
+            row[f"tflite_{key}_ms"] = median_ms(tflite_call(path, model.backbone.config.vocab_size), runs)
     return row
 
 
@@ -102,14 +102,6 @@ def tflite_call(path, vocab_size):
     for detail in interpreter.get_input_details():
         interpreter.set_tensor(detail["index"], _ids(detail["shape"], detail["dtype"], detail["name"], vocab_size))
     return interpreter.invoke
-
-
-def _time_saved_model(path, length, vocab_size, runs):
-    return median_ms(saved_model_call(path, length, vocab_size), runs)
-
-
-def _time_tflite(path, vocab_size, runs):
-    return median_ms(tflite_call(path, vocab_size), runs)
 
 
 def _table(rows, metric):

@@ -106,7 +106,7 @@ def remove_checkpoints(directory):
     """Deletes `directory`, a checkpoint directory, its checkpoints' `.index` files first: a kill part way
     leaves complete checkpoints and debris, never an `.index` file without its shards."""
     for step in checkpoint_steps(directory):
-        files.remove(checkpoint_path(directory, step) + ".index")
+        _remove_checkpoint(directory, step)
     files.rmtree(directory, ignore_errors=True)
 
 
