@@ -5,20 +5,21 @@ command's own stdin, stdout, stderr (file descriptors 0-2, so the lines of
 TensorFlow's C++ side and of worker processes are caught too), working
 directory, environment, umask, `sys.argv` and signal handlers, all given back
 when it returns: the command starts in a few milliseconds instead of paying
-TensorFlow's import (seconds). Where the process itself is what a test checks
-(its start-up, its signals and exit, a cluster of processes, a server),
-`fresh=True` starts the console script in a new process;
-so does a command that changes what TensorFlow fixes once per process
-(--logical-cpus, a TF_CONFIG cluster) or that ends its process on Ctrl-C
-(exit 130). docs/architecture.md ("Where the tests are") lists those tests.
+TensorFlow's import (seconds). A command that changes what TensorFlow fixes
+once per process (--logical-cpus, a TF_CONFIG cluster) or that ends its
+process on Ctrl-C (exit 130) runs in a process of its own, and so does every
+program `start_program`/`run_program` start: `albert-tf ...`, the tests' worker
+scripts and `python -m pytest` are forked from this process's fork server
+(tests/fork_server.py), which imported TensorFlow and the commands once; other
+programs, and those a test asks `fresh=True` of (start-up, what a fresh
+process imports), are new processes. docs/architecture.md ("Where the tests
+are") lists the tests whose subject is a process.
 
 `exit_status_in_process` runs a command on given descriptors: the docs'
 shell blocks hand theirs over (tests/doc_blocks_worker.py).
-
-`start_program`/`run_program` are `subprocess.Popen`/`subprocess.run` for the
-worker scripts and `python -c` probes the tests start.
 """
 
+import atexit
 import contextlib
 import io
 import json
@@ -36,6 +37,8 @@ import urllib.request
 import warnings
 from pathlib import Path
 
+from fork_server import ForkServer
+
 # Variables of the test process that must not leak into a user's command.
 _PRIVATE_PREFIXES = ("PYTEST_", "TF_", "KERAS_", "CUDA_")
 # Exit status of a command stopped by Ctrl-C: `albert_tf.cli.main` then leaves through os._exit,
@@ -43,6 +46,14 @@ _PRIVATE_PREFIXES = ("PYTEST_", "TF_", "KERAS_", "CUDA_")
 _INTERRUPTED = 130
 # Signals whose handlers a command may change (pretrain's SIGTERM) and the test process keeps.
 _HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+# What the forked programs import when they run, imported once by the fork server.
+_SERVER_MODULES = [f"albert_tf.commands.{name}" for name in (
+    "train_tokenizer", "create_data", "pretrain", "finetune", "export", "demo", "predict", "serve", "convert")]
+_SERVER_MODULES += ["albert_tf.cli", "albert_tf.apps.demo", "albert_tf.recipes.finetune", "albert_tf.training",
+                    "albert_tf.loading", "albert_tf.export", "albert_tf.models"]
+# The tests' scripts that are forked: the rest (MediaPipe's, the other venvs') start as a user's program does.
+_FORKED_SCRIPTS = {"training_worker.py", "fault_worker.py", "data_service_worker.py", "doc_blocks_worker.py"}
+_TESTS = Path(__file__).parent
 
 
 def albert_tf_command():
@@ -71,13 +82,18 @@ def user_environment(**overrides):
     return env
 
 
+# A user's environment as this process started: the fork server's.
+_STARTING_ENVIRONMENT = user_environment()
+
+
 def run_cli(*args, cwd=None, input=None, timeout=900, expect_rc=0, env=None, fresh=False, umask=None):
     """Runs `albert-tf ARGS...`; fails the test with the command's output when the
     exit status is not `expect_rc` (None accepts any).
 
-    In the test process unless `fresh`, `--logical-cpus` is among `args`, `env`
-    names a TF_CONFIG cluster, or `expect_rc` is 130 (Ctrl-C): then the console
-    script starts in a new process. `timeout` bounds a new process only.
+    In the test process unless `--logical-cpus` is among `args`, `env` names a
+    TF_CONFIG cluster, or `expect_rc` is 130 (Ctrl-C): then in a forked process
+    of its own (`start_program`); `fresh` starts the console script in a new
+    process. `timeout` bounds a process of its own only.
 
     Args:
         cwd: the command's working directory (default: this process's).
@@ -91,7 +107,8 @@ def run_cli(*args, cwd=None, input=None, timeout=900, expect_rc=0, env=None, fre
     args = [str(a) for a in args]
     env = user_environment() if env is None else env
     if fresh or needs_own_process(args, env, expect_rc):
-        done = run_program(albert_tf_command() + args, cwd=cwd, input=input, timeout=timeout, env=env, umask=umask)
+        done = run_program(albert_tf_command() + args, cwd=cwd, input=input, timeout=timeout, env=env, umask=umask,
+                           fresh=fresh)
     else:
         done = run_in_process(args, cwd=cwd, input=input, env=env, umask=umask)
     if expect_rc is not None and done.returncode != expect_rc:
@@ -209,12 +226,51 @@ def _show_warning(message, category, filename, lineno, file=None, line=None):
 
 
 def start_program(args, *, cwd=None, env=None, stdin=None, stdout=None, stderr=None, text=True, umask=None,
-                  preexec_fn=None, fresh=True, **kwargs):
-    """`subprocess.Popen(args, ...)` for the programs the tests start: `albert-tf ...`, worker scripts and
-    `python -c` probes. `umask` is the program's, as a shell's `umask` sets it; every program is a new
-    process (`fresh` says so for callers that name it)."""
-    return subprocess.Popen([str(a) for a in args], cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr,
-                            text=text, preexec_fn=_preexec(preexec_fn, umask), **kwargs)
+                  preexec_fn=None, fresh=False, **kwargs):
+    """`subprocess.Popen(args, ...)` for the programs the tests start, each a process of its own.
+
+    `albert-tf ...`, `python -m pytest ...` and `python tests/SCRIPT.py ...` (the
+    worker scripts of _FORKED_SCRIPTS) are forked by this process's fork server
+    unless `fresh`, `kwargs` or `preexec_fn` ask for what only Popen gives or
+    `env` changes what TensorFlow or Keras read at import; the rest start as
+    new processes. `umask` is the program's, as a shell's `umask` sets it; a
+    program's stdin is an empty file unless `stdin` says otherwise.
+    """
+    args = [str(a) for a in args]
+    env = os.environ if env is None else env
+    stdin = subprocess.DEVNULL if stdin is None else stdin
+    program = None if fresh or kwargs or preexec_fn not in (None, ctrl_c_reaches_it) else _forked(args)
+    if program is not None and fork_server().serves(env):
+        return fork_server().start(program.pop("args"), cwd=cwd, env=env, umask=umask, stdin=stdin, stdout=stdout,
+                                   stderr=stderr, text=text, **program)
+    return subprocess.Popen(args, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, text=text,
+                            preexec_fn=_preexec(preexec_fn, umask), **kwargs)
+
+
+def _forked(args):
+    """What the fork server runs for `args` ({"args", and "script" or "module"}), or None: a program it does not."""
+    if args[:len(albert_tf_command())] == albert_tf_command():
+        return {"args": args[len(albert_tf_command()):]}
+    if args[:1] != [sys.executable] or len(args) < 2:
+        return None
+    if args[1:3] == ["-m", "pytest"]:
+        return {"args": args[3:], "module": "pytest"}
+    script = Path(args[1])
+    if script.parent.resolve() == _TESTS.resolve() and script.name in _FORKED_SCRIPTS:
+        return {"args": args[2:], "script": str(script)}
+    return None
+
+
+_server = None
+
+
+def fork_server():
+    """This process's fork server (tests/fork_server.py), started the first time a program is forked."""
+    global _server
+    if _server is None:
+        _server = ForkServer(_SERVER_MODULES, env=_STARTING_ENVIRONMENT)
+        atexit.register(_server.close)
+    return _server
 
 
 def run_program(args, *, input=None, timeout=None, **kwargs):

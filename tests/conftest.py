@@ -12,8 +12,8 @@ test process, one after another: `process_state` below gives every test the
 Keras dtype policy, the seeds, the working directory, the umask and the
 environment the test process started with.
 
-A test marked `own_process` runs in a fresh pytest process of its own instead
-(`pytest_pyfunc_call` below): tests that make a MultiWorkerMirroredStrategy,
+A test marked `own_process` runs in a pytest process of its own instead
+(`pytest_pyfunc_call` below; forked, tests/cli_helpers.py): tests that make a MultiWorkerMirroredStrategy,
 which sets up the process's collective ops when it is made (TensorFlow asks
 for that at program start-up), and with it the preemption handler's watcher
 threads. The test worker's process runs hundreds of tests after it.
@@ -27,7 +27,6 @@ import json
 import os
 import random
 import re
-import subprocess
 import sys
 import tempfile
 
@@ -91,16 +90,17 @@ def pytest_configure(config):
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
-    """Runs an `own_process` test as `python -m pytest NODEID` in a new process; its failure is this test's."""
+    """Runs an `own_process` test as `python -m pytest NODEID` in a process of its own; its failure is this test's."""
+    from cli_helpers import run_program
+
     if pyfuncitem.get_closest_marker("own_process") is None or os.environ.get(_OWN_PROCESS) == pyfuncitem.nodeid:
         return None
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
     with tempfile.TemporaryDirectory() as basetemp:  # not a numbered one beside this run's, which pytest prunes
-        done = subprocess.run(
+        done = run_program(
             [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", "--basetemp", basetemp,
              pyfuncitem.nodeid],
-            cwd=pyfuncitem.config.rootpath, env={**env, _OWN_PROCESS: pyfuncitem.nodeid}, capture_output=True,
-            text=True, timeout=240)
+            cwd=pyfuncitem.config.rootpath, env={**env, _OWN_PROCESS: pyfuncitem.nodeid}, timeout=240)
     ran = done.returncode == 0 and re.search(r"^1 passed\b", done.stdout, re.M)
     assert ran, f"in its own process, exit {done.returncode}:\n{(done.stdout + done.stderr)[-6000:]}"
     return True

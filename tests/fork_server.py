@@ -1,42 +1,59 @@
-"""A fork server: `albert-tf` commands in processes of their own that start without TensorFlow's import.
+"""A fork server: the programs the tests start, in processes of their own that skip TensorFlow's import.
 
-For tests whose subject is a command's process (the signals it gets, the exit
-status it ends with) but not its start-up: a new `python -m albert_tf.cli`
-spends seconds importing TensorFlow and Keras before it does anything.
-`ForkServer` starts this file once as a program that imports them, and
-`albert_tf.cli` with the command modules it is given, without running any
-TensorFlow op (it refuses to serve once TensorFlow's eager context, and with
-it the runtime's thread pools, exists), then waits on a unix socket. For each
-`start(args, ...)` it forks a child that becomes the command: the working
-directory, environment, umask and argv sent with the request, stdin and
-stdout+stderr the file descriptors sent with it (SCM_RIGHTS), Python's start-up
-signal dispositions, fresh stdio streams, a reseeded NumPy; then
-`albert_tf.cli.main(args)`, leaving as `python -m albert_tf.cli` does: the
-status main returns or exits with (1 after an uncaught exception, os._exit
-where the CLI calls it), after joining its threads and running the atexit
-functions. The child is a real process of its own: the kernel delivers the
+A new `python` that runs `albert-tf`, a worker script or `python -m pytest`
+spends seconds importing TensorFlow and Keras before it does anything, and
+more than a second tearing them down when it ends. `ForkServer` starts this
+file once as a program that imports them and the modules it is given, without
+running any TensorFlow op (it refuses to serve once TensorFlow's eager context,
+and with it the runtime's thread pools, exists), then waits on a unix socket.
+For each `start(args, ...)` it forks a child that becomes the program: the
+working directory, environment, umask and argv sent with the request, stdin,
+stdout and stderr the file descriptors sent with it (SCM_RIGHTS), Python's
+start-up signal dispositions, fresh stdio streams, `sys.path` as `python`
+makes it from the script's folder and PYTHONPATH, a reseeded `random` and
+NumPy. Several children run at once (a cluster's workers, a server and its
+client). The child is a real process of its own: the kernel delivers the
 signals a test sends it (through a pidfd, so never to a reused pid), and the
 server, its parent, reports how it ended.
 
-What a fresh process has and a child does not: the environment at import time
-is the server's (a command whose environment changes what TensorFlow or Keras
-read at import needs a fresh process), and so are the hash seed and `__main__`.
-The server runs one command at a time; test_quick_journey.py covers start-up.
+It ends as `python` does, less the teardown that only frees memory: the exit
+status of a SystemExit, 1 and the traceback after an uncaught exception, death
+by SIGINT after an uncaught KeyboardInterrupt; first it joins its non-daemon
+threads, runs the atexit functions and flushes its streams, then `os._exit`.
+What Python would do after that (collect modules, run `__del__`s and C
+finalizers) writes nothing a program's user sees.
+
+What a fresh process has and a child does not: the import-time environment
+(`IMPORT_TIME`; `serves(env)` says whether a request's matches the server's),
+the hash seed, the warnings and log lines printed while importing, and any
+module the program would not import. Tests of start-up, of what a fresh
+process imports and of other runtimes (MediaPipe, other venvs) start real
+processes: `start_program(..., fresh=True)` in tests/cli_helpers.py.
 """
 
+import atexit
 import importlib
 import io
 import json
 import os
+import random
+import runpy
+import select
 import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import numpy as np
 
+# Read by Python, TensorFlow, Keras or huggingface_hub while they import, so a child keeps the server's
+# (Keras's folder is ~/.keras, huggingface_hub's cache and endpoint constants).
+IMPORT_TIME = ("KERAS_BACKEND", "KERAS_HOME", "TF_USE_LEGACY_KERAS", "TF_ENABLE_ONEDNN_OPTS", "PYTHONHASHSEED",
+               "PYTHONDONTWRITEBYTECODE", "PYTHONWARNINGS", "HOME", "XDG_CACHE_HOME", "HF_HOME", "HF_HUB_CACHE",
+               "HF_ENDPOINT", "HF_HUB_OFFLINE")
 # Ignored by a new Python process (the rest start at their defaults, SIGINT raising KeyboardInterrupt).
 _PYTHON_IGNORES = ("SIGPIPE", "SIGXFSZ")
 _READY = "ready"
@@ -46,9 +63,9 @@ class ForkServer:
     """The server process, started at once; `start` waits for its imports the first time.
 
     Args:
-        modules: modules to import besides TensorFlow, Keras and `albert_tf.cli` (a command's own work,
-            which its module imports when it runs).
-        env: the server's environment, and every command's unless `start` says otherwise.
+        modules: modules to import besides TensorFlow and Keras (the programs' own work, which they import
+            when they run).
+        env: the server's environment, and every program's unless `start` says otherwise.
     """
 
     def __init__(self, modules=(), env=None):
@@ -57,26 +74,33 @@ class ForkServer:
         self.env = dict(os.environ if env is None else env)
         self._log = open(os.path.join(self._dir, "log"), "w+")
         # As `albert-tf` sets it before TensorFlow loads: TensorFlow's C++ logging reads it once.
-        server_env = {"TF_CPP_MIN_LOG_LEVEL": "2", **self.env}
+        server_env = {**self.env, "TF_CPP_MIN_LOG_LEVEL": "2"}
         self._process = subprocess.Popen([sys.executable, __file__, self.address, *modules], stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=self._log, text=True, env=server_env)
         self._ready = False
 
-    def start(self, args, *, cwd=None, env=None, umask=None):
-        """`albert-tf ARGS` in a forked child, its stdout and stderr together on one pipe; returns a `ForkedCommand`.
+    def serves(self, env):
+        """Whether a program under `env` sees what it would in a fresh process (its IMPORT_TIME variables)."""
+        return all(env.get(name) == self.env.get(name) for name in IMPORT_TIME)
+
+    def start(self, args, *, cwd=None, env=None, umask=None, stdin=None, stdout=None, stderr=None, text=True,
+              script=None, module=None):
+        """`albert-tf ARGS`, `python SCRIPT ARGS` or `python -m MODULE ARGS` in a forked child; a `ForkedProgram`.
 
         Args:
             cwd: its working directory (default: this process's).
             env: its whole environment (default: the server's).
             umask: its umask (default: this process's).
+            stdin, stdout, stderr, text: as `subprocess.Popen` takes them (PIPE, DEVNULL, STDOUT, a file, None).
         """
         self._wait_ready()
         if umask is None:
             umask = os.umask(0)
             os.umask(umask)
-        request = {"args": [str(a) for a in args], "cwd": str(cwd or os.getcwd()),
-                   "env": self.env if env is None else env, "umask": umask}
-        return ForkedCommand(self.address, request)
+        program = {"script": os.path.abspath(script)} if script else {"module": module} if module else {"cli": True}
+        request = {"args": [str(a) for a in args], "cwd": os.path.abspath(cwd or os.getcwd()),
+                   "env": self.env if env is None else dict(env), "umask": umask, **program}
+        return ForkedProgram(self.address, request, stdin, stdout, stderr, text)
 
     def _wait_ready(self):
         if self._ready:
@@ -97,24 +121,34 @@ class ForkServer:
         os.rmdir(self._dir)
 
 
-class ForkedCommand:
-    """A command the server forked, read and signalled as a `subprocess.Popen` with
-    `stdout=PIPE, stderr=STDOUT, text=True`: `pid`, `stdout`, `send_signal`, `poll`, `wait`, `returncode`."""
+class ForkedProgram:
+    """A program the server forked, used as the `subprocess.Popen` it stands for: `pid`, `args`, `stdin`, `stdout`,
+    `stderr`, `returncode`, `poll`, `wait`, `communicate`, `send_signal`, `terminate`, `kill`, `with`."""
 
-    def __init__(self, address, request):
-        read_fd, write_fd = os.pipe()
-        stdin = os.open(os.devnull, os.O_RDONLY)
-        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        try:
-            self._socket.connect(address)
-            socket.send_fds(self._socket, [json.dumps(request).encode()], [stdin, write_fd, write_fd])
-        finally:
-            os.close(stdin)
-            os.close(write_fd)
-        message, fds, _, _ = socket.recv_fds(self._socket, 1024, 1)
-        self.pid, self._pidfd = json.loads(message)["pid"], fds[0]
-        self.stdout = open(read_fd, encoding="utf-8")
+    def __init__(self, address, request, stdin, stdout, stderr, text):
+        self.args = request["args"]
         self.returncode = None
+        self._lock = threading.Lock()
+        self._communication = None
+        theirs, ours = [], []
+        try:
+            self.stdin = _end(stdin, 0, "w", text, theirs, ours)
+            self.stdout = _end(stdout, 1, "r", text, theirs, ours)
+            self.stderr = None if stderr == subprocess.STDOUT else _end(stderr, 2, "r", text, theirs, ours)
+            if stderr == subprocess.STDOUT:
+                theirs.append(theirs[1])
+            self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self._socket.connect(address)
+            socket.send_fds(self._socket, [json.dumps(request).encode()], theirs)
+            message, fds, _, _ = socket.recv_fds(self._socket, 1024, 1)
+        except BaseException:
+            for stream in ours:
+                stream.close()
+            raise
+        finally:
+            for fd in set(theirs):
+                os.close(fd)
+        self.pid, self._pidfd = json.loads(message)["pid"], fds[0]
 
     def send_signal(self, signum):
         if self.returncode is None:
@@ -123,32 +157,103 @@ class ForkedCommand:
             except ProcessLookupError:  # it ended, and the server reaped it
                 pass
 
+    def terminate(self):
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self):
+        self.send_signal(signal.SIGKILL)
+
     def poll(self):
         return self.wait(timeout=0) if self.returncode is None else self.returncode
 
     def wait(self, timeout=None):
         """Its exit status as Popen gives it (-N after signal N); raises `subprocess.TimeoutExpired` after `timeout` s.
         (`poll` is `wait(timeout=0)` without the exception.)"""
-        if self.returncode is None:
-            self._socket.settimeout(timeout)
-            try:
-                message = self._socket.recv(1024)
-            except (TimeoutError, BlockingIOError):
-                if timeout == 0:
-                    return None
-                raise subprocess.TimeoutExpired(f"albert-tf (pid {self.pid})", timeout) from None
-            if not message:
-                raise RuntimeError(f"the fork server ended before albert-tf (pid {self.pid}) did")
-            self.returncode = os.waitstatus_to_exitcode(json.loads(message)["status"])
-            self._socket.close()
-            os.close(self._pidfd)
+        with self._lock:
+            if self.returncode is None:
+                self._socket.settimeout(timeout)
+                try:
+                    message = self._socket.recv(1024)
+                except (TimeoutError, BlockingIOError):
+                    if timeout == 0:
+                        return None
+                    raise subprocess.TimeoutExpired(self.args, timeout) from None
+                if not message:
+                    raise RuntimeError(f"the fork server ended before {self.args} (pid {self.pid}) did")
+                self.returncode = os.waitstatus_to_exitcode(json.loads(message)["status"])
+                self._socket.close()
+                os.close(self._pidfd)
         return self.returncode
+
+    def communicate(self, input=None, timeout=None):
+        """As Popen's: writes `input`, reads stdout and stderr to their ends, waits; (stdout, stderr)."""
+        if self._communication is None:
+            read = {}
+            tasks = [lambda: _feed(self.stdin, input)] if self.stdin else []
+            for name in ("stdout", "stderr"):
+                stream = getattr(self, name)
+                if stream:
+                    tasks.append(lambda name=name, stream=stream: read.__setitem__(name, stream.read()))
+            threads = [threading.Thread(target=task, daemon=True) for task in tasks]
+            for thread in threads:
+                thread.start()
+            self._communication = threads, read
+        threads, read = self._communication
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            thread.join(None if deadline is None else max(0, deadline - time.monotonic()))
+            if thread.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        for stream in (self.stdout, self.stderr):
+            if stream:
+                stream.close()
+        self.wait(None if deadline is None else max(0, deadline - time.monotonic()))
+        return read.get("stdout"), read.get("stderr")
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *_):
+        for stream in (self.stdin, self.stdout, self.stderr):
+            if stream:
+                stream.close()
+        self.wait()
+
+
+def _end(given, fd, mode, text, theirs, ours):
+    """The child's descriptor for `given` (appended to `theirs`) and, for PIPE, this side's stream (returned)."""
+    if given == subprocess.PIPE:
+        read_fd, write_fd = os.pipe()
+        mine, child = (write_fd, read_fd) if mode == "w" else (read_fd, write_fd)
+        theirs.append(child)
+        if mode == "w":
+            stream = io.open(mine, "wb")
+            stream = io.TextIOWrapper(stream, write_through=True) if text else stream
+        else:
+            stream = io.open(mine, "r" if text else "rb")
+        ours.append(stream)
+        return stream
+    if given == subprocess.DEVNULL:
+        theirs.append(os.open(os.devnull, os.O_RDONLY if mode == "r" and fd == 0 else os.O_RDWR))
+    elif given is None:
+        theirs.append(os.dup(fd))
+    else:
+        theirs.append(os.dup(given if isinstance(given, int) else given.fileno()))
+    return None
+
+
+def _feed(stdin, text):
+    try:
+        if text:
+            stdin.write(text)
+        stdin.close()
+    except BrokenPipeError:
+        pass
 
 
 def _serve(address, modules):
     for name in ("tensorflow", "keras", *modules):
         importlib.import_module(name)
-    from albert_tf import cli
 
     # Private, and the one place TensorFlow says whether its runtime started: the eager context's handle.
     from tensorflow.python.eager import context
@@ -157,64 +262,137 @@ def _serve(address, modules):
         sys.exit(f"importing {modules} started TensorFlow's runtime: a forked child would inherit its threads' locks")
     if threading.active_count() != 1:
         sys.exit(f"importing {modules} started Python threads: {threading.enumerate()}")
+    server_entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
+    base_path = [entry for entry in sys.path[1:] if entry not in server_entries]
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen()
     print(_READY, flush=True)
+    children = {}  # pidfd: (pid, the connection that asked for it)
     while True:
-        connection, _ = listener.accept()
-        with connection:
-            message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        for ready in select.select([listener, *children], [], [])[0]:
+            if ready is not listener:
+                pid, connection = children.pop(ready)
+                _, status = os.waitpid(pid, 0)
+                os.close(ready)
+                try:
+                    connection.send(json.dumps({"status": status}).encode())
+                except OSError:  # the test went away
+                    pass
+                connection.close()
+                continue
+            connection, _ = listener.accept()
+            try:
+                message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+            except OSError:
+                message = None
+            if not message or len(fds) != 3:  # the test went away before it asked
+                connection.close()
+                continue
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
             if pid == 0:
                 listener.close()
+                for pidfd, (_, other) in children.items():
+                    os.close(pidfd)
+                    other.close()
+                children.clear()
                 connection.close()
-                _become_the_command(cli, json.loads(message), fds)
+                _become_the_program(json.loads(message), fds, base_path)
             for fd in fds:
                 os.close(fd)
             pidfd = os.pidfd_open(pid)
             try:
                 socket.send_fds(connection, [json.dumps({"pid": pid}).encode()], [pidfd])
-            finally:
-                os.close(pidfd)
-            _, status = os.waitpid(pid, 0)
-            try:
-                connection.send(json.dumps({"status": status}).encode())
-            except OSError:  # the test went away
+            except OSError:
                 pass
+            children[pidfd] = pid, connection
 
 
-def _become_the_command(cli, request, fds):
-    """In the forked child: becomes the process `python -m albert_tf.cli ARGS` would be, and leaves as it does,
-    through `sys.exit(main(ARGS))` (the interpreter joins its threads, runs the atexit functions, prints an
-    uncaught exception's traceback and exits 1); never returns."""
-    for fd, received in enumerate(fds):
-        os.dup2(received, fd)
-        os.close(received)
-    for number in signal.valid_signals():
-        if number not in (signal.SIGKILL, signal.SIGSTOP):
-            try:
-                signal.signal(number, signal.SIG_DFL)
-            except (OSError, ValueError):  # a signal no process may handle (the C library's real-time ones)
-                pass
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-    for name in _PYTHON_IGNORES:
-        signal.signal(getattr(signal, name), signal.SIG_IGN)
-    signal.pthread_sigmask(signal.SIG_SETMASK, [])
-    os.environ.clear()
-    os.environ.update(request["env"])
-    os.chdir(request["cwd"])
-    os.umask(request["umask"])
-    tempfile.tempdir = None  # found again from the command's TMPDIR
-    unbuffered = bool(request["env"].get("PYTHONUNBUFFERED"))
-    sys.stdin = sys.__stdin__ = _std_stream(0, "r", unbuffered)
-    sys.stdout = sys.__stdout__ = _std_stream(1, "w", unbuffered)
-    sys.stderr = sys.__stderr__ = _std_stream(2, "w", unbuffered, errors="backslashreplace")
-    np.random.seed()  # a new process's global generator starts from the OS's entropy
-    sys.argv = [cli.__file__, *request["args"]]
-    sys.exit(cli.main(request["args"]))
+def _become_the_program(request, fds, base_path):
+    """In the forked child: becomes the process `python` would start for the request and leaves as it does
+    (`_run_and_leave`); never returns."""
+    try:
+        for fd, received in enumerate(fds):
+            os.dup2(received, fd)
+        for received in set(fds):
+            os.close(received)
+        for number in signal.valid_signals():
+            if number not in (signal.SIGKILL, signal.SIGSTOP):
+                try:
+                    signal.signal(number, signal.SIG_DFL)
+                except (OSError, ValueError):  # a signal no process may handle (the C library's real-time ones)
+                    pass
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        for name in _PYTHON_IGNORES:
+            signal.signal(getattr(signal, name), signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [])
+        env = request["env"]
+        os.environ.clear()
+        os.environ.update(env)
+        os.chdir(request["cwd"])
+        os.umask(request["umask"])
+        tempfile.tempdir = None  # found again from the program's TMPDIR
+        unbuffered = bool(env.get("PYTHONUNBUFFERED"))
+        sys.stdin = sys.__stdin__ = _std_stream(0, "r", unbuffered)
+        sys.stdout = sys.__stdout__ = _std_stream(1, "w", unbuffered)
+        sys.stderr = sys.__stderr__ = _std_stream(2, "w", unbuffered, errors="backslashreplace")
+        random.seed()
+        np.random.seed()  # a new process's global generators start from the OS's entropy
+        args = request["args"]
+        if "script" in request:
+            first = os.path.dirname(request["script"])
+            sys.argv = [request["script"], *args]
+            run = lambda: runpy.run_path(request["script"], run_name="__main__")  # noqa: E731
+        elif "module" in request:
+            first = request["cwd"]
+            sys.argv = [request["module"], *args]
+            run = lambda: runpy.run_module(request["module"], run_name="__main__", alter_sys=True)  # noqa: E731
+        else:
+            from albert_tf import cli
+
+            first = os.path.dirname(sys.executable)
+            sys.argv = [os.path.join(first, "albert-tf"), *args]
+            run = lambda: sys.exit(cli.main(args))  # noqa: E731
+        entries = [entry for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry]
+        sys.path[:] = [first, *entries, *(entry for entry in base_path if entry not in entries)]
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        os._exit(127)
+    _run_and_leave(run)
+
+
+def _run_and_leave(run):
+    """Runs `run` and ends the process with the status and the last steps of the interpreter's exit."""
+    code = 0
+    try:
+        run()
+    except SystemExit as exit:
+        if exit.code is None or isinstance(exit.code, int):
+            code = exit.code or 0
+        else:
+            print(exit.code, file=sys.stderr)
+            code = 1
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+        code = -signal.SIGINT if isinstance(sys.exc_info()[1], KeyboardInterrupt) else 1
+    try:
+        threading._shutdown()  # what Py_FinalizeEx does first: join the non-daemon threads
+    except BaseException:
+        sys.excepthook(*sys.exc_info())
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    if code == -signal.SIGINT:  # as Python ends after an uncaught KeyboardInterrupt: killed by SIGINT
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
 
 
 def _std_stream(fd, mode, unbuffered, errors="strict"):

@@ -54,11 +54,13 @@ def assert_one_line_error(done, *fragments):
 
 
 class Server:
-    """`albert-tf serve` in its own process; the model URL is read from its first line."""
+    """`albert-tf serve` in a new process, which imports what it needs itself; the model URL is read from its
+    first line."""
 
     def __init__(self, *args, cwd):
         self.process = start_program(albert_tf_command() + ["serve", *args, "--port", "0"], cwd=cwd,
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment())
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment(),
+                                     fresh=True)
         line = self.process.stdout.readline()
         if " at http" not in line:
             self.process.kill()

@@ -46,8 +46,10 @@ import os
 import re
 import shutil
 import signal
+import subprocess
 import threading
 import time
+import types
 
 import numpy as np
 import pytest
@@ -55,8 +57,7 @@ import tensorflow as tf
 
 from albert_tf.loading import load_pretrained
 from albert_tf.model_dirs import load_tokenizer
-from cli_helpers import run_cli, user_environment
-from fork_server import ForkServer
+from cli_helpers import fork_server, run_cli, user_environment
 from input_pipeline import movie_reviews, read_metadata
 from input_pipeline.pretraining.tfrecord_shards import shard_paths
 
@@ -120,19 +121,12 @@ def commands(root):
     }
 
 
-# What the killed commands import when they run, imported once by the fork server.
-_WORK_MODULES = [f"albert_tf.commands.{name}" for name in ("train_tokenizer", "create_data", "pretrain", "finetune",
-                                                            "export", "demo")]
-_WORK_MODULES += ["albert_tf.apps.demo", "albert_tf.recipes.finetune", "albert_tf.training", "albert_tf.loading",
-                  "albert_tf.export", "albert_tf.models"]
-
-
 @pytest.fixture(scope="module")
 def server():
-    """Forks each killed and timed command (tests/fork_server.py), its imports made once, while `root` builds."""
-    server = ForkServer(_WORK_MODULES, env=user_environment(PYTHONUNBUFFERED="1"))
-    yield server
-    server.close()
+    """`start(argv, cwd)`: `albert-tf ARGV` forked (tests/fork_server.py), its stdout and stderr on one pipe."""
+    env = user_environment(PYTHONUNBUFFERED="1")
+    return types.SimpleNamespace(start=lambda argv, cwd: fork_server().start(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
 
 
 @pytest.fixture(scope="module")

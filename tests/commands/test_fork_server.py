@@ -1,0 +1,123 @@
+"""The fork server (tests/fork_server.py): a forked program starts and ends as a new `python` does.
+
+Each probe runs twice, forked and as a real process, and what it reports must
+agree: argv, directory, umask, environment, `sys.path`, signal dispositions,
+stdin, threads, and the exit status, output and atexit work of each way a
+program ends. The probes import nothing of TensorFlow, so the real process
+starts in a fraction of a second.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+
+from cli_helpers import _forked, albert_tf_command, fork_server, start_program, user_environment
+from fork_server import ForkedProgram
+
+PROBE = textwrap.dedent("""
+    import atexit, json, os, random, signal, sys, threading, time
+    import numpy as np
+
+    how = sys.argv[1]
+    if how == "report":
+        umask = os.umask(0)
+        print(json.dumps({
+            "argv": sys.argv, "cwd": os.getcwd(), "umask": umask, "marker": os.environ.get("PROBE_MARKER"),
+            "path": sys.path[:2], "main": __name__, "stdin": sys.stdin.read(), "threads": threading.active_count(),
+            "signals": {name: str(signal.getsignal(getattr(signal, name)))
+                        for name in ("SIGINT", "SIGTERM", "SIGPIPE", "SIGXFSZ", "SIGHUP", "SIGUSR1", "SIGCHLD")},
+            "random": [random.random(), float(np.random.rand())]}))
+    elif how == "raise":
+        raise ValueError("a bug")
+    elif how == "interrupt":
+        raise KeyboardInterrupt
+    elif how == "exit":
+        sys.exit(int(sys.argv[2]) if sys.argv[2].isdigit() else sys.argv[2])
+    elif how == "thread":
+        done = []
+        atexit.register(lambda: print("atexit after the thread:", done, flush=True))
+        threading.Thread(target=lambda: (time.sleep(0.3), done.append(1))).start()
+        sys.stdout.write("unflushed, ")
+    elif how == "wait":
+        print("waiting", flush=True)
+        time.sleep(60)
+    elif how == "pair":
+        mine, theirs = sys.argv[2:4]
+        open(mine, "w").close()
+        deadline = time.time() + 30
+        while not os.path.exists(theirs):
+            assert time.time() < deadline, "the other program never ran beside this one"
+            time.sleep(0.05)
+""")
+
+
+def _both(tmp_path, *args, input="", env_extra=None):
+    """(forked, real): returncode, stdout, stderr of the probe run both ways, umask 027, in `tmp_path`."""
+    probe = tmp_path / "probe.py"
+    probe.write_text(PROBE)
+    env = user_environment(PROBE_MARKER="m", PYTHONPATH=str(tmp_path / "lib"), **(env_extra or {}))
+    forked = fork_server().start(list(args), script=probe, cwd=tmp_path, env=env, umask=0o027,
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert isinstance(forked, ForkedProgram)
+    out, err = forked.communicate(input, timeout=60)
+    real = subprocess.run([sys.executable, str(probe), *args], cwd=tmp_path, env=env, input=input, text=True,
+                          capture_output=True, timeout=60, preexec_fn=lambda: __import__("os").umask(0o027))
+    return (forked.returncode, out, err), (real.returncode, real.stdout, real.stderr)
+
+
+def test_a_forked_program_starts_as_a_new_python_would(tmp_path):
+    (code, out, err), (real_code, real_out, real_err) = _both(tmp_path, "report", "x y", input="a line\n")
+    assert code == real_code == 0, err + real_err
+    forked, real = json.loads(out), json.loads(real_out)
+    assert forked.pop("random") != real.pop("random")
+    assert forked == real
+    assert forked["argv"][1:] == ["report", "x y"] and forked["umask"] == 0o027 and forked["stdin"] == "a line\n"
+    assert forked["path"] == [str(tmp_path), str(tmp_path / "lib")] and forked["threads"] == 1
+    # Two forked programs draw different random numbers (the server's generators are not theirs).
+    pair = [fork_server().start(["report", ""], script=tmp_path / "probe.py", stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE) for _ in range(2)]
+    draws = [json.loads(program.communicate(timeout=60)[0])["random"] for program in pair]
+    assert draws[0][0] != draws[1][0] and draws[0][1] != draws[1][1]
+
+
+def test_a_forked_program_ends_as_a_new_python_would(tmp_path):
+    for args in (["raise"], ["interrupt"], ["exit", "3"], ["exit", "a message"], ["thread"]):
+        (code, out, err), (real_code, real_out, real_err) = _both(tmp_path, *args)
+        assert (code, out) == (real_code, real_out), (args, err, real_err)
+        assert err.splitlines()[-1:] == real_err.splitlines()[-1:], args
+    assert _both(tmp_path, "interrupt")[0][0] == -signal.SIGINT
+    assert _both(tmp_path, "thread")[0][1] == "unflushed, atexit after the thread: [1]\n"
+    program = fork_server().start(["wait"], script=tmp_path / "probe.py", stdout=subprocess.PIPE)
+    assert program.stdout.readline() == "waiting\n" and program.poll() is None
+    program.send_signal(signal.SIGTERM)
+    assert program.wait(timeout=30) == -signal.SIGTERM
+
+
+def test_forked_programs_run_side_by_side(tmp_path):
+    (tmp_path / "probe.py").write_text(PROBE)
+    pair = [fork_server().start(["pair", str(tmp_path / mine), str(tmp_path / theirs)], script=tmp_path / "probe.py",
+                                stderr=subprocess.PIPE) for mine, theirs in (("a", "b"), ("b", "a"))]
+    for program in pair:
+        _, err = program.communicate(timeout=60)
+        assert program.returncode == 0, err
+
+
+def test_which_programs_are_forked(tmp_path):
+    with start_program(albert_tf_command() + ["no-such-command"], stderr=subprocess.PIPE) as command:
+        assert isinstance(command, ForkedProgram)
+        assert command.wait(timeout=60) == 2 and "no-such-command" in command.stderr.read()
+    for fresh, env in ((True, None), (False, user_environment(KERAS_BACKEND="jax")),
+                       (False, user_environment(HOME=str(tmp_path)))):
+        with start_program([sys.executable, "-c", "pass"], fresh=fresh, env=env) as plain:
+            assert isinstance(plain, subprocess.Popen)
+        with start_program(albert_tf_command() + ["--version"], fresh=fresh, env=env,
+                           stdout=subprocess.PIPE) as real:
+            assert isinstance(real, subprocess.Popen) and real.wait(timeout=120) == 0
+    tests = __import__("pathlib").Path(__file__).parents[1]
+    assert _forked([sys.executable, "-m", "pytest", "-q"]) == {"args": ["-q"], "module": "pytest"}
+    assert _forked([sys.executable, str(tests / "training_worker.py"), "--steps", "1"]) == {
+        "args": ["--steps", "1"], "script": str(tests / "training_worker.py")}
+    assert _forked([sys.executable, str(tests / "mediapipe_worker.py")]) is None
+    assert _forked([sys.executable, "-c", "pass"]) is None
