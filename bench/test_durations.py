@@ -21,23 +21,26 @@ from benchlib.output import emit_table  # noqa: E402
 
 # What a test file's time is spent on, read from what its tests run.
 PAYS_FOR = {
-    "commands/test_kill.py": "a fresh process per kill (35), model training, reruns",
+    "commands/test_kill.py": "a forked process per kill (35), model training, reruns",
     "project/test_docs.py": "every docs block: the tiny demo, fine-tuning, exports, serve, MediaPipe",
     "commands/test_journeys.py": "fine-tuning, exports, serve in a fresh process",
-    "training/test_distributed_training.py": "2 worker processes per test, each training",
+    "training/test_distributed_training.py": "2 forked worker processes per test, each training",
     "training/test_training_loop.py": "whole-step XLA compiles, kill-and-resume",
-    "training/test_faults.py": "fresh processes killed mid-write, reruns",
+    "training/test_faults.py": "forked processes killed mid-write, reruns",
     "commands/test_distill.py": "a teacher and students, six exports",
-    "commands/test_demo.py": "tiny demos, a Ctrl-C in a fresh process",
+    "commands/test_demo.py": "tiny demos, a Ctrl-C in a forked process",
     "export/test_export_saved_model.py": "SavedModel exports and loads",
     "commands/test_journeys_errors.py": "fresh processes (start-up noise, serve)",
     "export/test_export_tflite.py": "TFLite conversion, MediaPipe and the Task Library in venvs",
     "export/test_tf_serving_versions.py": "the TensorFlow 2.20 venv (pip, first run), loading exports there",
-    "recipes/test_finetune_strategy.py": "fine-tuning under mirrored and 2 worker processes",
+    "recipes/test_finetune_strategy.py": "fine-tuning under mirrored and 2 forked worker processes",
     "commands/test_hub_cli.py": "HF weights, fine-tuning, a fresh process",
-    "training/test_preemption.py": "SIGTERM in fresh processes, reruns",
+    "training/test_preemption.py": "SIGTERM in forked processes, reruns",
     "commands/test_quick_journey.py": "every command in a fresh process",
     "commands/test_cloud_storage.py": "every command on ram:// in one fresh process",
+    "commands/test_fork_server.py": "probes forked and in new processes (no TensorFlow)",
+    "training/test_training.py": "tiny trainings in the test process",
+    "commands/test_input_problems.py": "create-data, then damaged inputs refused before a run starts",
 }
 
 
