@@ -26,14 +26,18 @@ def _normalize(name):
 
 def declared_requirements(setup_path):
     """(install_requires, {extra: requirements}) read from setup.py's `setup(...)` call, names normalized."""
+    required, extras = _requirements(setup_path)
+    return ({_normalize(r) for r in required},
+            {extra: {_normalize(r) for r in requirements} for extra, requirements in extras.items()})
+
+
+def _requirements(setup_path):
+    """(install_requires, {extra: requirements}) as written in setup.py, unnormalized."""
     tree = ast.parse(setup_path.read_text(encoding="utf-8"))
     call = next(node for node in ast.walk(tree)
                 if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup")
     arguments = {keyword.arg: keyword.value for keyword in call.keywords}
-    required = {_normalize(r) for r in ast.literal_eval(arguments["install_requires"])}
-    extras = {extra: {_normalize(r) for r in requirements}
-              for extra, requirements in ast.literal_eval(arguments["extras_require"]).items()}
-    return required, extras
+    return ast.literal_eval(arguments["install_requires"]), ast.literal_eval(arguments["extras_require"])
 
 
 def third_party_imports(packages):
@@ -95,15 +99,6 @@ def test_the_check_catches_a_missing_or_misplaced_requirement():
     # A module-level import may not lean on an extra.
     problems = undeclared(imports, required - {"numpy"}, {**extras, "extra": {"numpy"}})
     assert any("numpy" in line and "module-level" in line for line in problems)
-
-
-def _requirements(setup_path):
-    """(install_requires, {extra: requirements}) as written in setup.py, unnormalized."""
-    tree = ast.parse(setup_path.read_text(encoding="utf-8"))
-    call = next(node for node in ast.walk(tree)
-                if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "setup")
-    arguments = {keyword.arg: keyword.value for keyword in call.keywords}
-    return ast.literal_eval(arguments["install_requires"]), ast.literal_eval(arguments["extras_require"])
 
 
 def test_the_tpu_extra_pins_one_tensorflow_version_that_the_default_install_allows():
