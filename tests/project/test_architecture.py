@@ -11,15 +11,18 @@ import sys
 from source_scan import ROOT
 
 
-def _loaded_after(statement, depth=1):
-    """The names of the modules loaded after `statement`, cut to their first `depth` parts."""
-    script = (f"import sys\n{statement}\n"
-              f"print(' '.join(sorted({{'.'.join(m.split('.')[:{depth}]) for m in sys.modules}})))")
+def _run(script):
+    """What `python -c SCRIPT` prints, in a new process from the checkout; fails the test if it fails."""
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, check=True, cwd=ROOT
-    )
-    return set(result.stdout.split())
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-2000:]
+    return result.stdout
+
+
+def _loaded_after(statement, depth=None):
+    """The names of the modules loaded after `statement`, cut to their first `depth` parts."""
+    return set(_run(f"import sys\n{statement}\n"
+                    f"print(' '.join(sorted({{'.'.join(m.split('.')[:{depth}]) for m in sys.modules}})))").split())
 
 
 def test_tokenizer_and_data_writing_load_no_keras():
@@ -34,32 +37,18 @@ def test_tokenizer_and_data_writing_load_no_keras():
     assert of_albert_tf <= {"albert_tf", "albert_tf.utils", "albert_tf.keras_registry"}, of_albert_tf
 
 
-def test_importing_albert_tf_loads_no_models():
-    loaded = _loaded_after("import albert_tf, albert_tf.cli")
-    assert "keras" not in loaded and "tensorflow" not in loaded
-
-
 def test_reading_a_tokenizer_loads_no_keras_and_no_models(tmp_path):
     # `albert-tf create-data` reads the tokenizer this way; its workers must
     # not pay for Keras, the models or the converter.
     from data_fixtures import small_tokenizer
 
     small_tokenizer().save(str(tmp_path / "tokenizer"))
-    script = (
-        "import sys\n"
+    loaded = _loaded_after(
         "from albert_tf import model_dirs\n"
         "from input_pipeline import AlbertTokenizer\n"
         f"model_dirs.load_tokenizer({str(tmp_path / 'tokenizer')!r})\n"
         f"model_dirs.find_tokenizer({str(tmp_path)!r})\n"
-        f"AlbertTokenizer.load({str(tmp_path / 'tokenizer')!r})\n"
-        "print(' '.join(sorted(sys.modules)))\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT
-    )
-    assert result.returncode == 0, result.stderr
-    loaded = set(result.stdout.split())
+        f"AlbertTokenizer.load({str(tmp_path / 'tokenizer')!r})")
     heavy = sorted(m for m in loaded if m == "keras" or m.startswith(("albert_tf.models", "albert_tf.convert")))
     assert not heavy, heavy
 
@@ -72,11 +61,11 @@ PUBLIC_NAMES = (
 
 
 def test_one_public_import_and_it_stays_light():
-    # `import albert_tf` (the CLI's `--help`, data workers) loads neither
-    # Keras nor TensorFlow; each public name loads its module on first use.
-    script = (
+    # `import albert_tf` and the command line (`--help`, data workers) load neither Keras nor
+    # TensorFlow; each public name loads its module on first use.
+    assert _run(
         "import sys\n"
-        "import albert_tf\n"
+        "import albert_tf, albert_tf.cli\n"
         "assert not {'keras', 'tensorflow'} & set(sys.modules), sorted({'keras', 'tensorflow'} & set(sys.modules))\n"
         f"from albert_tf import {', '.join(PUBLIC_NAMES)}\n"
         "from albert_tf.models import AlbertBackbone as backbone_class\n"
@@ -84,8 +73,4 @@ def test_one_public_import_and_it_stays_light():
         "assert AlbertBackbone is backbone_class and AlbertTokenizer is tokenizer_class\n"
         f"missing = set({PUBLIC_NAMES!r}) - set(albert_tf.__all__)\n"
         "assert not missing, missing\n"
-        "print('ok')\n"
-    )
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT)
-    assert result.returncode == 0 and result.stdout.strip() == "ok", result.stderr[-2000:]
+        "print('ok')\n").strip() == "ok"
