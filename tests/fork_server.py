@@ -234,7 +234,7 @@ def _end(given, fd, mode, text, theirs, ours):
         ours.append(stream)
         return stream
     if given == subprocess.DEVNULL:
-        theirs.append(os.open(os.devnull, os.O_RDONLY if mode == "r" and fd == 0 else os.O_RDWR))
+        theirs.append(os.open(os.devnull, os.O_RDWR))
     elif given is None:
         theirs.append(os.dup(fd))
     else:

@@ -500,7 +500,7 @@ def test_test_durations_ranks_tests_and_sums_files_of_two_runs(monkeypatch, tmp_
                                              ("models.test_lora", "test_c", 1)])
     after = junit(tmp_path / "after.xml", [("commands.test_kill", "test_a[x]", 10), ("models.test_lora", "test_c", 2)])
     text = durations.tables(durations.durations(after), durations.durations(before), slowest=1)
-    assert "| 1 | `commands/test_kill.py::test_a[x]` | 10.0 | a fresh process per kill" in text
+    assert "| 1 | `commands/test_kill.py::test_a[x]` | 10.0 | a forked process per kill" in text
     assert "test_c`" not in text  # only the slowest one
     assert "| `commands/test_kill.py` | 35 | 10 |" in text and "| `models/test_lora.py` | 1 | 2 |" in text
     assert "- before: 3 tests, 36 s" in text and "- after: 2 tests, 12 s" in text
