@@ -41,6 +41,9 @@ from fork_server import ForkServer
 
 # Variables of the test process that must not leak into a user's command.
 _PRIVATE_PREFIXES = ("PYTEST_", "TF_", "KERAS_", "CUDA_")
+# Save the one the user set for every program: TensorFlow's CPU kernels (oneDNN on or off), whose numbers
+# a test compares between its own process and the commands it runs.
+_SHARED = ("TF_ENABLE_ONEDNN_OPTS",)
 # Exit status of a command stopped by Ctrl-C: `albert_tf.cli.main` then leaves through os._exit,
 # which would end the test process.
 _INTERRUPTED = 130
@@ -77,7 +80,7 @@ def ctrl_c_reaches_it():
 
 def user_environment(**overrides):
     """os.environ without the test process's own settings, plus `overrides`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(_PRIVATE_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if k in _SHARED or not k.startswith(_PRIVATE_PREFIXES)}
     env.update(overrides)
     return env
 
@@ -249,8 +252,9 @@ def start_program(args, *, cwd=None, env=None, stdin=None, stdout=None, stderr=N
 
 def _forked(args):
     """What the fork server runs for `args` ({"args", and "script" or "module"}), or None: a program it does not."""
-    if args[:len(albert_tf_command())] == albert_tf_command():
-        return {"args": args[len(albert_tf_command()):]}
+    command = albert_tf_command()
+    if args[:len(command)] == command:
+        return {"args": args[len(command):]}
     if args[:1] != [sys.executable] or len(args) < 2:
         return None
     if args[1:3] == ["-m", "pytest"]:

@@ -91,10 +91,10 @@ def pytest_configure(config):
 @pytest.hookimpl(tryfirst=True)
 def pytest_pyfunc_call(pyfuncitem):
     """Runs an `own_process` test as `python -m pytest NODEID` in a process of its own; its failure is this test's."""
-    from cli_helpers import run_program
-
     if pyfuncitem.get_closest_marker("own_process") is None or os.environ.get(_OWN_PROCESS) == pyfuncitem.nodeid:
         return None
+    from cli_helpers import run_program
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
     with tempfile.TemporaryDirectory() as basetemp:  # not a numbered one beside this run's, which pytest prunes
         done = run_program(

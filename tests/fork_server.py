@@ -97,7 +97,7 @@ class ForkServer:
         if umask is None:
             umask = os.umask(0)
             os.umask(umask)
-        program = {"script": os.path.abspath(script)} if script else {"module": module} if module else {"cli": True}
+        program = {"script": os.path.abspath(script)} if script else {"module": module} if module else {}
         request = {"args": [str(a) for a in args], "cwd": os.path.abspath(cwd or os.getcwd()),
                    "env": self.env if env is None else dict(env), "umask": umask, **program}
         return ForkedProgram(self.address, request, stdin, stdout, stderr, text)

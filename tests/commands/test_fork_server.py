@@ -8,12 +8,13 @@ starts in a fraction of a second.
 """
 
 import json
+import pathlib
 import signal
 import subprocess
 import sys
 import textwrap
 
-from cli_helpers import _forked, albert_tf_command, fork_server, start_program, user_environment
+from cli_helpers import _forked, albert_tf_command, fork_server, run_program, start_program, user_environment
 from fork_server import ForkedProgram
 
 PROBE = textwrap.dedent("""
@@ -53,17 +54,16 @@ PROBE = textwrap.dedent("""
 """)
 
 
-def _both(tmp_path, *args, input="", env_extra=None):
+def _both(tmp_path, *args, input=""):
     """(forked, real): returncode, stdout, stderr of the probe run both ways, umask 027, in `tmp_path`."""
     probe = tmp_path / "probe.py"
     probe.write_text(PROBE)
-    env = user_environment(PROBE_MARKER="m", PYTHONPATH=str(tmp_path / "lib"), **(env_extra or {}))
+    env = user_environment(PROBE_MARKER="m", PYTHONPATH=str(tmp_path / "lib"))
     forked = fork_server().start(list(args), script=probe, cwd=tmp_path, env=env, umask=0o027,
                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    assert isinstance(forked, ForkedProgram)
     out, err = forked.communicate(input, timeout=60)
-    real = subprocess.run([sys.executable, str(probe), *args], cwd=tmp_path, env=env, input=input, text=True,
-                          capture_output=True, timeout=60, preexec_fn=lambda: __import__("os").umask(0o027))
+    real = run_program([sys.executable, probe, *args], cwd=tmp_path, env=env, umask=0o027, input=input, timeout=60,
+                       fresh=True)
     return (forked.returncode, out, err), (real.returncode, real.stdout, real.stderr)
 
 
@@ -115,7 +115,7 @@ def test_which_programs_are_forked(tmp_path):
         with start_program(albert_tf_command() + ["--version"], fresh=fresh, env=env,
                            stdout=subprocess.PIPE) as real:
             assert isinstance(real, subprocess.Popen) and real.wait(timeout=120) == 0
-    tests = __import__("pathlib").Path(__file__).parents[1]
+    tests = pathlib.Path(__file__).parents[1]
     assert _forked([sys.executable, "-m", "pytest", "-q"]) == {"args": ["-q"], "module": "pytest"}
     assert _forked([sys.executable, str(tests / "training_worker.py"), "--steps", "1"]) == {
         "args": ["--steps", "1"], "script": str(tests / "training_worker.py")}

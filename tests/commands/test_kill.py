@@ -49,7 +49,6 @@ import signal
 import subprocess
 import threading
 import time
-import types
 
 import numpy as np
 import pytest
@@ -57,7 +56,7 @@ import tensorflow as tf
 
 from albert_tf.loading import load_pretrained
 from albert_tf.model_dirs import load_tokenizer
-from cli_helpers import fork_server, run_cli, user_environment
+from cli_helpers import albert_tf_command, run_cli, start_program, user_environment
 from input_pipeline import movie_reviews, read_metadata
 from input_pipeline.pretraining.tfrecord_shards import shard_paths
 
@@ -121,12 +120,10 @@ def commands(root):
     }
 
 
-@pytest.fixture(scope="module")
-def server():
-    """`start(argv, cwd)`: `albert-tf ARGV` forked (tests/fork_server.py), its stdout and stderr on one pipe."""
-    env = user_environment(PYTHONUNBUFFERED="1")
-    return types.SimpleNamespace(start=lambda argv, cwd: fork_server().start(
-        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+def _start(argv, cwd):
+    """`albert-tf ARGV` forked (tests/fork_server.py through `start_program`), its stdout and stderr on one pipe."""
+    return start_program(albert_tf_command() + argv, cwd=cwd, env=user_environment(PYTHONUNBUFFERED="1"),
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
 
 
 @pytest.fixture(scope="module")
@@ -136,7 +133,7 @@ def uninterrupted():
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory, server, uninterrupted):
+def root(tmp_path_factory, uninterrupted):
     """The inputs every command reads: a corpus, a tokenizer, records, a pretrained run, CSVs, a fine-tuned model.
 
     The tokenizer and the records are the timed runs of train-tokenizer and create-data.
@@ -153,7 +150,7 @@ def root(tmp_path_factory, server, uninterrupted):
             f"\"{rows[i][0].replace(chr(34), '')}\",{('neg', 'pos')[rows[i][1]]}\n" for i in part))
     table = commands(root)
     for name, out in (("train-tokenizer", "tok"), ("create-data", "data")):
-        uninterrupted[name] = _lines_with_times(server.start(_with_out(table[name], root / out), cwd=root)), root / out
+        uninterrupted[name] = _lines_with_times(_start(_with_out(table[name], root / out), cwd=root)), root / out
     run_cli(*_with_out(table["pretrain-text"], root / "pretrain-run"))
     uninterrupted["pretrain-text"] = None, root / "pretrain-run"
     shutil.copytree(root / "pretrain-run" / "final", root / "pretrained")
@@ -175,14 +172,14 @@ def _lines_with_times(process):
     return lines, time.perf_counter() - start
 
 
-def _kill_at(server, argv, cwd, at, signum):
-    """Runs `argv` in a process forked by `server`, sends `signum` once it printed a line that `at` (a regex)
+def _kill_at(argv, cwd, at, signum):
+    """Runs `argv` in a forked process (`_start`), sends `signum` once it printed a line that `at` (a regex)
     matches, or `at` seconds in.
 
     Returns:
         (exit code, output).
     """
-    process = server.start(argv, cwd=cwd)
+    process = _start(argv, cwd=cwd)
     seen = []
     if isinstance(at, str):
         for line in process.stdout:
@@ -269,7 +266,7 @@ def _assert_same(name, got, want):
 
 
 @pytest.fixture(scope="module")
-def baseline(root, server, uninterrupted):
+def baseline(root, uninterrupted):
     """`baseline(name)`: (timed, result) of the command's uninterrupted run, made once (the `root` fixture's
     where it made one with the same flags).
 
@@ -287,7 +284,7 @@ def baseline(root, server, uninterrupted):
                     uninterrupted[name] = None, out
                     run_cli(*argv, cwd=root)
                 else:
-                    uninterrupted[name] = _lines_with_times(server.start(argv, cwd=root)), out
+                    uninterrupted[name] = _lines_with_times(_start(argv, cwd=root)), out
             timed, out = uninterrupted[name]
             found[name] = (timed, _result(name, str(out)))
         return found[name]
@@ -323,11 +320,11 @@ KILLS += [(name, "SIGTERM", "middle") for name, moments in MOMENTS.items() if mo
 
 @pytest.mark.parametrize("name,signal_name,which", KILLS, ids=["-".join(kill) for kill in KILLS])
 def test_a_command_killed_at_any_moment_leaves_nothing_half_written_and_its_rerun_ends_as_an_uninterrupted_run(
-        root, server, baseline, name, signal_name, which, tmp_path):
+        root, baseline, name, signal_name, which, tmp_path):
     argv = _with_out(commands(root)[name], tmp_path / "out")
     timed, expected = baseline(name)
     at = MOMENTS[name][which]
-    code, output = _kill_at(server, argv, root, at if timed is None else timed[1] * at, SIGNALS[signal_name])
+    code, output = _kill_at(argv, root, at if timed is None else timed[1] * at, SIGNALS[signal_name])
     _readable_or_absent(name, str(tmp_path / "out"))
     said = [line for line in output.splitlines()
             if line.startswith(f"albert-tf {argv[0]}:") and not line.startswith(f"albert-tf {argv[0]}: warning:")]
