@@ -18,10 +18,12 @@ WORKER = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 
 
 @pytest.fixture
-def data_service():
-    """A dispatcher and two workers, each its own process on 127.0.0.1; yields the dispatcher's address."""
+def data_service(tmp_path):
+    """A dispatcher and two workers, each its own process on 127.0.0.1; yields the dispatcher's
+    address, the processes and the directory where the dispatcher keeps the datasets registered with it."""
     dispatcher_port, *worker_ports = free_ports(3)
-    commands = [[sys.executable, WORKER, "dispatcher", str(dispatcher_port)]] + [
+    work_dir = tmp_path / "dispatcher"
+    commands = [[sys.executable, WORKER, "dispatcher", str(dispatcher_port), str(work_dir)]] + [
         [sys.executable, WORKER, "worker", str(port), f"127.0.0.1:{dispatcher_port}"] for port in worker_ports
     ]
     processes = []
@@ -29,7 +31,7 @@ def data_service():
         for command in commands:
             processes.append(start_program(command, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL))
             assert processes[-1].stdout.readline().strip() == "ready"
-        yield f"grpc://127.0.0.1:{dispatcher_port}", processes
+        yield f"grpc://127.0.0.1:{dispatcher_port}", processes, work_dir / "datasets"
     finally:
         for process in processes:
             process.kill()
@@ -39,20 +41,23 @@ def data_service():
 @pytest.mark.slow
 @pytest.mark.timeout(300)  # a long journey (tests/README.md)
 def test_pretrain_through_the_data_service_reaches_the_local_loss(tmp_path, data_service):
-    address, processes = data_service
+    address, processes, registered = data_service
     write_sentences_corpus(tmp_path / "corpus", imdb_documents()[:300])
     small_tokenizer().save(str(tmp_path / "tok"))
     common = ["pretrain", *TINY_MODEL, "--data", "corpus/reviews.txt", "--tokenizer", "tok", "--max-seq-length", "32",
               "--max-predictions-per-seq", "5", "--batch-size", "16", "--steps", "60", "--log-every", "20",
               "--checkpoint-every", "60", "--compile-step", "none"]
     run_cli(*common, "--out", "local", cwd=tmp_path)
+    assert not registered.exists() or not os.listdir(registered)
     run_cli(*common, "--out", "service", "--data-service", address, cwd=tmp_path)
-    assert all(process.poll() is None for process in processes)  # the workers served to the end
+    # The run registered its input with the dispatcher, and a service dataset has no local fallback: the
+    # batches came from the workers, which served to the end.
+    assert len(os.listdir(registered)) == 1
+    assert all(process.poll() is None for process in processes)
     local, service = (read_log(str(tmp_path / run)) for run in ("local", "service"))
     assert local[-1]["step"] == service[-1]["step"] == 60
-    # Other examples in another order (the workers interleave epochs): not the local run's loss to the bit,
-    # which says the batches came from the service, but the same within noise.
-    assert service[-1]["loss"] != local[-1]["loss"]
+    # The same within noise. Not always other batches: a worker that claims every epoch before the other
+    # asks makes the local run's batches in the local order (the loss matched to the bit in one CI run).
     assert abs(service[-1]["loss"] - local[-1]["loss"]) < 0.05 * local[-1]["loss"], (local[-1], service[-1])
     assert service[-1]["loss"] < service[0]["loss"]
 
