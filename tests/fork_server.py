@@ -84,7 +84,7 @@ class ForkServer:
         return all(env.get(name) == self.env.get(name) for name in IMPORT_TIME)
 
     def start(self, args, *, cwd=None, env=None, umask=None, stdin=None, stdout=None, stderr=None, text=True,
-              script=None, module=None):
+              script=None, module=None, sigint_ignored=None):
         """`albert-tf ARGS`, `python SCRIPT ARGS` or `python -m MODULE ARGS` in a forked child; a `ForkedProgram`.
 
         Args:
@@ -92,14 +92,20 @@ class ForkServer:
             env: its whole environment (default: the server's).
             umask: its umask (default: this process's).
             stdin, stdout, stderr, text: as `subprocess.Popen` takes them (PIPE, DEVNULL, STDOUT, a file, None).
+            sigint_ignored: whether it starts with SIGINT ignored; default: as a program this process
+                starts inherits it (ignored in a `&` job of a shell without job control), where Python
+                leaves it ignored and installs no KeyboardInterrupt handler.
         """
         self._wait_ready()
         if umask is None:
             umask = os.umask(0)
             os.umask(umask)
+        if sigint_ignored is None:
+            sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         program = {"script": os.path.abspath(script)} if script else {"module": module} if module else {}
         request = {"args": [str(a) for a in args], "cwd": os.path.abspath(cwd or os.getcwd()),
-                   "env": self.env if env is None else dict(env), "umask": umask, **program}
+                   "env": self.env if env is None else dict(env), "umask": umask, "sigint_ignored": sigint_ignored,
+                   **program}
         return ForkedProgram(self.address, request, stdin, stdout, stderr, text)
 
     def _wait_ready(self):
@@ -324,7 +330,7 @@ def _become_the_program(request, fds, base_path):
                     signal.signal(number, signal.SIG_DFL)
                 except (OSError, ValueError):  # a signal no process may handle (the C library's real-time ones)
                     pass
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGINT, signal.SIG_IGN if request["sigint_ignored"] else signal.default_int_handler)
         for name in _PYTHON_IGNORES:
             signal.signal(getattr(signal, name), signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_SETMASK, [])

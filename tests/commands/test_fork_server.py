@@ -14,6 +14,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from cli_helpers import _forked, albert_tf_command, fork_server, run_program, start_program, user_environment
 from fork_server import ForkedProgram
 
@@ -67,12 +69,20 @@ def _both(tmp_path, *args, input=""):
     return (forked.returncode, out, err), (real.returncode, real.stdout, real.stderr)
 
 
-def test_a_forked_program_starts_as_a_new_python_would(tmp_path):
-    (code, out, err), (real_code, real_out, real_err) = _both(tmp_path, "report", "x y", input="a line\n")
+# This process's SIGINT as a terminal's shell leaves it, and as a shell without job control leaves it to a
+# `&` job (ignored, and inherited so by the programs it starts).
+@pytest.mark.parametrize("sigint", [signal.default_int_handler, signal.SIG_IGN], ids=["terminal", "background"])
+def test_a_forked_program_starts_as_a_new_python_would(tmp_path, sigint):
+    before = signal.signal(signal.SIGINT, sigint)
+    try:
+        (code, out, err), (real_code, real_out, real_err) = _both(tmp_path, "report", "x y", input="a line\n")
+    finally:
+        signal.signal(signal.SIGINT, before)
     assert code == real_code == 0, err + real_err
     forked, real = json.loads(out), json.loads(real_out)
     assert forked.pop("random") != real.pop("random")
     assert forked == real
+    assert forked["signals"]["SIGINT"] == str(sigint if sigint is signal.SIG_IGN else signal.default_int_handler)
     assert forked["argv"][1:] == ["report", "x y"] and forked["umask"] == 0o027 and forked["stdin"] == "a line\n"
     assert forked["path"] == [str(tmp_path), str(tmp_path / "lib")] and forked["threads"] == 1
     # Two forked programs draw different random numbers (the server's generators are not theirs).
