@@ -244,9 +244,9 @@ def start_program(args, *, cwd=None, env=None, stdin=None, stdout=None, stderr=N
     stdin = subprocess.DEVNULL if stdin is None else stdin
     program = None if fresh or kwargs or preexec_fn not in (None, ctrl_c_reaches_it) else _forked(args)
     if program is not None and fork_server().serves(env):
-        ctrl_c = {"sigint_ignored": False} if preexec_fn is ctrl_c_reaches_it else {}
         return fork_server().start(program.pop("args"), cwd=cwd, env=env, umask=umask, stdin=stdin, stdout=stdout,
-                                   stderr=stderr, text=text, **program, **ctrl_c)
+                                   stderr=stderr, text=text, **program,
+                                   sigint_ignored=False if preexec_fn is ctrl_c_reaches_it else None)
     return subprocess.Popen(args, cwd=cwd, env=env, stdin=stdin, stdout=stdout, stderr=stderr, text=text,
                             preexec_fn=_preexec(preexec_fn, umask), **kwargs)
 
