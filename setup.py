@@ -63,9 +63,10 @@ setup(
         # konlpy and hironsancorpus ship real Korean and Japanese text (read from
         # their files, never imported) for the language tests. pytest-xdist
         # runs the suite on a process per core; pytest-timeout gives each test
-        # its 120 s (pytest.ini).
+        # its 120 s (pytest.ini); uv makes the tests' venvs (tests/venv_cache.py)
+        # in seconds.
         "test": [
-            "pytest>=9", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
+            "pytest>=9", "pytest-xdist>=3.6", "pytest-timeout>=2.3", "uv>=0.9", "torch==2.13.0", "transformers>=5,<6", "jax[cpu]>=0.6", "matplotlib>=3.7",
             "konlpy==0.6.0", "hironsancorpus==0.1.2",
             # MediaPipe Tasks' TextClassifier runs the exported .tflite files on raw text (in its own process).
             "mediapipe==1.2.3",

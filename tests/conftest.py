@@ -62,8 +62,10 @@ def process_state():
     random.seed()
 
 
-# Objects left in the garbage collector's permanent generation by the tests run so far, after a full collection.
-_frozen_after_a_full_collection = 0
+# The garbage collector's permanent generation: the objects in it after the last full collection, and the
+# objects frozen into it since. Counted as they are frozen: `gc.get_freeze_count()` walks the whole
+# generation, a cost of its size (tenths of a second late in a run) that each test would pay.
+_frozen = {"after_a_full_collection": 0, "since": 0}
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -76,15 +78,16 @@ def pytest_runtest_protocol(item, nextitem):
     after it was frozen (a module's fixtures) is collected by a full collection made whenever the frozen
     count has doubled since the last one: the walks add up to a few times the final heap.
     """
-    global _frozen_after_a_full_collection
     yield
-    if gc.get_freeze_count() > 2 * _frozen_after_a_full_collection + 100_000:
+    if _frozen["since"] > _frozen["after_a_full_collection"] + 100_000:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
-        _frozen_after_a_full_collection = gc.get_freeze_count()
+        _frozen.update(after_a_full_collection=gc.get_freeze_count(), since=0)
     else:
         gc.collect()
+        # A full collection leaves every tracked object it did not free in the oldest generation.
+        _frozen["since"] += len(gc.get_objects(generation=2))
         gc.freeze()
 
 

@@ -1,6 +1,7 @@
 """The venvs some tests run other packages in (TensorFlow 2.20 for TF-Serving, the TFLite Task Library),
-made once per user and machine. Standard library only: `.ci/run` runs it with the system Python, as
-`python3 tests/venv_cache.py`, to make them while it installs the project, and the tests find them made.
+made once per user and machine, with uv (the test extra) where the running Python has it, else with pip.
+Standard library only: `.ci/run` runs it as `.venv/bin/python tests/venv_cache.py` to make them while
+the tests start, and the tests find them made or wait for them.
 """
 
 import fcntl
@@ -33,7 +34,7 @@ def venv_python(name):
     second run (another clone, a fresh CI checkout) finds it made, and a changed pin makes a new one.
     One process builds it while any other that needs it waits on a lock; it is built beside its
     final name and renamed into place, so a run that stops halfway leaves no half-made venv there. A
-    failed install raises AssertionError with pip's output.
+    failed install raises AssertionError with the installer's output.
     """
     requirements, timeout = VENVS[name]
     key = hashlib.sha256("\n".join([sys.version, *requirements]).encode()).hexdigest()[:16]
@@ -46,15 +47,25 @@ def venv_python(name):
             return python
         building = tempfile.mkdtemp(prefix=f".{name}-", dir=venv_cache())
         try:
-            subprocess.run([sys.executable, "-m", "venv", "--clear", building], check=True, timeout=300)
-            done = subprocess.run([os.path.join(building, "bin", "python"), "-m", "pip", "install", "-q",
-                                   *requirements], capture_output=True, text=True, timeout=timeout)
+            install, venv_flags = _installer(os.path.join(building, "bin", "python"))
+            subprocess.run([sys.executable, "-m", "venv", "--clear", *venv_flags, building], check=True, timeout=300)
+            done = subprocess.run([*install, "-q", *requirements], capture_output=True, text=True, timeout=timeout)
             if done.returncode != 0:
                 raise AssertionError(f"could not install {requirements}:\n{done.stderr[-4000:]}")
             os.rename(building, venv)
         finally:
             shutil.rmtree(building, ignore_errors=True)
     return python
+
+
+def _installer(python):
+    """(the install command for the venv of `python`, extra `venv` flags): uv's where it is importable."""
+    try:
+        import uv
+    except ImportError:
+        return [python, "-m", "pip", "install"], []
+    # The venv then needs no pip of its own: uv installs into it from outside, in seconds, not minutes.
+    return [uv.find_uv_bin(), "pip", "install", "--python", python], ["--without-pip"]
 
 
 if __name__ == "__main__":

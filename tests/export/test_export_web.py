@@ -4,6 +4,7 @@ The browser test (slow) drives the page with tests/browser/drive_page.mjs: Debia
 packages of tests/browser/package-lock.json, which `.ci/run browser-deps` installs.
 """
 
+import fcntl
 import json
 import os
 import pathlib
@@ -29,6 +30,7 @@ import multilabel_fixtures
 REPO = pathlib.Path(__file__).parents[2]
 BROWSER = REPO / "tests" / "browser"
 PACKAGE = BROWSER / "node_modules" / "@mediapipe" / "tasks-text"
+INSTALLING = BROWSER / ".installing"
 CHROMIUM = "/usr/bin/chromium"
 # Markup in a label must show as text (the page never parses a label as HTML).
 LABELS = ["<b>négatif</b>", "<b>positif</b>"]  # in the same order as without the markup
@@ -136,7 +138,14 @@ def test_a_regressor_is_refused_and_a_site_without_mediapipe_says_how_to_get_it(
 
 
 def require_browser():
-    """node, chromium and tests/browser's npm packages, or a failure that says how to install them."""
+    """node, chromium and tests/browser's npm packages, or a failure that says how to install them.
+
+    Under `.ci/run` they may still be installing beside the tests: this waits until the installs let go
+    of the lock they hold (tests/browser/.installing), which is free when nothing installs them.
+    """
+    if INSTALLING.exists():
+        with open(INSTALLING) as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH)
     missing = [what for what, present in [
         ("node", shutil.which("node")), (CHROMIUM, os.path.exists(CHROMIUM)),
         (str(PACKAGE), PACKAGE.is_dir()), ("puppeteer-core", (BROWSER / "node_modules" / "puppeteer-core").is_dir()),
@@ -198,6 +207,7 @@ def assert_shows(bars, expected, text):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)  # may wait for `.ci/run`'s Chromium and npm installs (tests/README.md)
 def test_the_page_in_headless_chromium_shows_predicts_probabilities(finetuned, tmp_path):
     require_browser()
     root = tmp_path / "www"
