@@ -62,10 +62,10 @@ def process_state():
     random.seed()
 
 
-# The garbage collector's permanent generation: the objects in it after the last full collection, and the
-# objects frozen into it since. Counted as they are frozen: `gc.get_freeze_count()` walks the whole
-# generation, a cost of its size (tenths of a second late in a run) that each test would pay.
-_frozen = {"after_a_full_collection": 0, "since": 0}
+# The heap's size after the last full collection, in pymalloc's blocks: `sys.getallocatedblocks()` sums
+# its arenas (a millisecond), where `gc.get_freeze_count()` walks every frozen object (tenths of a second
+# late in a run, which each test would pay).
+_blocks_after_a_full_collection = 0
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -75,19 +75,18 @@ def pytest_runtest_protocol(item, nextitem):
     A test process keeps millions of objects from the tests before (traced functions, Keras state), and
     every full collection walked them all: late in a run, tests that trace made collections that took
     seconds each (a 2-step training spent 20 s in them). Frozen, they are not walked again. What dies
-    after it was frozen (a module's fixtures) is collected by a full collection made whenever the frozen
-    count has doubled since the last one: the walks add up to a few times the final heap.
+    after it was frozen (a module's fixtures) is collected by a full collection made whenever the heap
+    has doubled since the last one: the walks add up to a few times the final heap.
     """
+    global _blocks_after_a_full_collection
     yield
-    if _frozen["since"] > _frozen["after_a_full_collection"] + 100_000:
+    if sys.getallocatedblocks() > 2 * _blocks_after_a_full_collection + 1_000_000:
         gc.unfreeze()
         gc.collect()
         gc.freeze()
-        _frozen.update(after_a_full_collection=gc.get_freeze_count(), since=0)
+        _blocks_after_a_full_collection = sys.getallocatedblocks()
     else:
         gc.collect()
-        # A full collection leaves every tracked object it did not free in the oldest generation.
-        _frozen["since"] += len(gc.get_objects(generation=2))
         gc.freeze()
 
 

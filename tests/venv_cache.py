@@ -64,8 +64,9 @@ def _installer(python):
         import uv
     except ImportError:
         return [python, "-m", "pip", "install"], []
-    # The venv then needs no pip of its own: uv installs into it from outside, in seconds, not minutes.
-    return [uv.find_uv_bin(), "pip", "install", "--python", python], ["--without-pip"]
+    # The venv then needs no pip of its own: uv installs into it from outside, in seconds, not minutes,
+    # with the bytecode that pip would compile (no process writes it where PYTHONDONTWRITEBYTECODE is set).
+    return [uv.find_uv_bin(), "pip", "install", "--compile-bytecode", "--python", python], ["--without-pip"]
 
 
 if __name__ == "__main__":
