@@ -12,6 +12,7 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import zipfile
 
 import numpy as np
@@ -140,18 +141,42 @@ def test_a_regressor_is_refused_and_a_site_without_mediapipe_says_how_to_get_it(
 def require_browser():
     """node, chromium and tests/browser's npm packages, or a failure that says how to install them.
 
-    Under `.ci/run` they may still be installing beside the tests: this waits until the installs let go
-    of the lock they hold (tests/browser/.installing), which is free when nothing installs them.
+    Under `.ci/run` they may still be installing beside the tests: this first waits for them.
     """
-    if INSTALLING.exists():
-        with open(INSTALLING) as lock:
-            fcntl.flock(lock, fcntl.LOCK_SH)
+    wait_for_browser_installs(INSTALLING)
     missing = [what for what, present in [
         ("node", shutil.which("node")), (CHROMIUM, os.path.exists(CHROMIUM)),
         (str(PACKAGE), PACKAGE.is_dir()), ("puppeteer-core", (BROWSER / "node_modules" / "puppeteer-core").is_dir()),
     ] if not present]
     if missing:
         pytest.fail(f"the browser test needs {', '.join(missing)}: run `.ci/run browser-deps` (CI runs it).")
+
+
+def wait_for_browser_installs(lock):
+    """Returns once no process holds the lock file `lock` (`.ci/run`'s installs hold it while they run)."""
+    if lock.exists():
+        with open(lock) as held:
+            fcntl.flock(held, fcntl.LOCK_SH)
+
+
+def test_the_browser_test_waits_for_the_installs_that_hold_the_lock(tmp_path):
+    lock = tmp_path / ".installing"
+    wait_for_browser_installs(lock)  # no lock file: nothing installs, nothing to wait for
+    # `.ci/run` holds the lock as `flock` does: on the open file, until the installs end.
+    installs = subprocess.Popen(["flock", str(lock), "sh", "-c", "echo held; read line"], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+    try:
+        assert installs.stdout.readline() == "held\n"
+        waiter = threading.Thread(target=wait_for_browser_installs, args=(lock,), daemon=True)
+        waiter.start()
+        waiter.join(1)
+        assert waiter.is_alive(), "returned while the installs held the lock"
+        installs.communicate("done\n", timeout=30)
+        waiter.join(30)
+        assert not waiter.is_alive(), "still waiting after the installs ended"
+    finally:
+        installs.kill()
+        installs.wait()
 
 
 @pytest.fixture(scope="module")
