@@ -57,11 +57,18 @@ def imdb_reviews(split="pretrain", *, heldout_fraction=DEFAULT_HELDOUT_FRACTION,
     """
     if split not in SPLITS:
         raise UserError(f"`split` must be one of {SPLITS}. Received: split={split!r}")
+    return list(_imdb_split(heldout_fraction, seed)[SPLITS.index(split)])
+
+
+@functools.lru_cache(maxsize=4)
+def _imdb_split(heldout_fraction, seed):
+    """(pretrain reviews, held-out reviews), each a tuple of (text, label): cleaned and hashed once a process."""
     reviews = [(_clean(text), label) for text, label, source in _rows() if source == IMDB_SOURCE]
     # Split by a seeded hash of the text, not by position: IMDB has duplicate
     # reviews, and a hash puts every copy on the same side.
     heldout = [_unit_hash(seed, text) < heldout_fraction for text, _ in reviews]
-    return [review for review, out in zip(reviews, heldout) if out == (split == "heldout")]
+    return (tuple(review for review, out in zip(reviews, heldout) if not out),
+            tuple(review for review, out in zip(reviews, heldout) if out))
 
 
 def imdb_documents(split="pretrain", limit=None, **split_kwargs):

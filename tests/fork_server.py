@@ -23,6 +23,14 @@ threads, runs the atexit functions and flushes its streams, then `os._exit`.
 What Python would do after that (collect modules, run `__del__`s and C
 finalizers) writes nothing a program's user sees.
 
+AutoGraph's conversions, learnt: a child that converts a function for a
+`tf.function` or a dataset's map (parsing and rewriting its source, tenths of
+a second each, and again in every child) appends its name to a file of the
+server's, and before each fork the server converts what the children before
+named, so that later children find it in AutoGraph's cache (keyed by the
+function's code, as in one process). The server only parses and writes
+Python there; it runs no op.
+
 What a fresh process has and a child does not: the import-time environment
 (`IMPORT_TIME`; `serves(env)` says whether a request's matches the server's),
 the hash seed, the warnings and log lines printed while importing, and any
@@ -46,6 +54,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 
 import numpy as np
 
@@ -257,19 +266,24 @@ def _feed(stdin, text):
         pass
 
 
+def _runtime_started():
+    # Private, and the one place TensorFlow says whether its runtime started: the eager context's handle.
+    from tensorflow.python.eager import context
+
+    return context._context is not None and context._context._context_handle is not None
+
+
 def _serve(address, modules):
     for name in ("tensorflow", "keras", *modules):
         importlib.import_module(name)
 
-    # Private, and the one place TensorFlow says whether its runtime started: the eager context's handle.
-    from tensorflow.python.eager import context
-
-    if context._context is not None and context._context._context_handle is not None:
+    if _runtime_started():
         sys.exit(f"importing {modules} started TensorFlow's runtime: a forked child would inherit its threads' locks")
     if threading.active_count() != 1:
         sys.exit(f"importing {modules} started Python threads: {threading.enumerate()}")
     server_entries = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     base_path = [entry for entry in sys.path[1:] if entry not in server_entries]
+    conversions = _Conversions(os.path.join(os.path.dirname(address), "conversions"))
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
     listener.bind(address)
     listener.listen()
@@ -295,6 +309,7 @@ def _serve(address, modules):
             if not message or len(fds) != 3:  # the test went away before it asked
                 connection.close()
                 continue
+            conversions.learn()
             sys.stdout.flush()
             sys.stderr.flush()
             pid = os.fork()
@@ -314,6 +329,93 @@ def _serve(address, modules):
             except OSError:
                 pass
             children[pidfd] = pid, connection
+
+
+class _Conversions:
+    """AutoGraph's conversions in the children, named in the file `path`, and made again in the server.
+
+    A line names one: [module, qualified name, file, first line, its conversion options]. A function defined
+    inside another (`f.<locals>.g`) is found among the code objects of the one around it.
+    """
+
+    def __init__(self, path):
+        from tensorflow.python.autograph.core import converter
+        from tensorflow.python.autograph.impl import api
+
+        self._path, self._read, self._made = path, 0, set()
+        self._api, self._converter = api, converter
+        open(path, "a").close()
+        convert, named = api._convert_actual, set()
+
+        def convert_and_name(entity, program_ctx):  # in a child: converts, and names it once for the server
+            transformed = convert(entity, program_ctx)
+            options = program_ctx.options
+            code = getattr(entity, "__code__", None)
+            line = [getattr(entity, "__module__", None), getattr(entity, "__qualname__", None),
+                    getattr(code, "co_filename", None), getattr(code, "co_firstlineno", None), options.recursive,
+                    options.user_requested, options.internal_convert_user_code,
+                    sorted(feature.name for feature in options.optional_features)]
+            text = json.dumps(line)
+            if os.getpid() != server and text not in named and None not in line and line[0] != "__main__":
+                named.add(text)
+                with open(path, "a") as names:  # one short line, appended whole
+                    names.write(text + "\n")
+            return transformed
+
+        server = os.getpid()
+        api._convert_actual = convert_and_name
+
+    def learn(self):
+        """Converts, here, what the children named since the last call and this process has not converted."""
+        with open(self._path, "rb") as names:
+            names.seek(self._read)
+            lines = names.readlines()
+        if lines and not lines[-1].endswith(b"\n"):  # a child still writing it
+            lines.pop()
+        self._read += sum(len(line) for line in lines)
+        for line in lines:
+            if line in self._made:
+                continue
+            self._made.add(line)
+            module, qualname, filename, first_line, recursive, user_requested, convert_user_code, features = (
+                json.loads(line))
+            function = _function_named(module, qualname, filename, first_line)
+            if function is None:
+                continue
+            options = self._converter.ConversionOptions(
+                recursive=recursive, user_requested=user_requested, internal_convert_user_code=convert_user_code,
+                optional_features=[self._converter.Feature[name] for name in features])
+            try:
+                self._api._convert_actual(function, self._converter.ProgramContext(options=options))
+            except Exception:  # the child converts it itself, as it did
+                pass
+        if lines and _runtime_started():
+            sys.exit("converting what the children named started TensorFlow's runtime")
+
+
+def _function_named(module, qualname, filename, first_line):
+    """The function `module.qualname` defined at `filename:first_line`, or one with its code when it is defined
+    inside another; None when this process has not imported its module or finds another there."""
+    found = sys.modules.get(module)
+    parts = qualname.split(".")
+    while found is not None and parts and parts[0] != "<locals>":
+        found = getattr(found, parts.pop(0), None)
+    code = getattr(found, "__code__", None)
+    if code is None or not isinstance(code, types.CodeType):
+        return None
+    if not parts:
+        return found if (code.co_filename, code.co_firstlineno) == (filename, first_line) else None
+    while parts:  # ["<locals>", name, ...]: a code object among the constants of the one around it
+        name = parts[1] if len(parts) > 1 else None
+        parts = parts[2:]
+        inner = [const for const in code.co_consts if isinstance(const, types.CodeType) and const.co_name == name]
+        if not parts:
+            inner = [const for const in inner if (const.co_filename, const.co_firstlineno) == (filename, first_line)]
+        if not inner:
+            return None
+        code = inner[0]
+    return types.FunctionType(code, found.__globals__, code.co_name, None,
+                              tuple(types.CellType() for _ in code.co_freevars))
 
 
 def _become_the_program(request, fds, base_path):

@@ -4,7 +4,8 @@ Each probe runs twice, forked and as a real process, and what it reports must
 agree: argv, directory, umask, environment, `sys.path`, signal dispositions,
 stdin, threads, and the exit status, output and atexit work of each way a
 program ends. The probes import nothing of TensorFlow, so the real process
-starts in a fraction of a second.
+starts in a fraction of a second. The last test starts a server of its own: what
+AutoGraph converted in one child, the server converts for the children after it.
 """
 
 import json
@@ -17,7 +18,7 @@ import textwrap
 import pytest
 
 from cli_helpers import _forked, albert_tf_command, fork_server, run_program, start_program, user_environment
-from fork_server import ForkedProgram
+from fork_server import ForkedProgram, ForkServer
 
 PROBE = textwrap.dedent("""
     import atexit, json, os, random, signal, sys, threading, time
@@ -131,3 +132,51 @@ def test_which_programs_are_forked(tmp_path):
         "args": ["--steps", "1"], "script": str(tests / "training_worker.py")}
     assert _forked([sys.executable, str(tests / "mediapipe_worker.py")]) is None
     assert _forked([sys.executable, "-c", "pass"]) is None
+
+
+LEARNT = textwrap.dedent("""
+    import tensorflow as tf
+
+    def top(x):
+        if x > 0:
+            x = x * 2
+        return x
+
+    def outer(step):
+        def inner(x):
+            for i in tf.range(3):
+                x += i * step
+            return x
+        return inner
+""")
+CONVERTS = textwrap.dedent("""
+    import json
+    import tensorflow as tf
+    from tensorflow.python.autograph.core import converter
+    from tensorflow.python.autograph.impl import api
+    import learnt
+
+    options = converter.ConversionOptions(recursive=True, user_requested=True, optional_features=None)
+    functions = [learnt.top, learnt.outer(5)]
+    cached = [api._TRANSPILER._cache.has(function, options) for function in functions]
+    print(json.dumps({"cached": cached, "values": [int(tf.function(f)(tf.constant(1))) for f in functions]}))
+""")
+
+
+def test_a_conversion_a_child_made_is_made_in_the_server_for_the_children_after(tmp_path):
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "learnt.py").write_text(LEARNT)
+    (tmp_path / "converts.py").write_text(CONVERTS)
+    server = ForkServer(["learnt"], env=user_environment(PYTHONPATH=str(tmp_path / "lib")))
+    try:
+        reports = []
+        for _ in range(2):
+            program = server.start([], script=tmp_path / "converts.py", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            out, err = program.communicate(timeout=120)
+            assert program.returncode == 0, err
+            reports.append(json.loads(out))
+    finally:
+        server.close()
+    # The first converted both (a module's function, one defined inside another); the second found them made.
+    assert [report["cached"] for report in reports] == [[False, False], [True, True]]
+    assert reports[0]["values"] == reports[1]["values"] == [2, 16]
