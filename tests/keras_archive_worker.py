@@ -3,7 +3,8 @@
     python tests/keras_archive_worker.py save DIR
     python tests/keras_archive_worker.py load DIR albert_tf_first|keras_first
 
-`save` writes NAME.keras and NAME.npz (the inputs and the outputs) per model.
+`save` writes NAME.keras and NAME.npz (the inputs and the outputs) per model;
+tests/models/test_keras_archives.py calls it in the test process.
 `load` imports albert_tf and keras in the given order and nothing else of the
 project, loads every archive with `keras.models.load_model`, and writes
 DIR/loaded-ORDER.json: per model its class and the largest output difference.
@@ -26,7 +27,6 @@ def _lora(backbone, embedding_rank=0):
 
 
 def save(directory):
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     import numpy as np
 
     from albert_tf import (
@@ -126,6 +126,7 @@ def load(directory, order):
 
 if __name__ == "__main__":
     if sys.argv[1] == "save":
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # the tests' helpers
         save(sys.argv[2])
     else:
         load(sys.argv[2], sys.argv[3])

@@ -1,5 +1,5 @@
 """`.keras` archives of every albert-tf model load with `keras.models.load_model` in a fresh process
-after `import albert_tf` alone (before or after `import keras`): one process saves, others load.
+after `import albert_tf` alone (before or after `import keras`): the test process saves, fresh ones load.
 
 Keras imports a class's module by itself only for its own packages (keras,
 keras_hub, ...), so without `import albert_tf` the load fails; with it,
@@ -14,6 +14,7 @@ import sys
 
 import pytest
 
+import keras_archive_worker
 from albert_tf import keras_registry
 from cli_helpers import user_environment
 from source_scan import modules
@@ -35,7 +36,7 @@ def _worker(*args):
 @pytest.fixture(scope="module")
 def archives(tmp_path_factory):
     directory = str(tmp_path_factory.mktemp("archives"))
-    _worker("save", directory)
+    keras_archive_worker.save(directory)  # the loads are the subject, each in a process of its own
     return directory
 
 
