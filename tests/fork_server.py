@@ -358,8 +358,11 @@ class _Conversions:
             text = json.dumps(line)
             if os.getpid() != server and text not in named and None not in line and line[0] != "__main__":
                 named.add(text)
-                with open(path, "a") as names:  # one short line, appended whole
-                    names.write(text + "\n")
+                try:
+                    with open(path, "a") as names:  # one short line, appended whole
+                        names.write(text + "\n")
+                except OSError:  # a full disk: the program goes on as it would, the server learns less
+                    pass
             return transformed
 
         server = os.getpid()
@@ -377,17 +380,17 @@ class _Conversions:
             if line in self._made:
                 continue
             self._made.add(line)
-            module, qualname, filename, first_line, recursive, user_requested, convert_user_code, features = (
-                json.loads(line))
-            function = _function_named(module, qualname, filename, first_line)
-            if function is None:
-                continue
-            options = self._converter.ConversionOptions(
-                recursive=recursive, user_requested=user_requested, internal_convert_user_code=convert_user_code,
-                optional_features=[self._converter.Feature[name] for name in features])
             try:
-                self._api._convert_actual(function, self._converter.ProgramContext(options=options))
-            except Exception:  # the child converts it itself, as it did
+                module, qualname, filename, first_line, recursive, user_requested, convert_user_code, features = (
+                    json.loads(line))
+                function = _function_named(module, qualname, filename, first_line)
+                if function is not None:
+                    options = self._converter.ConversionOptions(
+                        recursive=recursive, user_requested=user_requested,
+                        internal_convert_user_code=convert_user_code,
+                        optional_features=[self._converter.Feature[name] for name in features])
+                    self._api._convert_actual(function, self._converter.ProgramContext(options=options))
+            except Exception:  # not a whole line, or not convertible here: the children convert it, as before
                 pass
         if lines and _runtime_started():
             sys.exit("converting what the children named started TensorFlow's runtime")
