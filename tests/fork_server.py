@@ -345,7 +345,7 @@ class _Conversions:
         self._path, self._read, self._made = path, 0, set()
         self._api, self._converter = api, converter
         open(path, "a").close()
-        convert, named = api._convert_actual, set()
+        convert, named, server = api._convert_actual, set(), os.getpid()
 
         def convert_and_name(entity, program_ctx):  # in a child: converts, and names it once for the server
             transformed = convert(entity, program_ctx)
@@ -365,7 +365,6 @@ class _Conversions:
                     pass
             return transformed
 
-        server = os.getpid()
         api._convert_actual = convert_and_name
 
     def learn(self):
