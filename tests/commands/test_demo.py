@@ -17,7 +17,7 @@ from albert_tf.loading import load_pretrained
 from albert_tf.training import evaluate_pretraining
 from albert_tf.utils.errors import PREEMPTED, RunStopped
 from input_pipeline import AlbertTokenizer, TokenizedCorpus, movie_reviews
-from cli_helpers import albert_tf_command, ctrl_c_reaches_it, run_cli, start_program, user_environment
+from cli_helpers import albert_tf_command, ctrl_c_reaches_it, start_program, user_environment
 from data_fixtures import VOCAB_SIZE, imdb_documents, small_tokenizer
 
 TINY = ["--vocab-size", "400", "--tokenizer-documents", "200", "--documents", "200", "--heldout-documents", "40",
@@ -44,7 +44,9 @@ def test_heldout_examples_are_a_count_not_batches_of_the_training_size():
 def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     out = str(tmp_path / "demo")
     assert cli.main(["demo", "--out", out, "--steps", "3", "--embedding-init", "ppmi-svd", *TINY]) == 0
-    assert "Word embeddings start from PPMI-SVD vectors" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "Word embeddings start from PPMI-SVD vectors" in printed
+    assert f"Starting a new run in {out} (no checkpoint in {os.path.join(out, 'checkpoints')})." in printed
     for name in ("tokenizer/spiece.model", "config.json", "training_config.json", "checkpoints/ckpt-3.index",
                  "final/model.weights.h5", "metrics.json", "loss_curve.png", "train_log.jsonl"):
         assert os.path.isfile(os.path.join(out, name)), name
@@ -60,7 +62,7 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert again == pytest.approx(metrics["heldout"], rel=1e-5)
     assert metrics["heldout"]["num_examples"] == 40  # --eval-examples, not a multiple of --batch-size 8
     assert load_pretrained(os.path.join(out, "final")).config == AlbertConfig.load(out)
-    capsys.readouterr()
+    _assert_a_finished_rerun_keeps_the_timings_of_the_work_that_made_it(out, capsys)
 
     # The same command with more steps continues from step 3 with the saved tokenizer
     # and the checkpoint's embeddings (not a new PPMI-SVD start).
@@ -69,6 +71,9 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert "Reusing the tokenizer" in printed and "Resumed from" in printed and "at step 3" in printed
     assert "PPMI-SVD" not in printed
     assert "| held-out MLM accuracy" in printed
+    with open(os.path.join(out, "metrics.json")) as f:  # one more step: its time is added to the kept one
+        timings = json.load(f)["timings"]
+    assert timings["tokenizer_seconds"] == 41.0 and 593.0 < timings["pretraining_seconds"] < 593.0 + 300, timings
 
     # Another --vocab-size than the run was made with says how to resume it.
     other_size = [arg if arg != "400" else "500" for arg in TINY]
@@ -78,26 +83,26 @@ def test_demo_runs_end_to_end_and_resumes(tmp_path, capsys):
     assert not os.path.exists(os.path.join(out, "checkpoints", "ckpt-5.index"))
 
 
-@pytest.mark.slow
-def test_rerunning_a_finished_demo_keeps_the_timings_of_the_work_that_made_it(tmp_path):
-    command = ["demo", "--out", "run", "--steps", "2", *TINY]
-    run_cli(*command, cwd=tmp_path)
-    path = tmp_path / "run" / "metrics.json"
-    metrics = json.loads(path.read_text())
+def _assert_a_finished_rerun_keeps_the_timings_of_the_work_that_made_it(out, capsys):
+    """The demo in `out` finished; its command again (the same flags) trains nothing, evaluates again, and keeps
+    the timings of the work before it. Leaves a full demo's timings in metrics.json."""
+    path = os.path.join(out, "metrics.json")
+    with open(path) as f:
+        metrics = json.load(f)
     assert metrics["timings"]["total_seconds"] == pytest.approx(
         sum(metrics["timings"][k] for k in ("tokenizer_seconds", "pretraining_seconds", "evaluation_seconds")))
     # As a full demo's would read: minutes of pretraining, that a rerun must not replace with its seconds.
     metrics["timings"].update(tokenizer_seconds=41.0, pretraining_seconds=593.0)
-    path.write_text(json.dumps(metrics))
-
-    run_cli(*command, cwd=tmp_path)  # finished: reuses the tokenizer, trains nothing, evaluates again
-    timings = json.loads(path.read_text())["timings"]
+    with open(path, "w") as f:
+        json.dump(metrics, f)
+    capsys.readouterr()
+    assert cli.main(["demo", "--out", out, "--steps", "3", "--embedding-init", "ppmi-svd", *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "Reusing the tokenizer" in printed and "| held-out MLM accuracy" in printed
+    with open(path) as f:
+        timings = json.load(f)["timings"]
     assert (timings["tokenizer_seconds"], timings["pretraining_seconds"]) == (41.0, 593.0), timings
     assert timings["total_seconds"] == pytest.approx(41.0 + 593.0 + timings["evaluation_seconds"])
-
-    run_cli("demo", "--out", "run", "--steps", "3", *TINY, cwd=tmp_path)  # one more step: its time is added
-    timings = json.loads(path.read_text())["timings"]
-    assert timings["tokenizer_seconds"] == 41.0 and 593.0 < timings["pretraining_seconds"] < 593.0 + 300, timings
 
 
 def _interrupt_demo(command, cwd, ready):
@@ -242,10 +247,3 @@ def test_demo_position_table_grows_with_longer_examples():
     with pytest.raises(ValueError, match="`trainer` must be a TrainerConfig"):
         DemoConfig(trainer={"num_steps": 3})
 
-
-# The line is the Trainer's, checked fast for pretrain (test_reruns_and_damaged_data.py).
-@pytest.mark.slow
-def test_a_new_demo_says_it_starts_a_new_run(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert cli.main(["demo", "--out", str(out), "--steps", "1", "--embedding-init", "random", *TINY]) == 0
-    assert f"Starting a new run in {out} (no checkpoint in {out / 'checkpoints'})." in capsys.readouterr().out
