@@ -42,6 +42,13 @@ _OWN_PROCESS = "ALBERT_TF_TEST_OWN_PROCESS"
 # Quiet TensorFlow's start-up chatter in test logs; set before TF is imported.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+# XLA's LLVM back end without its optimization passes, in the tests and every program they start (XLA_FLAGS
+# passes user_environment): TensorFlow's and JAX's compiled programs of the tests' tiny models compile in
+# less time, and compute the same (XLA's CPU code keeps fast-math off at every level). The tests check what
+# XLA computes; bench/ measures its speed at XLA's default level. A level the user set is kept.
+if "--xla_backend_optimization_level" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+
 
 @pytest.fixture(autouse=True)
 def process_state():
