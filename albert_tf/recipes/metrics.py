@@ -43,24 +43,15 @@ def pearson(labels, predictions):
     return float((x * y).sum() / denominator) if denominator else 0.0
 
 
-def _ranks(values):
-    """Ranks from 1, ties sharing their average rank (as scipy's rankdata)."""
-    values = np.asarray(values, "float64")
-    order = np.argsort(values, kind="mergesort")
-    ranks = np.empty(len(values))
-    sorted_values = values[order]
-    start = 0
-    while start < len(values):
-        end = start
-        while end + 1 < len(values) and sorted_values[end + 1] == sorted_values[start]:
-            end += 1
-        ranks[order[start : end + 1]] = (start + end) / 2.0 + 1.0
-        start = end + 1
-    return ranks
+def average_ranks(values):
+    """Ranks from 1, ties sharing their average rank (as scipy's `rankdata`)."""
+    _, group, counts = np.unique(np.asarray(values, "float64"), return_inverse=True, return_counts=True)
+    last = np.cumsum(counts)  # each group's last rank
+    return (last - (counts - 1) / 2.0)[group.reshape(-1)]
 
 
 def spearman(labels, predictions):
-    return pearson(_ranks(labels), _ranks(predictions))
+    return pearson(average_ranks(labels), average_ranks(predictions))
 
 
 METRICS = {

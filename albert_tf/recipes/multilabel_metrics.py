@@ -6,7 +6,8 @@ its threshold.
 """
 
 import numpy as np
-from scipy.stats import rankdata
+
+from albert_tf.recipes.metrics import average_ranks
 
 # Tuned thresholds stay this far inside (0, 1), where every threshold must be.
 _THRESHOLD_MARGIN = 1e-6
@@ -25,7 +26,7 @@ def auc(targets, scores):
     positives, negatives = int(targets.sum()), int((~targets).sum())
     if not positives or not negatives:
         return None
-    ranks = rankdata(scores)  # ties share their average rank
+    ranks = average_ranks(scores)  # ties share their average rank
     return float((ranks[targets].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 

@@ -156,6 +156,7 @@ def test_metrics_against_references():
     x, y = rng.normal(size=50), rng.integers(0, 5, 50).astype(float)  # y has ties
     assert metrics.pearson(x, y) == pytest.approx(stats.pearsonr(x, y)[0])
     assert metrics.spearman(x, y) == pytest.approx(stats.spearmanr(x, y)[0])
+    np.testing.assert_array_equal(metrics.average_ranks(y), stats.rankdata(y))
     assert metrics.matthews_corrcoef([1, 1], [1, 1]) == 0.0
 
 

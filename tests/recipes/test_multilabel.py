@@ -85,7 +85,7 @@ def test_each_threshold_maximizes_its_labels_f1_and_is_half_without_a_positive()
 
 
 def test_metrics_pool_micro_and_average_macro():
-    from albert_tf.recipes.multilabel_metrics import scores
+    from albert_tf.recipes.multilabel_metrics import auc, scores
 
     targets = np.array([[1, 0], [1, 1], [0, 1]])
     probabilities = np.array([[0.9, 0.2], [0.8, 0.1], [0.3, 0.7]])
@@ -95,6 +95,8 @@ def test_metrics_pool_micro_and_average_macro():
     assert result["macro_f1"] == pytest.approx((1 + 2 / 3) / 2)
     assert result["exact_match"] == pytest.approx(2 / 3)
     assert result["per_label"]["y"] == pytest.approx({"precision": 1.0, "recall": 0.5, "f1": 2 / 3, "auc": 0.5})
+    # A tie between a positive and a negative counts half: (0.5 + 1 + 1 + 1) / 4.
+    assert auc(np.array([True, False, True, False]), np.array([0.5, 0.5, 0.9, 0.1])) == 0.875
 
 
 def test_predictions_apply_the_models_thresholds_or_one_given():
