@@ -7,6 +7,7 @@ tests/commands/conftest.py, built once per test process.
 import csv
 import json
 import os
+import re
 import subprocess
 import urllib.request
 
@@ -44,6 +45,17 @@ def strict_json_lines(text):
         raise AssertionError(f"not strict JSON: {constant}")
 
     return [json.loads(line, parse_constant=refuse) for line in text.splitlines()]
+
+
+# A line TensorFlow's C++ logging writes: I0000 00:00:1795.. 1234 file.cc:12] ...
+_TF_LOG_LINE = re.compile(r"^[IWE]\d{4} ")
+
+
+def assert_quiet_stderr(done):
+    """No line of TensorFlow's start-up logging in a command's stderr: absl's I/W/E lines, oneDNN's and CUDA's notes."""
+    noisy = [line for line in done.stderr.splitlines()
+             if _TF_LOG_LINE.match(line) or "oneDNN" in line or "cuda" in line.lower()]
+    assert not noisy, (done.args, noisy)
 
 
 def assert_one_line_error(done, *fragments):

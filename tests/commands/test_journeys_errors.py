@@ -6,7 +6,6 @@ runs come from `journey_fixtures` (a tiny pretrained and fine-tuned model).
 """
 
 import json
-import re
 import socket
 import subprocess
 import sys
@@ -15,11 +14,7 @@ import numpy as np
 import pytest
 
 from cli_helpers import run_cli, user_environment
-from journey_fixtures import STDIN_TEXTS, TINY_MODEL, Server, strict_json_lines
-
-# A line TensorFlow's C++ logging writes: I0000 00:00:1795.. 1234 file.cc:12] ...
-_TF_LOG_LINE = re.compile(r"^[IWE]\d{4} ")
-
+from journey_fixtures import STDIN_TEXTS, TINY_MODEL, Server, assert_quiet_stderr, strict_json_lines
 
 def one_line_error(*args, cwd, input=None, fresh=False):
     """Runs `albert-tf ARGS`, expecting exit 2; returns its single stderr line."""
@@ -242,20 +237,12 @@ def test_tpu_flag_selects_the_tpu_strategy_and_an_absent_tpu_is_one_line(tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(300)  # a long journey (tests/README.md)
-def test_noise_free_stderr_for_help_tokenizer_pretrain_and_predict(tour, finetuned):
-    runs = [
-        run_cli("--help", cwd=tour, fresh=True),
-        run_cli("train-tokenizer", "--input", "corpus/", "--vocab-size", "300", "--out", "tok_quiet/", cwd=tour,
-                fresh=True),
-        run_cli("pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/quiet", "--batch-size", "4",
-                "--steps", "2", cwd=tour, fresh=True),
-        run_cli("predict", "--model", "runs/sst2", cwd=tour, input=STDIN_TEXTS[0] + "\n", fresh=True),
-    ]
-    for done in runs:
-        noisy = [line for line in done.stderr.splitlines()
-                 if _TF_LOG_LINE.match(line) or "oneDNN" in line or "cuda" in line.lower()]
-        assert not noisy, (done.args, noisy)
+def test_noise_free_stderr_for_help_and_a_pretraining_run_that_xla_compiles(tour):
+    # Every command of the quick journey (tests/commands/test_quick_journey.py) is checked there, in its
+    # fresh process; these two add the help and the start-up and compile of XLA (--compile-step auto).
+    assert_quiet_stderr(run_cli("--help", cwd=tour, fresh=True))
+    assert_quiet_stderr(run_cli("pretrain", *TINY_MODEL, "--data", "data/", "--out", "runs/quiet", "--batch-size", "4",
+                                "--steps", "2", cwd=tour, fresh=True))
 
 
 @pytest.fixture(scope="module")
