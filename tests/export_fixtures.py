@@ -146,14 +146,19 @@ def exported_question_answerer():
                                     max_length=MAX_LENGTH)
 
 
-def graph_nodes(path):
-    """Every node of a SavedModel's graph and function library."""
+def graph_def(path):
+    """A SavedModel's GraphDef: its graph and its function library."""
     from tensorflow.core.protobuf import saved_model_pb2
 
     proto = saved_model_pb2.SavedModel()
     with open(os.path.join(path, "saved_model.pb"), "rb") as f:
         proto.ParseFromString(f.read())
-    graph = proto.meta_graphs[0].graph_def
+    return proto.meta_graphs[0].graph_def
+
+
+def graph_nodes(path):
+    """Every node of a SavedModel's graph and function library."""
+    graph = graph_def(path)
     return list(graph.node) + [n for f in graph.library.function for n in f.node_def]
 
 

@@ -328,9 +328,14 @@ def build_signatures(model, interface, tokenizer, max_length, truncate_from="end
             text=string("text"), text_pair=string("text_pair"), **extra
         )
     if interface.kind in (*CLASSIFY_KINDS, REGRESSOR) and not extra:
+        # Calls the two text signatures' functions, traced above, rather than tracing their packing again.
+        text_only, text_pair = signatures[TEXT_SIGNATURE], signatures[TEXT_PAIR_SIGNATURE]
+
         @tf.function
         def serve_examples(inputs):
-            return text_outputs.examples(inputs)
+            return text_outputs.examples(
+                inputs, lambda texts: text_only(text=texts), lambda texts, pairs: text_pair(text=texts, text_pair=pairs)
+            )
 
         signatures[EXAMPLES_SIGNATURE] = serve_examples.get_concrete_function(string(EXAMPLES_INPUT))
     return signatures
@@ -375,12 +380,14 @@ class _TextOutputs:
             averaged.update(label_scores(self.interface, averaged["logits"]))
         return self._postprocess(inputs, averaged)
 
-    def examples(self, serialized):
+    def examples(self, serialized, text_only, text_pair):
         """Serialized tf.Examples -> TF-Serving's Classify (`classes`, `scores`) or Regress (`outputs`) tensors.
 
         `text_pair`, in every example or in none, makes each a pair; a
         missing `text`, a feature of the wrong type or `text_pair` in some
         examples only fails the request (InvalidArgumentError: TF-Serving's 400).
+        `text_only(texts)` and `text_pair(texts, pairs)` give the outputs of
+        the texts alone and of the pairs: the text signatures' functions.
         """
         parsed = tf.io.parse_example(serialized, {
             TEXT_FEATURE: tf.io.FixedLenFeature([], tf.string),
@@ -399,8 +406,8 @@ class _TextOutputs:
         outputs = tf.cond(
             with_pair,
             # One value per example, in row order: exactly (batch,).
-            lambda: self._scores(self(texts, tf.ensure_shape(pairs.values, [None]), {})),
-            lambda: self._scores(self(texts, None, {})),
+            lambda: self._scores(text_pair(texts, tf.ensure_shape(pairs.values, [None]))),
+            lambda: self._scores(text_only(texts)),
         )
         if self.interface.kind == REGRESSOR:
             return {"outputs": outputs}

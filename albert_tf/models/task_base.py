@@ -137,7 +137,6 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
                 text = True
                 validation_batch_size = kwargs.pop("validation_batch_size", None) or batch_size
                 validation_data = self._text_dataset(vx, vy, vsw, validation_batch_size)
-        self._build_optimizer()
         with _text_errors(text), warnings.catch_warnings():
             # Heads that read the sequence output (mean pooling, tags, spans)
             # leave the pooler without a gradient by design; Keras would warn
@@ -149,8 +148,8 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
                 shuffle=shuffle, **kwargs,
             )
 
-    def _build_optimizer(self):
-        """Makes the compiled optimizer's variables for the trainable variables, before `fit` traces its step.
+    def make_train_function(self, force=False):
+        """Keras' train function (`fit`, `train_on_batch`), with the compiled optimizer's variables made first.
 
         Keras on TensorFlow without a distribution strategy makes them inside
         the first trace of the train step, and a `tf.function` whose first
@@ -161,8 +160,10 @@ class AlbertTask(RetracesOnNewVariables, TFLiteQuantizationOnly, PretrainedMixin
         """
         optimizer = getattr(self, "optimizer", None)
         if optimizer is not None and not optimizer.built:
-            with self.distribute_strategy.scope():
+            strategy = getattr(self, "distribute_strategy", None)  # TensorFlow's trainer only
+            with strategy.scope() if strategy is not None else contextlib.nullcontext():
                 optimizer.build(self.trainable_variables)
+        return super().make_train_function(force)
 
     def evaluate(self, x=None, y=None, batch_size=None, *, sample_weight=None, **kwargs):
         text = self._takes_text(x, training=True)

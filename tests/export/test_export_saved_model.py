@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import sys
 
 import keras
@@ -17,7 +18,7 @@ from albert_tf.utils.layout import EXPORT_METADATA_FILE
 from albert_tf.models import AlbertClassifier, AlbertQuestionAnswerer
 from albert_tf.recipes import RunSettings
 from export_fixtures import (
-    LABELS, MAX_LENGTH, classifier, config, exported_classifier, graph_nodes, metadata, texts_and_pairs, tokenizer,
+    LABELS, MAX_LENGTH, classifier, config, exported_classifier, graph_def, graph_nodes, metadata, texts_and_pairs, tokenizer,
 )
 from helpers import backbone_batch, max_abs_diff, pretraining_batch, tiny_config
 from input_pipeline.packing import truncate_pair
@@ -76,6 +77,26 @@ def test_classifier_ids_and_text_signatures_match_keras():
         metadata = json.load(f)
     assert metadata["kind"] == "classifier" and metadata["label_names"] == LABELS
     assert metadata["max_length"] == MAX_LENGTH
+
+
+def test_the_classify_signature_reads_its_texts_with_the_text_signatures_functions():
+    # serve_examples calls serve_text's and serve_text_pair's functions: the in-graph packing is traced (and
+    # stored) once for each, not again for the examples' two branches.
+    library = {f.signature.name: f for f in graph_def(exported_classifier()[1]).library.function}
+    reached, called, ahead = set(), set(), [name for name in library if name.startswith("__inference_serve_examples_")]
+    while ahead:
+        name = ahead.pop()
+        reached.add(name)
+        for node in library[name].node_def:
+            for value in node.attr.values():
+                for function in ([value.func] if value.HasField("func") else []) + list(value.list.func):
+                    if re.match(r"__inference_serve_text(_pair)?_\d+$", function.name):
+                        called.add(function.name.rsplit("_", 1)[0])
+                    elif function.name in library and function.name not in reached:
+                        ahead.append(function.name)
+    assert called == {"__inference_serve_text", "__inference_serve_text_pair"}, called
+    ops = {node.op for name in reached for node in library[name].node_def}
+    assert not [op for op in ops if "Sentencepiece" in op or "Normalize" in op], ops
 
 
 def test_float32_export_freezes_the_weights_and_keeps_variables_past_the_limit(monkeypatch, tmp_path):
