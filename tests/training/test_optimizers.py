@@ -245,6 +245,29 @@ def test_adamw_does_not_decay_layer_norm_or_bias():
         )
 
 
+@pytest.mark.parametrize("learning_rate", [0.01, WarmupLinearDecay(0.05, warmup_steps=2, total_steps=8)])
+def test_adamw_steps_are_keras_adamw_bit_for_bit(learning_rate):
+    # The step's shared terms are made once per step, not once per variable: the same arithmetic as Keras'
+    # AdamW, which decays every variable but the excluded ones, then takes the Adam step.
+    weights, grads = make_problem()
+    keras_variables = make_variables(weights)
+    reference = keras.optimizers.AdamW(learning_rate=learning_rate, weight_decay=0.01, epsilon=1e-6,
+                                       global_clipnorm=1.0)
+    reference.exclude_from_weight_decay(var_list=[v for v in keras_variables if any(n in v.path for n in EXCLUDE)])
+    reference.build(keras_variables)
+
+    @tf.function
+    def reference_step(step_grads):
+        reference.apply(step_grads, keras_variables)
+
+    for step_grads in grads:
+        reference_step([tf.constant(g, "float32") for g in step_grads.values()])
+    actual = run_optimizer(AdamW(learning_rate=learning_rate, weight_decay=0.01, global_clipnorm=1.0), weights, grads)
+    for variable in keras_variables:
+        np.testing.assert_array_equal(actual[variable.path], variable.numpy(), err_msg=variable.path)
+    assert not np.array_equal(actual["encoder/dense/kernel"], weights["encoder/dense/kernel"].astype("float32"))
+
+
 def test_adamw_config_round_trip():
     optimizer = AdamW(learning_rate=3e-5, exclude_from_weight_decay=["LayerNorm"],
                       learning_rate_multipliers={"word_embeddings/embeddings$": 0.5})
