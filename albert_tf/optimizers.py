@@ -406,14 +406,14 @@ class AdamW(_PathRules, _DenseGradients, keras.optimizers.AdamW):
         shared = self._shared_terms(learning_rate, dtype)
         if self.weight_decay is not None and self._use_weight_decay(variable):
             self.assign_sub(variable, variable * shared["weight_decay"] * shared["learning_rate"])
-        factor = self._rate_factors[self._get_variable_index(variable)]
+        index = self._get_variable_index(variable)
+        factor = self._rate_factors[index]
         alpha = shared["alphas"].get(factor)
         if alpha is None:
-            rate = shared["learning_rate"] if factor == 1.0 else ops.cast(learning_rate * factor, dtype)
+            rate = ops.cast(self._scaled_rate(variable, learning_rate), dtype)
             alpha = shared["alphas"][factor] = rate * shared["sqrt_1_minus_beta_2_power"] / shared[
                 "1_minus_beta_1_power"]
         gradient = ops.cast(gradient, dtype)
-        index = self._get_variable_index(variable)
         m, v = self._momentums[index], self._velocities[index]
         self.assign_add(m, ops.multiply(ops.subtract(gradient, m), 1 - self.beta_1))
         self.assign_add(v, ops.multiply(ops.subtract(ops.square(gradient), v), 1 - self.beta_2))

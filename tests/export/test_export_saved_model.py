@@ -18,7 +18,8 @@ from albert_tf.utils.layout import EXPORT_METADATA_FILE
 from albert_tf.models import AlbertClassifier, AlbertQuestionAnswerer
 from albert_tf.recipes import RunSettings
 from export_fixtures import (
-    LABELS, MAX_LENGTH, classifier, config, exported_classifier, graph_def, graph_nodes, metadata, texts_and_pairs, tokenizer,
+    LABELS, MAX_LENGTH, classifier, config, exported_classifier, graph_def, graph_nodes, metadata, texts_and_pairs,
+    tokenizer,
 )
 from helpers import backbone_batch, max_abs_diff, pretraining_batch, tiny_config
 from input_pipeline.packing import truncate_pair
@@ -121,13 +122,7 @@ def test_float32_export_freezes_the_weights_and_keeps_variables_past_the_limit(m
 
 def must_compile(path):
     """Whether a SavedModel holds a function XLA must compile (`_XlaMustCompile`), as TF-Serving reads it."""
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    proto = saved_model_pb2.SavedModel()
-    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
-        proto.ParseFromString(f.read())
-    library = proto.meta_graphs[0].graph_def.library.function
-    return any(f.attr["_XlaMustCompile"].b for f in library)
+    return any(f.attr["_XlaMustCompile"].b for f in graph_def(path).library.function)
 
 
 def test_xla_export_compiles_its_forward_pass_and_names_the_server_flag(tmp_path, capsys, monkeypatch):
