@@ -46,6 +46,7 @@ from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, INTERRUPTED, PREEMPTED, RunStopped, UserError
 from albert_tf.utils.layout import BEST_DIR, FINETUNE_RUN_FILE, RESUME_DIR, finetune_run_dir
+from albert_tf.utils.preemption import ctrl_c_at_step_boundaries
 from input_pipeline.finetuning import make_dataset
 
 
@@ -235,21 +236,23 @@ def _train_epochs(run, progress, start, stops):
     Raises `RunStopped` as `finetune` says: at a stop request (`stops`, a
     `StopRequests`) or at Ctrl-C, with the checkpoint to resume from.
     """
-    config, stop = run.config, _StopAtStep(stops)
+    config = run.config
     try:
-        for epoch in range(start["epoch"], config.epochs + 1):
-            resumed = epoch == start["epoch"]
-            trained = _train_epoch(run, epoch, start["batch"] if resumed else 0,
-                                   start["loss_sum"] if resumed else 0.0, stop)
-            if stop.stopped and trained.done < run.steps_per_epoch:
-                saved = run.state.save(epoch, trained.done, trained.loss_sum, progress)
-                raise RunStopped(PREEMPTED, f"in epoch {epoch} of {config.epochs}, at step {trained.done} of "
-                                            f"{run.steps_per_epoch}", step=trained.done, saved=CHECKPOINT,
-                                 path=saved, cause=stops.cause)
-            saved = _finish_epoch(run, progress, trained)
-            if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
-                raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
-                                 path=saved, cause=stops.cause)
+        with ctrl_c_at_step_boundaries() as ctrl_c:
+            stop = _StopAtStep(stops, ctrl_c)
+            for epoch in range(start["epoch"], config.epochs + 1):
+                resumed = epoch == start["epoch"]
+                trained = _train_epoch(run, epoch, start["batch"] if resumed else 0,
+                                       start["loss_sum"] if resumed else 0.0, stop)
+                if stop.stopped and trained.done < run.steps_per_epoch:
+                    saved = run.state.save(epoch, trained.done, trained.loss_sum, progress)
+                    raise RunStopped(PREEMPTED, f"in epoch {epoch} of {config.epochs}, at step {trained.done} of "
+                                                f"{run.steps_per_epoch}", step=trained.done, saved=CHECKPOINT,
+                                     path=saved, cause=stops.cause)
+                saved = _finish_epoch(run, progress, trained)
+                if saved and stop.stopped:  # asked at the epoch's last step: the next epoch starts from here
+                    raise RunStopped(PREEMPTED, f"after epoch {epoch} of {config.epochs}", step=0, saved=CHECKPOINT,
+                                     path=saved, cause=stops.cause)
     except KeyboardInterrupt:
         raise _interrupted(run, progress) from None
 
@@ -335,9 +338,10 @@ def _finish_epoch(run, progress, trained):
 
 
 def _interrupted(run, progress):
-    """The `RunStopped` of Ctrl-C, which may come in the middle of a step: the weights then are not whole, so
-    the newest checkpoint (the last finished epoch's end, or a stop request's) is what a rerun resumes from,
-    as after SIGTERM. Before any checkpoint, nothing is kept."""
+    """The `RunStopped` of Ctrl-C, taken at the step boundary after it (`_StopAtStep`); a second Ctrl-C may come
+    in the middle of a step, whose weights then are not whole: the newest checkpoint (the last finished epoch's
+    end, or a stop request's) is what a rerun resumes from, as after SIGTERM. Before any checkpoint, nothing is
+    kept."""
     where = f"in epoch {progress.finished + 1} of {run.config.epochs}"
     newest = checkpoints.newest_checkpoint(run.state.directory) if run.writes else None
     if newest is None:
@@ -354,16 +358,19 @@ def _main_metric(run):
 class _StopAtStep(keras.callbacks.Callback):
     """Asks `stops` (a `StopRequests`) after every training step; True ends `fit` there (`stopped`), whole.
 
-    Counts the steps of the running `fit` in `batches`. `agreed()` is the same
-    question for `CustomLoop`. On several workers, any worker's request stops all.
+    A Ctrl-C since the last step (`ctrl_c`, a `utils.preemption.CtrlC`) is
+    raised there first, as a KeyboardInterrupt. Counts the steps of the
+    running `fit` in `batches`. `agreed()` is the same question for
+    `CustomLoop`. On several workers, any worker's request stops all.
     """
 
-    def __init__(self, stops):
+    def __init__(self, stops, ctrl_c):
         super().__init__()
-        self._stops = stops
+        self._stops, self._ctrl_c = stops, ctrl_c
         self.stopped, self.batches = False, 0
 
     def agreed(self):
+        self._ctrl_c.check()
         if not self.stopped:
             self.stopped = self._stops.requested()
         return self.stopped

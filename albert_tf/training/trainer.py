@@ -50,6 +50,7 @@ from albert_tf.training.step_runner import StepRunner
 from albert_tf.training.stop_requests import StopRequests
 from albert_tf.utils import files
 from albert_tf.utils.errors import CHECKPOINT, DIVERGED, INTERRUPTED, PREEMPTED, RunStopped, UserError
+from albert_tf.utils.preemption import ctrl_c_at_step_boundaries
 
 
 class Trainer:
@@ -179,8 +180,10 @@ class Trainer:
             RunStopped: why "diverged": the loss or the weights became
                 non-finite (the last good checkpoint is kept); "preempted":
                 `stop_requested` or the notice said so before the last step
-                (that step is checkpointed); "interrupted": Ctrl-C (the
-                newest checkpoint is kept).
+                (that step is checkpointed); "interrupted": Ctrl-C, taken
+                where the running loop of steps ends, after its progress
+                line and any checkpoint due (`utils.preemption.CtrlC`; a
+                second Ctrl-C stops at once): the newest checkpoint is kept.
             DamagedData: the data (or the held-out data) has a damaged
                 record; the steps before it are checkpointed.
         """
@@ -219,13 +222,15 @@ class Trainer:
         record, step = {}, start
         stops = StopRequests(self.strategy, stop_requested, preemption_notice, self.run_dir)
         try:
-            while step < c.num_steps:
-                step, record = self._run_loop(iterator, step, progress)
-                self._checkpoint_or_stop(step, stops)
+            with ctrl_c_at_step_boundaries() as ctrl_c:
+                while step < c.num_steps:
+                    step, record = self._run_loop(iterator, step, progress)
+                    self._checkpoint_or_stop(step, stops)
+                    ctrl_c.check()
         except tf.errors.DataLossError as error:
             raise self._damaged_data(error) from None
         except KeyboardInterrupt:
-            # Ctrl-C may cut a loop or a save: what is kept is the newest complete checkpoint.
+            # A second Ctrl-C may cut a loop or a save: what is kept is the newest complete checkpoint.
             newest = checkpoints.newest_checkpoint(self.checkpoint_dir)
             raise RunStopped(INTERRUPTED, f"at step {self.step} of {c.num_steps}", step=self.step,
                              saved=newest and CHECKPOINT, path=newest) from None

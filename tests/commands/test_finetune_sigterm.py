@@ -114,6 +114,35 @@ def test_ctrl_c_keeps_the_finished_epochs_and_the_rerun_resumes_to_an_unstopped_
     assert max(float(np.max(np.abs(a - b))) for a, b in zip(*weights)) < 1e-5
 
 
+def test_ctrl_c_while_an_epoch_is_scored_keeps_that_epoch_whole_and_stops_at_the_next_step(
+        inputs, tmp_path, monkeypatch):
+    # The signal itself, as a terminal sends it, while epoch 1 is evaluated: the epoch's outputs and the next
+    # epoch's checkpoint are all written, and the run stops at the first step after them.
+    from albert_tf.recipes.sentence import SentenceRecipe
+
+    evaluate, scored = SentenceRecipe.evaluate, []
+
+    def ctrl_c_then_evaluate(self, *args, **kwargs):
+        if not scored:
+            signal.raise_signal(signal.SIGINT)
+        scored.append(1)
+        return evaluate(self, *args, **kwargs)
+
+    monkeypatch.setattr(SentenceRecipe, "evaluate", ctrl_c_then_evaluate)
+    monkeypatch.setattr(os, "_exit", lambda code: None)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a program a terminal started
+    try:
+        stopped = run_in_process(_argv(inputs, tmp_path / "run"))
+    finally:
+        signal.signal(signal.SIGINT, before)
+    work = tmp_path / ".unfinished-run"
+    assert stopped.returncode == 130 and scored == [1], stopped.stderr
+    assert stopped.stderr.strip().startswith(
+        f"albert-tf finetune: interrupted in epoch 2 of 2; the newest checkpoint is {work / RESUME_DIR / 'ckpt-5'}. "
+    ), stopped.stderr
+    assert "epoch 1/2: train loss " in stopped.stdout and (work / "best").is_dir()
+
+
 def test_ctrl_c_before_any_epoch_finished_keeps_nothing(inputs, tmp_path, monkeypatch):
     def ctrl_c(self, batch, logs=None):
         raise KeyboardInterrupt

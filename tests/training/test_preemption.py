@@ -101,6 +101,64 @@ def test_sigterm_asks_the_trainer_to_stop_and_it_saves_the_step_its_loop_ends_on
     assert (tmp_path / "checkpoints" / "ckpt-2.index").exists()
 
 
+def test_ctrl_c_in_a_loops_host_work_stops_the_run_at_the_boundary_after_it_with_that_work_whole(
+        tmp_path, monkeypatch):
+    # Ctrl-C as the progress line of step 2 writes its TensorBoard scalars (tensors made from Python floats, where
+    # a KeyboardInterrupt raised inside TensorFlow's conversion once killed a demo with SIGSEGV): the scalars, the
+    # log's record and step 2's checkpoint are all written, and the run stops there.
+    from albert_tf.training import progress
+    from albert_tf.utils.errors import INTERRUPTED
+
+    written, write = [], progress._write_scalar
+
+    def ctrl_c_in_the_first_write_of_step_2(name, value, step):
+        if step == 2 and not written:
+            signal.raise_signal(signal.SIGINT)
+        if step == 2:
+            written.append(name)
+        write(name, value, step)
+
+    monkeypatch.setattr(progress, "_write_scalar", ctrl_c_in_the_first_write_of_step_2)
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a program a terminal started
+    try:
+        run = Trainer(TINY_MODEL, tiny_trainer_config(num_steps=4, log_every=1, checkpoint_every=1), str(tmp_path),
+                      array_dataset_fn(synthetic_examples()), print_fn=lambda *_: None)
+        with pytest.raises(RunStopped) as raised:
+            run.train()
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, before)
+    assert (raised.value.why, raised.value.step, raised.value.path) == (
+        INTERRUPTED, 2, str(tmp_path / "checkpoints" / "ckpt-2"))
+    assert len(written) == len(progress.METRICS) + 2  # the metrics, the learning rate and examples per second
+    assert [record["step"] for record in progress.read_log(str(tmp_path))] == [1, 2]
+    assert checkpoints.checkpoint_steps(str(tmp_path / "checkpoints")) == [1, 2]
+
+
+def test_a_second_ctrl_c_raises_at_once_and_a_pending_one_is_raised_as_the_block_ends():
+    from albert_tf.utils.preemption import ctrl_c_at_step_boundaries
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with ctrl_c_at_step_boundaries() as ctrl_c:
+                signal.raise_signal(signal.SIGINT)
+                assert ctrl_c.pending  # marked, not raised
+                signal.raise_signal(signal.SIGINT)
+                raise AssertionError("the second Ctrl-C did not raise")
+        with pytest.raises(KeyboardInterrupt):
+            with ctrl_c_at_step_boundaries():
+                signal.raise_signal(signal.SIGINT)  # no check came: raised as the block ends
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a background job's: left alone
+        with ctrl_c_at_step_boundaries() as ctrl_c:
+            assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGINT)
+            ctrl_c.check()
+    finally:
+        signal.signal(signal.SIGINT, before)
+
+
 # The quick loop's check of the notice is the command's (test_reruns_and_damaged_data.py), through this Trainer.
 @pytest.mark.slow
 @pytest.mark.own_process  # a MultiWorkerMirroredStrategy (conftest.py)
