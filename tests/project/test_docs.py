@@ -35,6 +35,12 @@ TINY_DEMO = (
 )
 SUBSTITUTIONS = {
     "albert-tf demo --out runs/demo": f"albert-tf demo --out runs/demo {TINY_DEMO}",
+    # pretraining.md's smoke run, as small as the tour's and without XLA (whose compile the tests of XLA pay).
+    "albert-tf demo --out runs/tiny --steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 \\":
+        "albert-tf demo --out runs/tiny --steps 20 --vocab-size 2000 --hidden-size 64 --intermediate-size 256 "
+        "--compile-step none \\",
+    "--tokenizer-documents 1500 --documents 300 --heldout-documents 60 --eval-examples 40":
+        "--tokenizer-documents 300 --documents 300 --heldout-documents 60 --eval-examples 40",
     # The fine-tuning tour's CSVs: 400 and 100 rows instead of 2,000 and 500.
     'for name, part in (("train.csv", rows[:2000]), ("dev.csv", rows[2000:2500])):':
         'for name, part in (("train.csv", rows[:400]), ("dev.csv", rows[2000:2100])):',
