@@ -424,10 +424,9 @@ class AdamW(_PathRules, _DenseGradients, keras.optimizers.AdamW):
         self.assign_sub(variable, ops.divide(ops.multiply(m, alpha), ops.add(ops.sqrt(v), self.epsilon)))
 
     def apply(self, grads, trainable_variables=None):
-        # One step's shared terms (`_shared_terms`), made inside this call: a
-        # float learning rate is the same variable at every step, so the step
-        # and not the rate tells a new set of terms.
-        self._step_terms.clear()
+        # One step's shared terms (`_shared_terms`), made inside this call and
+        # dropped as it ends: a float learning rate is the same variable at
+        # every step, so the step and not the rate tells a new set of terms.
         try:
             return super().apply(grads, trainable_variables)
         finally:

@@ -43,7 +43,7 @@ class CtrlC:
     between two steps that is often the loop's host work (the progress line's
     TensorBoard scalars, a checkpoint's save), inside TensorFlow's conversions
     of Python values to tensors, which do not all survive an exception there
-    (a forked demo died of SIGSEGV in one). In the block `deferred()` makes,
+    (a forked demo died of SIGSEGV in one). In `ctrl_c_at_step_boundaries`'s block,
     the first Ctrl-C only marks the interrupt; `check()` at the next step
     boundary raises it, and the block raises it as it ends if no check came.
     A second Ctrl-C raises at once. A step (a loop of them) runs in
