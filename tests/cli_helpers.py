@@ -21,6 +21,7 @@ shell blocks hand theirs over (tests/doc_blocks_worker.py).
 
 import atexit
 import contextlib
+import gc
 import io
 import json
 import os
@@ -174,7 +175,13 @@ def _exit_status(main, args):
 @contextlib.contextmanager
 def _as_a_process(args, fds, cwd, env, umask):
     """The command's stdio on fds 0-2 and sys.std*, its directory, environment, argv and umask, then
-    this process's back, signal handlers and shown warnings included."""
+    this process's back, signal handlers and shown warnings included.
+
+    The command's garbage is collected before its environment is swapped back: a tf.data iterator that a
+    command left (one held by an exception's frames, as when Ctrl-C stops `fit`) keeps its threads until
+    then, and tf.data's autotuning thread reads the environment (getenv) as it runs. Swapping it meanwhile
+    (setenv reallocates the C library's array of variables) crashed a test process once, a segmentation
+    fault in such a thread."""
     saved_fds = [os.dup(fd) for fd in (0, 1, 2)]
     saved_streams = sys.stdin, sys.stdout, sys.stderr
     saved_argv, saved_env, saved_cwd = sys.argv, dict(os.environ), os.getcwd()
@@ -205,6 +212,7 @@ def _as_a_process(args, fds, cwd, env, umask):
             warnings.showwarning = _show_warning
             yield
     finally:
+        gc.collect()
         for stream in (sys.stdin, sys.stdout, sys.stderr):
             if stream not in saved_streams:
                 with contextlib.suppress(Exception):
