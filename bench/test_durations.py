@@ -21,7 +21,7 @@ from benchlib.output import emit_table  # noqa: E402
 
 # What a test file's time is spent on, read from what its tests run.
 PAYS_FOR = {
-    "commands/test_kill.py": "a forked process per kill (35), model training, reruns",
+    "commands/test_kill.py": "a forked process per kill (34), model training, reruns",
     "project/test_docs.py": "every docs block: the tiny demo, fine-tuning, exports, serve, MediaPipe",
     "commands/test_journeys.py": "fine-tuning, exports, serve in a fresh process",
     "training/test_distributed_training.py": "2 forked worker processes per test, each training",

@@ -56,7 +56,8 @@ _SERVER_MODULES = [f"albert_tf.commands.{name}" for name in (
 _SERVER_MODULES += ["albert_tf.cli", "albert_tf.apps.demo", "albert_tf.recipes.finetune", "albert_tf.training",
                     "albert_tf.loading", "albert_tf.export", "albert_tf.models", "albert_tf.export.tflite"]
 # The tests' scripts that are forked: the rest (MediaPipe's, the other venvs') start as a user's program does.
-_FORKED_SCRIPTS = {"training_worker.py", "fault_worker.py", "data_service_worker.py", "doc_blocks_worker.py"}
+_FORKED_SCRIPTS = {"training_worker.py", "fault_worker.py", "data_service_worker.py", "doc_blocks_worker.py",
+                   "saved_model_cli_worker.py", "snippet_worker.py"}
 _TESTS = Path(__file__).parent
 
 

@@ -32,10 +32,10 @@ without it by default). SIGKILL at three moments of each of the 8 commands
 (train-tokenizer, create-data, pretrain on raw text and on records, finetune,
 export saved_model and tflite, demo), each leaving a different state (nothing
 yet, a run under way, its end being written): 24. SIGTERM in pretraining
-(pretrain twice, the demo), in each of finetune's 3 epochs, in the demo's
-tokenizer, and in the middle of the 4 commands timed: 11. 35 kills, and 4
+(pretrain twice, the demo), in each of finetune's 2 epochs, in the demo's
+tokenizer, and in the middle of the 4 commands timed: 10. 34 kills, and 4
 timed runs (train-tokenizer's and create-data's also make the tokenizer and
-the records the others read): 39 forked processes. The reruns and the other
+the records the others read): 38 forked processes. The reruns and the other
 uninterrupted runs are in the test process. Each property also has a fast
 in-process test (test_finetune_sigterm.py, test_demo_sigterm.py,
 test_finetune_resume.py, test_preemption.py, test_faults.py, test_demo.py,
@@ -81,8 +81,7 @@ MOMENTS = {
     "create-data": _TIMED,
     "pretrain-text": _PRETRAINING,
     "pretrain-records": _PRETRAINING,
-    "finetune": {"epoch1": "Starting a new run", "epoch2": "epoch 1/3: ", "epoch3": "epoch 2/3: ",
-                 "end": "epoch 3/3: "},
+    "finetune": {"epoch1": "Starting a new run", "epoch2": "epoch 1/2: ", "end": "epoch 2/2: "},
     "export-saved_model": _TIMED,
     "export-tflite": _TIMED,
     "demo": {"tokenizer": "Training a 300-piece tokenizer", "pretraining": r"step +5/12 ",
@@ -93,8 +92,8 @@ _AT_A_STEP = r"at step (?P<step>\d+) of 12; the newest checkpoint is (?P<path>\S
 SIGTERM_STOPS = {
     ("pretrain-text", "pretraining"): _AT_A_STEP,
     ("pretrain-records", "pretraining"): _AT_A_STEP,
-    **{("finetune", f"epoch{epoch}"): rf"in epoch {epoch} of 3, at step (?P<step>\d+) of 120; the newest checkpoint "
-                                       r"is (?P<path>\S+)\. " for epoch in (1, 2, 3)},
+    **{("finetune", f"epoch{epoch}"): rf"in epoch {epoch} of 2, at step (?P<step>\d+) of 120; the newest checkpoint "
+                                       r"is (?P<path>\S+)\. " for epoch in (1, 2)},
     ("demo", "tokenizer"): "before tokenizing the pretraining reviews; kept its tokenizer ",
     ("demo", "pretraining"): _AT_A_STEP,
 }
@@ -113,7 +112,7 @@ def commands(root):
         "pretrain-records": ["pretrain", "--data", data, "--out", "OUT", *MODEL, *TRAIN],
         "finetune": ["finetune", "--task", "classification", "--model", str(root / "pretrained"), "--train",
                      str(root / "train.csv"), "--eval", str(root / "eval.csv"), "--out", "OUT", "--max-seq-length",
-                     "32", "--batch-size", "4", "--epochs", "3", "--truncate"],
+                     "32", "--batch-size", "4", "--epochs", "2", "--truncate"],
         "export-saved_model": ["export", "--model", str(root / "finetuned"), "--format", "saved_model", "--out", "OUT"],
         "export-tflite": ["export", "--model", str(root / "finetuned"), "--format", "tflite", "--out", "OUT"],
         "demo": ["demo", "--out", "OUT", *DEMO],
@@ -310,10 +309,9 @@ RESUMES = {"pretrain-text", "pretrain-records", "finetune", "demo"}
 IN_PLACE = {"pretrain-text", "pretrain-records", "demo"}
 
 
-# SIGKILL at every moment but finetune's third epoch (it leaves what the second does); SIGTERM where
-# SIGTERM_STOPS says what it must say, and in the middle of each command whose moments are times.
-KILLS = [(name, "SIGKILL", which) for name, moments in MOMENTS.items() for which in moments if
-         (name, which) != ("finetune", "epoch3")]
+# SIGKILL at every moment; SIGTERM where SIGTERM_STOPS says what it must say, and in the middle of each
+# command whose moments are times.
+KILLS = [(name, "SIGKILL", which) for name, moments in MOMENTS.items() for which in moments]
 KILLS += [(name, "SIGTERM", which) for name, which in SIGTERM_STOPS]
 KILLS += [(name, "SIGTERM", "middle") for name, moments in MOMENTS.items() if moments is _TIMED]
 

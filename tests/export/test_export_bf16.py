@@ -3,7 +3,6 @@
 
 import functools
 import os
-import sys
 
 import keras
 import numpy as np
@@ -151,7 +150,7 @@ def test_cli_bf16_export_is_served_by_a_fresh_process(tmp_path):
     assert 1e-5 < max_abs_diff(served, reference) <= BFLOAT16_ERROR_RATIO * max_abs_diff(keras_bf16, reference)
 
     # TF-Serving's loader (a TF1 session restoring `variables/`), as `saved_model_cli run` uses it.
-    ran = run_program([sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", str(base / "1"),
+    ran = run_program([*SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", str(base / "1"),
                        "--tag_set", "serve", "--signature_def", "serve_text", "--input_exprs",
                        "text=['A great movie!', 'Dull.']"], timeout=600)
     assert ran.returncode == 0, ran.stderr[-2000:]

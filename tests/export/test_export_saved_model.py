@@ -4,6 +4,7 @@ import json
 import os
 import re
 import sys
+from pathlib import Path
 
 import keras
 import numpy as np
@@ -293,19 +294,16 @@ def test_cli_backbone_versions_and_pretrainer_without_tokenizer(tmp_path):
     assert max_abs_diff(out, {k: np.asarray(v) for k, v in pretrainer(inputs).items()}) <= 1e-5
 
 
-# `saved_model_cli` with TF Text's ops registered: `run` imports the whole graph,
-# text signatures included (as TF-Serving does). `show` needs no ops.
-SAVED_MODEL_CLI_WITH_TF_TEXT = (
-    "import sys, tensorflow_text; from tensorflow.python.tools.saved_model_cli import main; "
-    "sys.argv[0] = 'saved_model_cli'; sys.exit(main())"
-)
+# `saved_model_cli` with TF Text's ops registered (forked, as the other worker scripts): `run` imports the
+# whole graph, text signatures included (as TF-Serving does). `show` needs no ops.
+SAVED_MODEL_CLI_WITH_TF_TEXT = [sys.executable, str(Path(__file__).parents[1] / "saved_model_cli_worker.py")]
 
 
 @pytest.mark.slow
 def test_saved_model_cli_show_and_run():
     path = exported_classifier()[1]
     plain = [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
-    with_text = [sys.executable, "-c", SAVED_MODEL_CLI_WITH_TF_TEXT]
+    with_text = SAVED_MODEL_CLI_WITH_TF_TEXT
 
     def cli(command, *args):
         done = run_program(command + list(args), timeout=120)

@@ -13,6 +13,7 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.optimizers import AdamW, Lamb
 from albert_tf.schedules import WarmupLinearDecay
+from cli_helpers import run_program
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NUM_STEPS = 6
@@ -301,8 +302,9 @@ def test_accumulated_micro_batches_equal_full_batch_gradient():
         accumulator.accumulate([None])
 
 
-# Scripts run in a fresh Python: one splits the CPU before TF initializes,
-# the other selects the JAX backend before Keras is imported.
+# Scripts run in a process of their own: one splits the CPU before TF initializes (forked, as
+# tests/snippet_worker.py runs a snippet), the other selects the JAX backend before Keras is imported
+# (a fresh Python).
 SCRIPT_PRELUDE = """
 import json, sys
 import numpy as np
@@ -368,8 +370,8 @@ dump(variables)
 """
 
 
-def run_script(script, weights, grads):
-    """Runs `script` on the problem in a fresh Python; returns its weights."""
+def run_script(script, weights, grads, fresh=True):
+    """Runs `script` on the problem in a fresh Python, or forked where not `fresh`; returns its weights."""
     problem = {
         "weights": {path: w.tolist() for path, w in weights.items()},
         "grads": [[g.tolist() for g in step.values()] for step in grads],
@@ -380,15 +382,12 @@ def run_script(script, weights, grads):
         CUDA_VISIBLE_DEVICES="",
         TF_CPP_MIN_LOG_LEVEL="3",
     )
-    result = subprocess.run(
-        [sys.executable, "-c", script],
-        input=json.dumps(problem),
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
+    if fresh:
+        result = subprocess.run([sys.executable, "-c", script], input=json.dumps(problem), capture_output=True,
+                                text=True, env=env, cwd=REPO_ROOT, timeout=120)
+    else:
+        result = run_program([sys.executable, str(REPO_ROOT / "tests" / "snippet_worker.py"), script],
+                             input=json.dumps(problem), env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])
     return {path: np.array(value) for path, value in output.items()}
@@ -397,7 +396,7 @@ def run_script(script, weights, grads):
 @pytest.mark.slow
 def test_lamb_under_mirrored_strategy_matches_original():
     weights, grads = make_problem()
-    actual = run_script(MIRRORED_SCRIPT, weights, grads)
+    actual = run_script(MIRRORED_SCRIPT, weights, grads, fresh=False)
     expected = reference_lamb(weights, grads, [0.01] * NUM_STEPS)
     assert_weights_close(actual, expected)
 
