@@ -66,13 +66,16 @@ def assert_one_line_error(done, *fragments):
 
 
 class Server:
-    """`albert-tf serve` in a new process, which imports what it needs itself; the model URL is read from its
-    first line."""
+    """`albert-tf serve` in a process of its own; the model URL is read from its first line.
 
-    def __init__(self, *args, cwd):
+    `fresh`: a new `python`, which imports what it needs itself (TF Text's ops for the text signatures);
+    else forked by the fork server (tests/fork_server.py), which imported TensorFlow and the commands.
+    """
+
+    def __init__(self, *args, cwd, fresh=False):
         self.process = start_program(albert_tf_command() + ["serve", *args, "--port", "0"], cwd=cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=user_environment(),
-                                     fresh=True)
+                                     fresh=fresh)
         line = self.process.stdout.readline()
         if " at http" not in line:
             self.process.kill()

@@ -76,9 +76,9 @@ def test_export_then_serve_text_in_a_fresh_process(tour, finetuned):
             cwd=tour)
     predicted = run_cli("predict", "--model", "runs/sst2", cwd=tour, input=STDIN_TEXTS[0] + "\n")
     expected = json.loads(predicted.stdout.splitlines()[0])
-    # The README's exported base path, and a run directory served directly.
-    for args in (["saved_models/sst2"], ["--model", "runs/sst2"]):
-        server = Server(*args, cwd=tour)
+    # The README's exported base path in a fresh process, and a run directory served directly (forked).
+    for args, fresh in ((["saved_models/sst2"], True), (["--model", "runs/sst2"], False)):
+        server = Server(*args, cwd=tour, fresh=fresh)
         try:
             assert server.model_url.endswith("/v1/models/sst2")
             answer = server.request(server.model_url + ":predict",
