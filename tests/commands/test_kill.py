@@ -42,6 +42,7 @@ test_finetune_resume.py, test_preemption.py, test_faults.py, test_demo.py,
 test_error_protocol.py, test_reruns_and_damaged_data.py).
 """
 
+import json
 import os
 import re
 import shutil
@@ -250,7 +251,12 @@ def _result(name, out):
         return {k: reader.get_tensor(k) for k in sorted(reader.get_variable_to_shape_map())
                 if k.startswith("model/") and reader.get_tensor(k).dtype.kind == "f"}
     if name == "finetune":
-        return load_pretrained(os.path.join(out, "best")).get_weights()
+        # The best epoch's weights, and each epoch's training loss and scores: an epoch resumed at the wrong step
+        # shows in its loss where the best epoch is an earlier one.
+        history = json.loads(open(os.path.join(out, "finetune.json")).read())["history"]
+        return load_pretrained(os.path.join(out, "best")).get_weights() + [
+            np.array([value for key, value in sorted(epoch.items()) if key not in ("epoch", "train_seconds")])
+            for epoch in history]
     return None  # an export: loadable is what counts, and an exported graph is not compared byte for byte
 
 
