@@ -61,6 +61,12 @@ _FORKED_SCRIPTS = {"training_worker.py", "fault_worker.py", "data_service_worker
 _TESTS = Path(__file__).parent
 
 
+def snippet_command(code):
+    """`python -c CODE` as the fork server forks it (tests/snippet_worker.py): for a snippet that needs a
+    process of its own but not a new `python`."""
+    return [sys.executable, str(_TESTS / "snippet_worker.py"), code]
+
+
 def albert_tf_command():
     """The installed `albert-tf` console script, as the README calls it."""
     script = Path(sys.executable).with_name("albert-tf")

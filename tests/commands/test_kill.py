@@ -253,7 +253,8 @@ def _result(name, out):
     if name == "finetune":
         # The best epoch's weights, and each epoch's training loss and scores: an epoch resumed at the wrong step
         # shows in its loss where the best epoch is an earlier one.
-        history = json.loads(open(os.path.join(out, "finetune.json")).read())["history"]
+        with open(os.path.join(out, "finetune.json")) as f:
+            history = json.load(f)["history"]
         return load_pretrained(os.path.join(out, "best")).get_weights() + [
             np.array([value for key, value in sorted(epoch.items()) if key not in ("epoch", "train_seconds")])
             for epoch in history]

@@ -303,7 +303,6 @@ SAVED_MODEL_CLI_WITH_TF_TEXT = [sys.executable, str(Path(__file__).parents[1] / 
 def test_saved_model_cli_show_and_run():
     path = exported_classifier()[1]
     plain = [os.path.join(os.path.dirname(sys.executable), "saved_model_cli")]
-    with_text = SAVED_MODEL_CLI_WITH_TF_TEXT
 
     def cli(command, *args):
         done = run_program(command + list(args), timeout=120)
@@ -313,9 +312,10 @@ def test_saved_model_cli_show_and_run():
     shown = cli(plain, "show", "--dir", path, "--all")
     for expected in ("signature_def['serve_text']", "signature_def['serving_default']", "outputs['probabilities']"):
         assert expected in shown
-    ran = cli(with_text, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serving_default",
+    ran = cli(SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", path, "--tag_set", "serve", "--signature_def",
+              "serving_default",
               "--input_exprs", "token_ids=[[2, 50, 51, 3]];segment_ids=[[0, 0, 0, 0]];padding_mask=[[1, 1, 1, 1]]")
     assert "probabilities" in ran
-    ran = cli(with_text, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serve_text",
+    ran = cli(SAVED_MODEL_CLI_WITH_TF_TEXT, "run", "--dir", path, "--tag_set", "serve", "--signature_def", "serve_text",
               "--input_exprs", "text=['A great movie!', 'Dull.']")
     assert "labels" in ran and ("positive" in ran or "negative" in ran)

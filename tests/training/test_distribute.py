@@ -1,17 +1,14 @@
 import json
 import os
 import pathlib
-import sys
 
 import pytest
 import tensorflow as tf
 
 from albert_tf.distribute import configure_logical_cpus, get_strategy, tpu_cluster_resolver
-from cli_helpers import run_program
+from cli_helpers import run_program, snippet_command
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
-# Forked as `python -c` would run the script (tests/snippet_worker.py): the CPU is split before its first op.
-SNIPPET_WORKER = REPO_ROOT / "tests" / "snippet_worker.py"
 
 
 def test_default_is_the_current_strategy():
@@ -129,7 +126,8 @@ def test_strategies_on_two_logical_cpus():
         TF_CPP_MIN_LOG_LEVEL="3",
     )
     env.pop("TF_CONFIG", None)  # multi_worker must fall back to one local worker
-    result = run_program([sys.executable, str(SNIPPET_WORKER), STRATEGY_SCRIPT], env=env, cwd=REPO_ROOT, timeout=120)
+    # Forked, as `python -c` would run it: the script splits the CPU before its first op.
+    result = run_program(snippet_command(STRATEGY_SCRIPT), env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["mirrored_replicas"] == 2

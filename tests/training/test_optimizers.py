@@ -2,7 +2,6 @@ import importlib.util
 import json
 import os
 import pathlib
-import subprocess
 import sys
 
 import keras
@@ -13,7 +12,7 @@ import tensorflow as tf
 from albert_tf.accumulation import GradientAccumulator
 from albert_tf.optimizers import AdamW, Lamb
 from albert_tf.schedules import WarmupLinearDecay
-from cli_helpers import run_program
+from cli_helpers import run_program, snippet_command
 
 REPO_ROOT = pathlib.Path(__file__).resolve().parents[2]
 NUM_STEPS = 6
@@ -382,12 +381,8 @@ def run_script(script, weights, grads, fresh=True):
         CUDA_VISIBLE_DEVICES="",
         TF_CPP_MIN_LOG_LEVEL="3",
     )
-    if fresh:
-        result = subprocess.run([sys.executable, "-c", script], input=json.dumps(problem), capture_output=True,
-                                text=True, env=env, cwd=REPO_ROOT, timeout=120)
-    else:
-        result = run_program([sys.executable, str(REPO_ROOT / "tests" / "snippet_worker.py"), script],
-                             input=json.dumps(problem), env=env, cwd=REPO_ROOT, timeout=120)
+    command = [sys.executable, "-c", script] if fresh else snippet_command(script)  # `python -c` is never forked
+    result = run_program(command, input=json.dumps(problem), env=env, cwd=REPO_ROOT, timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     output = json.loads(result.stdout.strip().splitlines()[-1])
     return {path: np.array(value) for path, value in output.items()}
